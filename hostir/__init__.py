@@ -1,0 +1,108 @@
+"""hostir: the host IR, its evaluator, printer and tools.
+
+This package stands alone: it imports neither ``frontend`` nor ``lowering``.
+A program (:class:`HostIrContainer`) can be printed, run and inspected
+without the fusion it came from.
+"""
+
+from hostir.communicator import (
+    Communicator,
+    LocalCommunicator,
+    TorchCommunicator,
+    default_communicator,
+)
+from hostir.container import HostIrContainer, ScalarInput
+from hostir.dtypes import DType
+from hostir.errors import (
+    CommunicationError,
+    EvaluationError,
+    HostIrError,
+    InputError,
+    MeshError,
+    ParseError,
+    VerifyError,
+)
+from hostir.evaluator import HostIrEvaluator, Listener, RunContext
+from hostir.instructions import (
+    COMPUTE,
+    INSTRUCTIONS,
+    Allocate,
+    Binary,
+    BinaryOpKind,
+    BroadcastInDim,
+    Cast,
+    Deallocate,
+    ForLoop,
+    Linear,
+    Matmul,
+    Permute,
+    Set,
+    ShardByStream,
+    Sum,
+    Unary,
+    UnaryOpKind,
+)
+from hostir.printer import print_program
+from hostir.scalars import BinaryExpr, Const, Scalar, ScalarOp, Symbol
+from hostir.sharding import (
+    Mesh,
+    MeshAxis,
+    PartialAxis,
+    ReduceOp,
+    Sharding,
+    ShardPart,
+    slice_global_tensor,
+)
+from hostir.values import StreamValue, TensorValue
+
+__all__ = [
+    "COMPUTE",
+    "INSTRUCTIONS",
+    "Allocate",
+    "Binary",
+    "BinaryExpr",
+    "BinaryOpKind",
+    "BroadcastInDim",
+    "Cast",
+    "CommunicationError",
+    "Communicator",
+    "Const",
+    "DType",
+    "Deallocate",
+    "EvaluationError",
+    "ForLoop",
+    "HostIrContainer",
+    "HostIrError",
+    "HostIrEvaluator",
+    "InputError",
+    "Linear",
+    "Listener",
+    "LocalCommunicator",
+    "Matmul",
+    "Mesh",
+    "MeshAxis",
+    "MeshError",
+    "ParseError",
+    "PartialAxis",
+    "Permute",
+    "ReduceOp",
+    "RunContext",
+    "Scalar",
+    "ScalarInput",
+    "ScalarOp",
+    "Set",
+    "ShardByStream",
+    "ShardPart",
+    "Sharding",
+    "StreamValue",
+    "Sum",
+    "Symbol",
+    "TensorValue",
+    "TorchCommunicator",
+    "Unary",
+    "UnaryOpKind",
+    "VerifyError",
+    "default_communicator",
+    "print_program",
+    "slice_global_tensor",
+]

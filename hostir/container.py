@@ -1,0 +1,35 @@
+"""``HostIrContainer``: a self-contained host IR program."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hostir.dtypes import DType
+from hostir.instructions import Instruction
+from hostir.values import TensorValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScalarInput:
+    """A scalar input of a program, bound to the symbol ``name`` at run time."""
+
+    name: str
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostIrContainer:
+    """An SPMD program: inputs, a body of instructions, and outputs.
+
+    Every rank runs the same program; rank-dependent values (mesh coordinates,
+    peers) are symbolic. ``str(program)`` gives the text form.
+    """
+
+    inputs: tuple[TensorValue | ScalarInput, ...]
+    outputs: tuple[TensorValue, ...]
+    body: tuple[Instruction, ...]
+
+    def __str__(self) -> str:
+        from hostir.printer import print_program
+
+        return print_program(self)

@@ -1,0 +1,45 @@
+"""Element types of host IR tensors and their torch equivalents."""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+from hostir.errors import HostIrError
+
+
+class DType(enum.Enum):
+    """A tensor element type; the value is its printed name."""
+
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    INT64 = "int64"
+    INT32 = "int32"
+    BOOL = "bool"
+
+    def to_torch(self) -> torch.dtype:
+        """The matching ``torch.dtype``."""
+        return _TO_TORCH[self]
+
+    @staticmethod
+    def from_torch(dtype: torch.dtype) -> DType:
+        """The DType of a ``torch.dtype``; raises HostIrError for unsupported ones."""
+        for ours, theirs in _TO_TORCH.items():
+            if theirs == dtype:
+                return ours
+        supported = ", ".join(str(t) for t in _TO_TORCH.values())
+        raise HostIrError(f"unsupported torch dtype {dtype}; expected one of {supported}")
+
+
+_TO_TORCH = {
+    DType.FLOAT32: torch.float32,
+    DType.FLOAT64: torch.float64,
+    DType.FLOAT16: torch.float16,
+    DType.BFLOAT16: torch.bfloat16,
+    DType.INT64: torch.int64,
+    DType.INT32: torch.int32,
+    DType.BOOL: torch.bool,
+}

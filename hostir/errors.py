@@ -1,0 +1,41 @@
+"""The exception hierarchy shared by every layer of hostir.
+
+Every error raised for bad user input derives from :class:`HostIrError`, so a
+caller can catch one type. Messages name the offending object (tensor, axis,
+mesh, instruction or ``line:col``) and say what was expected.
+"""
+
+from __future__ import annotations
+
+
+class HostIrError(Exception):
+    """Base class of every error hostir raises for bad input or a failed run."""
+
+
+class VerifyError(HostIrError):
+    """A host IR program is malformed (undefined value, wrong operand kind, ...)."""
+
+
+class ParseError(HostIrError):
+    """Host IR text does not parse; carries the 1-based ``line`` and ``col``."""
+
+    def __init__(self, message: str, line: int, col: int) -> None:
+        super().__init__(f"{line}:{col}: {message}")
+        self.line = line
+        self.col = col
+
+
+class EvaluationError(HostIrError):
+    """Running a program failed: a bad input, or an instruction that raised."""
+
+
+class InputError(EvaluationError):
+    """The inputs given to a program do not match its declared inputs."""
+
+
+class MeshError(HostIrError):
+    """A device mesh is malformed or does not fit the world it runs in."""
+
+
+class CommunicationError(EvaluationError):
+    """A collective failed, timed out, or the ranks disagree on the program."""

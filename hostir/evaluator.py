@@ -1,0 +1,279 @@
+"""``HostIrEvaluator``: runs a host IR program on this rank.
+
+One loop resolves an instruction's operands, calls the instruction's handler
+from a dispatch table, and binds the results; handlers never touch the
+environment. Every instruction runs inside
+``torch.profiler.record_function("hir::<keyword>")``. Listeners (tracing,
+race checking, ...) observe each instruction before and after it runs.
+
+An instruction whose output lives on a mesh runs only on that mesh's devices;
+elsewhere its output is bound to None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from hostir.communicator import Communicator, default_communicator
+from hostir.compute import COMPUTE_HANDLERS
+from hostir.container import HostIrContainer, ScalarInput
+from hostir.errors import EvaluationError, HostIrError, InputError, MeshError, VerifyError
+from hostir.inputs import bind_input_tensor
+from hostir.instructions import (
+    COMPUTE,
+    INSTRUCTIONS,
+    Allocate,
+    Deallocate,
+    ForLoop,
+    Instruction,
+    ShardByStream,
+    defined_values,
+    keyword,
+)
+from hostir.scalars import BinaryExpr, Const, Symbol, evaluate_scalar
+from hostir.sharding import Mesh, local_extent
+from hostir.values import TensorValue
+
+RANK_SYMBOL = "rank"
+"""The scalar symbol bound to this process's rank."""
+
+
+class Listener:
+    """Observes execution; subclass and override what you need."""
+
+    def before(self, instruction: Instruction, context: RunContext) -> None:
+        """Called before ``instruction`` runs on this rank."""
+
+    def after(self, instruction: Instruction, context: RunContext) -> None:
+        """Called after ``instruction`` ran on this rank."""
+
+
+class RunContext:
+    """The state of one run: bound tensors and scalars, rank, device."""
+
+    def __init__(self, evaluator: HostIrEvaluator, communicator: Communicator, device: torch.device):
+        self.evaluator = evaluator
+        self.communicator = communicator
+        self.device = device
+        self.tensors: dict[str, torch.Tensor | None] = {}
+        self.scalars: dict[str, int | float | bool] = {RANK_SYMBOL: communicator.rank}
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self.communicator.rank
+
+    def local_shape(self, value: TensorValue) -> list[int]:
+        """The shape of this rank's shard of ``value``."""
+        if value.sharding is None:
+            return [int(evaluate_scalar(e, self.scalars)) for e in value.shape]
+        mesh = value.sharding.mesh
+        return [local_extent(parts, mesh, self.scalars) for parts in value.sharding.dims]
+
+    def participates(self, value: TensorValue) -> bool:
+        """Whether this rank holds a shard of ``value``."""
+        return value.sharding is None or self.rank in value.sharding.mesh.devices
+
+    def run_body(self, body: Sequence[Instruction]) -> None:
+        """Runs ``body`` in this context (loops call back here)."""
+        for instruction in body:
+            self.evaluator.run_instruction(instruction, self)
+
+
+Handler = Callable[[RunContext, Any, dict[str, Any]], Sequence[Any]]
+
+
+def _run_allocate(context: RunContext, instruction: Allocate, operands: dict) -> list:
+    out = instruction.out
+    shape = context.local_shape(out)
+    return [torch.empty(shape, dtype=out.dtype.to_torch(), device=context.device)]
+
+
+def _run_deallocate(context: RunContext, instruction: Deallocate, operands: dict) -> list:
+    context.tensors.pop(instruction.tensor.name, None)
+    return []
+
+
+def _run_shard_by_stream(context: RunContext, instruction: ShardByStream, operands: dict) -> list:
+    src = operands["src"]
+    size = context.local_shape(instruction.out)[instruction.axis]
+    return [src.narrow(instruction.axis, int(operands["index"]) * size, size)]
+
+
+def _run_for_loop(context: RunContext, instruction: ForLoop, operands: dict) -> list:
+    name = instruction.index.name
+    for index in range(int(operands["start"]), int(operands["stop"])):
+        context.scalars[name] = index
+        context.run_body(instruction.body)
+    context.scalars.pop(name, None)
+    return []
+
+
+def _compute_handler(run: Callable) -> Handler:
+    def handle(context: RunContext, instruction: Any, operands: dict) -> list:
+        result = run(instruction, operands, context.local_shape(instruction.out))
+        # A preallocated output was written in place; nothing new to bind.
+        return [] if instruction.preallocated else [result]
+
+    return handle
+
+
+HANDLERS: dict[type, Handler] = {
+    Allocate: _run_allocate,
+    Deallocate: _run_deallocate,
+    ShardByStream: _run_shard_by_stream,
+    ForLoop: _run_for_loop,
+    **{cls: _compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
+}
+"""One handler per instruction class."""
+
+
+class HostIrEvaluator:
+    """Runs ``program`` on this rank: ``HostIrEvaluator(program).run(inputs) -> outputs``.
+
+    ``communicator`` defaults to :func:`default_communicator`. ``listeners``
+    observe each instruction. ``device`` defaults to the device of the first
+    tensor input (CPU if there is none).
+    """
+
+    def __init__(
+        self,
+        program: HostIrContainer,
+        *,
+        communicator: Communicator | None = None,
+        listeners: Sequence[Listener] = (),
+        device: torch.device | str | None = None,
+    ) -> None:
+        missing = [cls.__name__ for cls in INSTRUCTIONS if cls not in HANDLERS]
+        if missing:
+            raise VerifyError(f"the evaluator has no handler for {', '.join(missing)}")
+        self.program = program
+        self.communicator = communicator
+        self.listeners = tuple(listeners)
+        self.device = torch.device(device) if device is not None else None
+
+    def run(self, inputs: Sequence[Any]) -> list[torch.Tensor | None]:
+        """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs."""
+        inputs = list(inputs)
+        if len(inputs) != len(self.program.inputs):
+            names = ", ".join(v.name for v in self.program.inputs)
+            raise InputError(
+                f"expected {len(self.program.inputs)} inputs ({names}), got {len(inputs)}"
+            )
+        device = self.device or _device_of(inputs)
+        communicator = self.communicator or default_communicator(device.type == "cuda")
+        check_meshes_fit(self.program, communicator.world_size)
+        context = RunContext(self, communicator, device)
+        for value, given in zip(self.program.inputs, inputs, strict=True):
+            self._bind_input(context, value, given)
+        context.run_body(self.program.body)
+        return [self._output(context, value) for value in self.program.outputs]
+
+    def _bind_input(self, context: RunContext, value: Any, given: Any) -> None:
+        if isinstance(value, ScalarInput):
+            if isinstance(given, torch.Tensor) or not isinstance(given, int | float | bool):
+                raise InputError(
+                    f"input {value.name} is a {value.dtype.value} scalar, got {type(given).__name__}"
+                )
+            context.scalars[value.name] = given
+            return
+        if not context.participates(value):
+            context.tensors[value.name] = None
+            return
+        context.tensors[value.name] = bind_input_tensor(value, given, context.scalars)
+
+    def _output(self, context: RunContext, value: TensorValue) -> torch.Tensor | None:
+        if value.name not in context.tensors:
+            raise EvaluationError(f"output {value.name} was never computed")
+        return context.tensors[value.name]
+
+    def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
+        """Resolves operands, calls the handler, binds the results."""
+        outs = defined_values(instruction)
+        target = outs[0] if outs else getattr(instruction, "out", None)
+        if isinstance(target, TensorValue) and not context.participates(target):
+            for value in outs:
+                context.tensors[value.name] = None
+            return
+        operands = self._resolve_operands(instruction, context)
+        for listener in self.listeners:
+            listener.before(instruction, context)
+        with torch.profiler.record_function(f"hir::{keyword(instruction)}"):
+            try:
+                results = HANDLERS[type(instruction)](context, instruction, operands)
+            except HostIrError:
+                raise
+            except (RuntimeError, ValueError, TypeError, IndexError) as error:
+                raise EvaluationError(
+                    f"{keyword(instruction)} defining {', '.join(v.name for v in outs) or '-'}"
+                    f" failed on rank {context.rank}: {error}"
+                ) from error
+        for value, result in zip(outs, results, strict=True):
+            context.tensors[value.name] = result
+        for listener in self.listeners:
+            listener.after(instruction, context)
+
+    def _resolve_operands(self, instruction: Instruction, context: RunContext) -> dict[str, Any]:
+        names = list(instruction.INS)
+        if getattr(instruction, "preallocated", False):
+            names.append("out")
+        return {name: _resolve(getattr(instruction, name), context) for name in names}
+
+
+def _resolve(operand: Any, context: RunContext) -> Any:
+    if operand is None:
+        return None
+    if isinstance(operand, TensorValue):
+        if operand.name not in context.tensors:
+            raise EvaluationError(f"tensor {operand.name} is used before it is defined")
+        tensor = context.tensors[operand.name]
+        if tensor is None:
+            raise EvaluationError(
+                f"tensor {operand.name} is not held by rank {context.rank}"
+                " (it lives on a mesh without this rank)"
+            )
+        return tensor
+    if isinstance(operand, Const | Symbol | BinaryExpr):
+        return evaluate_scalar(operand, context.scalars)
+    return operand
+
+
+def _device_of(inputs: Sequence[Any]) -> torch.device:
+    for given in inputs:
+        if isinstance(given, torch.Tensor):
+            return given.device
+    return torch.device("cpu")
+
+
+def program_meshes(program: HostIrContainer) -> list[Mesh]:
+    """Every mesh the program's tensors live on, in order of first appearance."""
+    meshes: dict[Mesh, None] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, TensorValue) and value.sharding is not None:
+            meshes.setdefault(value.sharding.mesh, None)
+
+    for value in program.inputs:
+        visit(value)
+    stack = list(program.body)
+    while stack:
+        instruction = stack.pop(0)
+        for name in instruction.OUTS + instruction.INS:
+            visit(getattr(instruction, name))
+        if isinstance(instruction, ForLoop):
+            stack = list(instruction.body) + stack
+    return list(meshes)
+
+
+def check_meshes_fit(program: HostIrContainer, world_size: int) -> None:
+    """Raises MeshError if a mesh names a device the world does not have."""
+    for mesh in program_meshes(program):
+        if max(mesh.devices) >= world_size:
+            raise MeshError(
+                f"mesh {mesh} needs device {max(mesh.devices)}, but the world has"
+                f" {world_size} rank(s) (0..{world_size - 1})"
+            )
+

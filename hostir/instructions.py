@@ -1,0 +1,267 @@
+"""The host IR instruction catalog.
+
+Instructions hold data only. Each class states once which fields it defines
+(``OUTS``) and which it reads (``INS``); generic def/use walks read those.
+Printing, evaluating and verifying live in tables keyed by class elsewhere.
+
+A compute instruction normally *defines* its ``out``. With ``preallocated``
+set, ``out`` was created before (by ``Allocate`` or ``ShardByStream``) and the
+compute writes into it (torch's ``out=``): then ``out`` is read, not defined.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from hostir.scalars import Scalar, Symbol
+from hostir.values import TensorValue
+
+Operand = TensorValue | Scalar
+
+
+class UnaryOpKind(enum.Enum):
+    """Elementwise one-operand ops; the value is the keyword."""
+
+    NEG = "neg"
+    RELU = "relu"
+
+
+class BinaryOpKind(enum.Enum):
+    """Elementwise two-operand ops; the value is the keyword."""
+
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allocate:
+    """Create an uninitialised local buffer for ``out`` (its local shard shape)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ()
+    out: TensorValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deallocate:
+    """Release the buffer bound to ``tensor``; later uses are errors."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ("tensor",)
+    tensor: TensorValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Set:
+    """``out = src.clone()``: a copy (a resharding point in the fusion)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unary:
+    """``out = op(src)`` elementwise."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    op: UnaryOpKind
+    out: TensorValue
+    src: TensorValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Binary:
+    """``out = op(lhs, rhs)`` elementwise; an operand may be a scalar."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
+    op: BinaryOpKind
+    out: TensorValue
+    lhs: Operand
+    rhs: Operand
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cast:
+    """``out = src.to(out.dtype)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sum:
+    """``out = src.sum(dims, keepdim)`` over local data (a partial sum if sharded)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    dims: tuple[int, ...]
+    keepdim: bool = False
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Linear:
+    """``out = torch.nn.functional.linear(input, weight, bias)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
+    out: TensorValue
+    input: TensorValue
+    weight: TensorValue
+    bias: TensorValue | None = None
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Matmul:
+    """``out = torch.matmul(lhs, rhs)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
+    out: TensorValue
+    lhs: TensorValue
+    rhs: TensorValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BroadcastInDim:
+    """``out``: ``src`` with its dim ``i`` placed at ``broadcast_dims[i]``, expanded."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    broadcast_dims: tuple[int, ...]
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Permute:
+    """``out = src.permute(dims)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    dims: tuple[int, ...]
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardByStream:
+    """``out`` aliases chunk ``index`` of ``src`` split evenly along ``axis``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src", "index")
+    out: TensorValue
+    src: TensorValue
+    axis: int
+    index: Scalar
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForLoop:
+    """Run ``body`` with ``index`` bound to ``start, start+1, ..., stop-1``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ("start", "stop")
+    index: Symbol
+    start: Scalar
+    stop: Scalar
+    body: tuple[Instruction, ...]
+
+
+COMPUTE = frozenset({Set, Unary, Binary, Cast, Sum, Linear, Matmul, BroadcastInDim, Permute})
+"""Instructions that run a torch op and may write into a preallocated ``out``."""
+
+INSTRUCTIONS: tuple[type, ...] = (
+    Allocate,
+    Deallocate,
+    Set,
+    Unary,
+    Binary,
+    Cast,
+    Sum,
+    Linear,
+    Matmul,
+    BroadcastInDim,
+    Permute,
+    ShardByStream,
+    ForLoop,
+)
+"""Every instruction class; completeness tests check each has a keyword, handler, ..."""
+
+Instruction = (
+    Allocate
+    | Deallocate
+    | Set
+    | Unary
+    | Binary
+    | Cast
+    | Sum
+    | Linear
+    | Matmul
+    | BroadcastInDim
+    | Permute
+    | ShardByStream
+    | ForLoop
+)
+
+_KEYWORDS: dict[type, str] = {
+    Allocate: "allocate",
+    Deallocate: "deallocate",
+    Set: "set",
+    Cast: "cast",
+    Sum: "sum",
+    Linear: "linear",
+    Matmul: "matmul",
+    BroadcastInDim: "broadcast_in_dim",
+    Permute: "permute",
+    ShardByStream: "shard_by_stream",
+    ForLoop: "for",
+}
+
+
+def keyword(instruction: Instruction) -> str:
+    """The instruction's keyword in text and profiler ranges (``hir::<keyword>``)."""
+    if isinstance(instruction, Unary | Binary):
+        return instruction.op.value
+    return _KEYWORDS[type(instruction)]
+
+
+def defined_values(instruction: Instruction) -> list[TensorValue]:
+    """The tensors ``instruction`` defines (not counting loop bodies)."""
+    if getattr(instruction, "preallocated", False):
+        return []
+    return [getattr(instruction, name) for name in instruction.OUTS]
+
+
+def used_values(instruction: Instruction) -> list[TensorValue]:
+    """The tensors ``instruction`` reads or writes without defining them."""
+    names = list(instruction.INS)
+    if getattr(instruction, "preallocated", False):
+        names += list(instruction.OUTS)
+    used = [getattr(instruction, name) for name in names]
+    return [v for v in used if isinstance(v, TensorValue)]
+
+
+def field_names(cls: type) -> list[str]:
+    """The dataclass field names of an instruction class, in order."""
+    return [f.name for f in fields(cls)]

@@ -1,0 +1,44 @@
+"""Values of the host IR: tensors and streams (scalars live in ``scalars``).
+
+Values are immutable and compared by structure: two ``TensorValue`` objects
+with the same name, type and sharding are the same value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hostir.dtypes import DType
+from hostir.scalars import Scalar
+from hostir.sharding import Sharding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorValue:
+    """A tensor: element type, global (unsharded) shape and how it is spread.
+
+    ``shape`` holds global extents, possibly symbolic. ``sharding`` is None for
+    a tensor that is not placed on a mesh: every rank holds and computes it
+    whole. At run time the value is bound to the local shard.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[Scalar, ...]
+    sharding: Sharding | None = None
+
+    @property
+    def ndim(self) -> int:
+        """Number of logical dims."""
+        return len(self.shape)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamValue:
+    """A stream: ``index`` names stream ``index`` of the pool, None the main stream."""
+
+    name: str
+    index: Scalar | None = None
+
+
+Value = TensorValue | StreamValue
