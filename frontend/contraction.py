@@ -1,0 +1,140 @@
+"""Output axes and axis maps of linear, matmul and broadcast_in_dim."""
+
+from __future__ import annotations
+
+from frontend.errors import OperandError
+from frontend.iter_domain import IterDomain, IterType
+from frontend.tensor_view import TensorView
+from hostir import Const
+from hostir.scalars import print_scalar
+
+AxisPairs = list[tuple[IterDomain, IterDomain]]
+
+
+def _fresh(axis: IterDomain, iter_type: IterType | None = None) -> IterDomain:
+    return IterDomain(axis.extent, iter_type or axis.iter_type)
+
+
+def _check_same_extent(op: str, a: TensorView, a_dim: int, b: TensorView, b_dim: int) -> None:
+    ea, eb = a.shape_domain()[a_dim].extent, b.shape_domain()[b_dim].extent
+    if isinstance(ea, Const) and isinstance(eb, Const) and ea != eb:
+        raise OperandError(
+            f"{op}: {a.name} dim {a_dim} has extent {print_scalar(ea)} but {b.name} dim {b_dim}"
+            f" has extent {print_scalar(eb)}; they must be equal"
+        )
+
+
+def linear_axes(
+    input: TensorView, weight: TensorView, bias: TensorView | None
+) -> tuple[list[IterDomain], dict[TensorView, AxisPairs]]:
+    """``[..., K] x [N, K] (+ [N]) -> [..., N, rK]``."""
+    x, w = input.shape_domain(), weight.shape_domain()
+    if len(x) < 1:
+        raise OperandError(f"linear: input {input.name} must have at least 1 dim")
+    if len(w) != 2:
+        raise OperandError(f"linear: weight {weight.name} must have 2 dims [N, K], got {len(w)}")
+    _check_same_extent("linear", input, len(x) - 1, weight, 1)
+    batch = [_fresh(axis) for axis in x[:-1]]
+    n_axis = _fresh(w[0])
+    k_axis = _fresh(x[-1], IterType.REDUCTION)
+    axis_map: dict[TensorView, AxisPairs] = {
+        input: list(zip(batch, x[:-1], strict=True)) + [(k_axis, x[-1])],
+        weight: [(n_axis, w[0]), (k_axis, w[1])],
+    }
+    if bias is not None:
+        b = bias.shape_domain()
+        if len(b) != 1:
+            raise OperandError(f"linear: bias {bias.name} must have 1 dim [N], got {len(b)}")
+        _check_same_extent("linear", bias, 0, weight, 0)
+        axis_map[bias] = [(n_axis, b[0])]
+    return batch + [n_axis, k_axis], axis_map
+
+
+def matmul_axes(
+    lhs: TensorView, rhs: TensorView
+) -> tuple[list[IterDomain], dict[TensorView, AxisPairs]]:
+    """``[..., M, K] x [..., K, N] -> [..., M, N, rK]``, batch dims broadcast from the right."""
+    a, b = lhs.shape_domain(), rhs.shape_domain()
+    for tv, domain in ((lhs, a), (rhs, b)):
+        if len(domain) < 2:
+            raise OperandError(
+                f"matmul: {tv.name} has {len(domain)} dims; operands need at least 2"
+                " (1-d matmul is not supported: use broadcast_in_dim first)"
+            )
+    _check_same_extent("matmul", lhs, len(a) - 1, rhs, len(b) - 2)
+    axis_map: dict[TensorView, AxisPairs] = {lhs: [], rhs: []}
+    batch = []
+    a_batch, b_batch = a[:-2], b[:-2]
+    nbatch = max(len(a_batch), len(b_batch))
+    for position in range(nbatch):
+        ia, ib = position - (nbatch - len(a_batch)), position - (nbatch - len(b_batch))
+        sources = [(tv, d[i]) for tv, d, i in ((lhs, a_batch, ia), (rhs, b_batch, ib)) if i >= 0]
+        real = [(tv, axis) for tv, axis in sources if axis.extent != Const(value=1)]
+        template = real[0][1] if real else sources[0][1]
+        extents = {axis.extent for _, axis in real if isinstance(axis.extent, Const)}
+        if len(extents) > 1:
+            raise OperandError(
+                f"matmul: batch dim {position} of {lhs.name} and {rhs.name} differ"
+                f" ({', '.join(print_scalar(e) for e in extents)})"
+            )
+        new = _fresh(template)
+        batch.append(new)
+        for tv, axis in real or sources:
+            axis_map[tv].append((new, axis))
+    m_axis, n_axis = _fresh(a[-2]), _fresh(b[-1])
+    k_axis = _fresh(a[-1], IterType.REDUCTION)
+    axis_map[lhs] += [(m_axis, a[-2]), (k_axis, a[-1])]
+    axis_map[rhs] += [(n_axis, b[-1]), (k_axis, b[-2])]
+    return batch + [m_axis, n_axis, k_axis], axis_map
+
+
+def broadcast_axes(
+    tv: TensorView, shape: list[int], broadcast_dims: list[int]
+) -> tuple[list[IterDomain], AxisPairs]:
+    """Output axes of ``broadcast_in_dim`` and the pairs of mapped (non-expanded) axes."""
+    source = tv.shape_domain()
+    if len(broadcast_dims) != len(source):
+        raise OperandError(
+            f"broadcast_in_dim: {tv.name} has {len(source)} dims but broadcast_dims"
+            f" {broadcast_dims} names {len(broadcast_dims)}"
+        )
+    for position, dim in enumerate(broadcast_dims):
+        if not isinstance(dim, int) or not 0 <= dim < len(shape):
+            raise OperandError(
+                f"broadcast_in_dim: broadcast_dims[{position}] = {dim} is out of range for"
+                f" output shape {shape}"
+            )
+    if sorted(set(broadcast_dims)) != list(broadcast_dims):
+        raise OperandError(f"broadcast_in_dim: broadcast_dims {broadcast_dims} must increase")
+    axes: list[IterDomain] = []
+    pairs: AxisPairs = []
+    for out_dim, size in enumerate(shape):
+        if out_dim not in broadcast_dims:
+            if not isinstance(size, int) or size < 1:
+                raise OperandError(
+                    f"broadcast_in_dim: new dim {out_dim} needs a positive size, got {size}"
+                )
+            axes.append(IterDomain(Const(value=size), IterType.BROADCAST))
+            continue
+        axis = source[broadcast_dims.index(out_dim)]
+        axes.append(_mapped_axis(tv, axis, size, out_dim, pairs))
+    return axes, pairs
+
+
+def _mapped_axis(
+    tv: TensorView, axis: IterDomain, size: int, out_dim: int, pairs: AxisPairs
+) -> IterDomain:
+    if size == -1 or (isinstance(axis.extent, Const) and axis.extent.value == size):
+        new = _fresh(axis)
+        pairs.append((new, axis))
+        return new
+    if axis.extent == Const(value=1):  # expanding a size-1 dim
+        return IterDomain(Const(value=size), IterType.BROADCAST)
+    if isinstance(axis.extent, Const):
+        raise OperandError(
+            f"broadcast_in_dim: {tv.name} dim {tv.shape_domain().index(axis)} has extent"
+            f" {print_scalar(axis.extent)}, which cannot become {size} at output dim {out_dim}"
+        )
+    new = IterDomain(Const(value=size), axis.iter_type)
+    pairs.append((new, axis))
+    return new

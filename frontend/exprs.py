@@ -1,0 +1,213 @@
+"""Fusion expressions: the ops a FusionDefinition records.
+
+Each expression has inputs (TensorViews or scalars), one output TensorView,
+and ``axis_map``: for each tensor input, the pairs (output logical axis, input
+logical axis) that iterate over the same index. Sharding propagation and
+resharding detection read those maps; broadcast (expanded) axes are not mapped.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from frontend.iter_domain import IterDomain
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import BinaryOpKind, UnaryOpKind
+
+
+@dataclass(eq=False)
+class ScalarVal:
+    """A scalar of the fusion: a constant (``value`` set) or an input."""
+
+    name: str
+    dtype: DataType
+    value: int | float | bool | None = None
+
+    def is_input(self) -> bool:
+        """Whether the scalar is bound at execute (no constant value)."""
+        return self.value is None
+
+    def __repr__(self) -> str:
+        return self.name if self.value is None else f"{self.name}={self.value}"
+
+
+Operand = TensorView | ScalarVal | int | float | bool
+
+
+@dataclass(eq=False)
+class Expr(ABC):
+    """Base of fusion expressions."""
+
+    output: TensorView
+    axis_map: dict[TensorView, list[tuple[IterDomain, IterDomain]]] = field(
+        default_factory=dict, kw_only=True
+    )
+
+    @abstractmethod
+    def inputs(self) -> list[Operand]:
+        """Operands in order (tensors, scalars and Python numbers)."""
+
+    def tensor_inputs(self) -> list[TensorView]:
+        """The TensorView operands."""
+        return [x for x in self.inputs() if isinstance(x, TensorView)]
+
+    def mapped_input_axis(self, producer: TensorView, out_axis: IterDomain) -> IterDomain | None:
+        """The logical axis of ``producer`` that ``out_axis`` maps to, if any."""
+        for out, inp in self.axis_map.get(producer, []):
+            if out is out_axis:
+                return inp
+        return None
+
+    def describe(self) -> str:
+        """``T2 = linear(T0, T1)``-style text."""
+        args = ", ".join(x.name if isinstance(x, TensorView | ScalarVal) else repr(x)
+                         for x in self.inputs())
+        return f"{self.output.name} = {self.keyword()}({args}{self.attributes()})"
+
+    @abstractmethod
+    def keyword(self) -> str:
+        """The op's name in text."""
+
+    def attributes(self) -> str:
+        """Extra ``, key=value`` text."""
+        return ""
+
+
+@dataclass(eq=False)
+class SetOp(Expr):
+    """``set``: a copy; where producer and consumer shardings differ, a resharding."""
+
+    src: TensorView
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return "set"
+
+
+@dataclass(eq=False)
+class UnaryOp(Expr):
+    """Elementwise ``neg``/``relu``."""
+
+    op: UnaryOpKind
+    src: TensorView
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return self.op.value
+
+
+@dataclass(eq=False)
+class BinaryOp(Expr):
+    """Elementwise ``add``/``sub``/``mul``/``div`` with broadcasting."""
+
+    op: BinaryOpKind
+    lhs: Operand
+    rhs: Operand
+
+    def inputs(self) -> list[Operand]:
+        return [self.lhs, self.rhs]
+
+    def keyword(self) -> str:
+        return self.op.value
+
+
+@dataclass(eq=False)
+class CastOp(Expr):
+    """``cast`` to the output's dtype."""
+
+    src: TensorView
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return "cast"
+
+    def attributes(self) -> str:
+        return f", dtype={self.output.dtype.name}"
+
+
+@dataclass(eq=False)
+class SumOp(Expr):
+    """``sum`` over ``dims``; the output keeps them as reduction axes."""
+
+    src: TensorView
+    dims: tuple[int, ...]
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return "sum"
+
+    def attributes(self) -> str:
+        return f", dims={list(self.dims)}"
+
+
+@dataclass(eq=False)
+class LinearOp(Expr):
+    """``linear(input, weight, bias)``; the output has a reduction axis last."""
+
+    input: TensorView
+    weight: TensorView
+    bias: TensorView | None = None
+
+    def inputs(self) -> list[Operand]:
+        return [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
+
+    def keyword(self) -> str:
+        return "linear"
+
+
+@dataclass(eq=False)
+class MatmulOp(Expr):
+    """``matmul(lhs, rhs)``; the output has a reduction axis last."""
+
+    lhs: TensorView
+    rhs: TensorView
+
+    def inputs(self) -> list[Operand]:
+        return [self.lhs, self.rhs]
+
+    def keyword(self) -> str:
+        return "matmul"
+
+
+@dataclass(eq=False)
+class BroadcastInDimOp(Expr):
+    """``broadcast_in_dim``: input dim ``i`` goes to ``broadcast_dims[i]``."""
+
+    src: TensorView
+    broadcast_dims: tuple[int, ...]
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return "broadcast_in_dim"
+
+    def attributes(self) -> str:
+        return f", broadcast_dims={list(self.broadcast_dims)}"
+
+
+@dataclass(eq=False)
+class PermuteOp(Expr):
+    """``permute``: output dim ``i`` is input dim ``dims[i]``."""
+
+    src: TensorView
+    dims: tuple[int, ...]
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return "permute"
+
+    def attributes(self) -> str:
+        return f", dims={list(self.dims)}"

@@ -1,0 +1,85 @@
+"""``Fusion``: the container of a fusion's tensors, scalars and expressions."""
+
+from __future__ import annotations
+
+from frontend.exprs import Expr, ScalarVal
+from frontend.iter_domain import IterDomain
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import Symbol
+
+
+class Fusion:
+    """Tensors and expressions in definition order, plus inputs and outputs.
+
+    Names are deterministic: tensors ``T0, T1, ...``, scalars ``s0, ...``,
+    symbolic extents ``i0, ...`` in creation order.
+    """
+
+    def __init__(self) -> None:
+        self._inputs: list[TensorView | ScalarVal] = []
+        self._outputs: list[TensorView] = []
+        self._exprs: list[Expr] = []
+        self._tensors: list[TensorView] = []
+        self._scalars: list[ScalarVal] = []
+        self._symbols = 0
+
+    def new_tensor(self, dtype: DataType, logical: list[IterDomain]) -> TensorView:
+        """A new TensorView named ``T<n>``."""
+        tv = TensorView(f"T{len(self._tensors)}", dtype, logical)
+        self._tensors.append(tv)
+        return tv
+
+    def new_scalar(self, dtype: DataType, value: int | float | bool | None) -> ScalarVal:
+        """A new scalar named ``s<n>``."""
+        scalar = ScalarVal(f"s{len(self._scalars)}", dtype, value)
+        self._scalars.append(scalar)
+        return scalar
+
+    def new_symbol(self) -> Symbol:
+        """A new symbolic extent ``i<n>``."""
+        symbol = Symbol(name=f"i{self._symbols}")
+        self._symbols += 1
+        return symbol
+
+    def add_input(self, value: TensorView | ScalarVal) -> None:
+        """Registers a fusion input."""
+        self._inputs.append(value)
+
+    def add_output(self, tv: TensorView) -> None:
+        """Registers a fusion output."""
+        self._outputs.append(tv)
+
+    def add_expr(self, expr: Expr) -> None:
+        """Records ``expr`` and links it to its operands and output."""
+        self._exprs.append(expr)
+        expr.output.definition = expr
+        for tv in expr.tensor_inputs():
+            tv.uses.append(expr)
+
+    def inputs(self) -> list[TensorView | ScalarVal]:
+        """Fusion inputs in definition order."""
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorView]:
+        """Fusion outputs in the order they were added."""
+        return list(self._outputs)
+
+    def exprs(self) -> list[Expr]:
+        """Expressions in definition order (a topological order)."""
+        return list(self._exprs)
+
+    def tensors(self) -> list[TensorView]:
+        """Every TensorView in creation order."""
+        return list(self._tensors)
+
+    def __str__(self) -> str:
+        lines = ["Fusion {"]
+        for value in self._inputs:
+            lines.append(f"  input {value!r}")
+        for expr in self._exprs:
+            lines.append(f"  {expr.describe()}")
+            lines.append(f"    {expr.output!r}")
+        lines.append("  outputs " + ", ".join(tv.name for tv in self._outputs))
+        lines.append("}")
+        return "\n".join(lines)

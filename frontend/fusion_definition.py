@@ -1,0 +1,199 @@
+"""``FusionDefinition``: the nvFuser-style entry point.
+
+Define inputs and ops inside ``with FusionDefinition() as fd:``, schedule the
+tensors (meshes, splits, parallelization), then ``fd.execute(local_inputs)``.
+Execution always goes through host IR: the fusion is lowered once per input
+signature and the program is run by ``hostir.HostIrEvaluator``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from frontend.errors import DefinitionError, InputError
+from frontend.exprs import ScalarVal
+from frontend.fusion import Fusion
+from frontend.iter_domain import IterDomain, IterType
+from frontend.ops import Ops
+from frontend.sharding import tensor_sharding, validate_schedule
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default_communicator
+from hostir.evaluator import check_meshes_fit
+from hostir.inputs import bind_input_tensor
+
+_KNOWN_OPTIONS = {"host_ir_lowering"}
+
+
+class FusionDefinition:
+    """Records a fusion, then lowers and runs it (``execute``) on every rank."""
+
+    def __init__(self) -> None:
+        self._fusion = Fusion()
+        self.ops = Ops(self._fusion)
+        self._finalized = False
+        self._programs: dict[tuple, HostIrContainer] = {}
+        self._last_program: HostIrContainer | None = None
+        self.lowering_count = 0
+        """How many times this definition was lowered (once per input signature)."""
+
+    # ----- context -----
+    def __enter__(self) -> FusionDefinition:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self._finalize()
+
+    def _finalize(self) -> None:
+        if not self._fusion.outputs():
+            raise DefinitionError("the fusion has no outputs; call fd.add_output(tensor)")
+        self._finalized = True
+
+    @property
+    def fusion(self) -> Fusion:
+        """The recorded fusion (``inputs()``, ``outputs()``, printable)."""
+        return self._fusion
+
+    # ----- definition -----
+    def define_tensor(
+        self,
+        shape: Sequence[int],
+        contiguity: bool | Sequence[bool | None] | None = None,
+        dtype: DataType | torch.dtype = DataType.Float,
+        stride_order: Sequence[int] | None = None,
+    ) -> TensorView:
+        """A fusion input of global ``shape`` (-1: symbolic extent, 1: broadcast)."""
+        self._check_open("define_tensor")
+        shape = list(shape)
+        axes = []
+        for dim, size in enumerate(shape):
+            if not isinstance(size, int) or isinstance(size, bool) or (size < 1 and size != -1):
+                raise DefinitionError(
+                    f"define_tensor: dim {dim} of shape {shape} must be a positive int or -1"
+                )
+            if size == -1:
+                axes.append(IterDomain(self._fusion.new_symbol()))
+            else:
+                iter_type = IterType.BROADCAST if size == 1 else IterType.ITERATION
+                axes.append(IterDomain(Const(value=size), iter_type))
+        tv = self._fusion.new_tensor(DataType.of(dtype), axes)
+        tv.contiguity = _contiguity(shape, contiguity)
+        tv.stride_order = _stride_order(shape, stride_order)
+        self._fusion.add_input(tv)
+        return tv
+
+    def define_scalar(
+        self, value: int | float | bool | None = None, dtype: DataType | torch.dtype | None = None
+    ) -> ScalarVal:
+        """A scalar: a constant if ``value`` is given, else an input bound at execute."""
+        self._check_open("define_scalar")
+        if dtype is None:
+            dtype = {bool: DataType.Bool, int: DataType.Int}.get(type(value), DataType.Double)
+        scalar = self._fusion.new_scalar(DataType.of(dtype), value)
+        if value is None:
+            self._fusion.add_input(scalar)
+        return scalar
+
+    def add_output(self, tv: TensorView) -> None:
+        """Makes ``tv`` an output of the fusion."""
+        self._check_open("add_output")
+        if not isinstance(tv, TensorView) or tv not in self._fusion.tensors():
+            raise DefinitionError(f"add_output: {tv!r} is not a tensor of this fusion")
+        self._fusion.add_output(tv)
+
+    def _check_open(self, method: str) -> None:
+        if self._finalized:
+            raise DefinitionError(f"{method}: the fusion definition is already finished")
+
+    # ----- lowering and execution -----
+    def host_ir(self, world_size: int | None = None) -> HostIrContainer:
+        """The host IR program ``execute`` runs (the last one run, else a fresh lowering)."""
+        program = self._last_program or self._lower()
+        if world_size is not None:
+            check_meshes_fit(program, world_size)
+        return program
+
+    def execute(
+        self,
+        inputs: Sequence[Any],
+        *,
+        _enable_options: Sequence[str] = (),
+        _disable_options: Sequence[str] = (),
+        device: torch.device | str | None = None,
+    ) -> list[torch.Tensor | None]:
+        """Runs the fusion on this rank's local shards; returns this rank's output shards."""
+        if not self._finalized:
+            self._finalize()
+        for option in list(_enable_options) + list(_disable_options):
+            if option not in _KNOWN_OPTIONS:
+                raise DefinitionError(f"execute: unknown option {option!r}; known: {_KNOWN_OPTIONS}")
+        inputs = list(inputs)
+        expected = self._fusion.inputs()
+        if len(inputs) != len(expected):
+            names = ", ".join(v.name for v in expected)
+            raise InputError(f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}")
+        key = tuple(_signature(x) for x in inputs)
+        program = self._programs.get(key)
+        if program is None:
+            self._validate(inputs)
+            program = self._programs[key] = self._lower()
+        self._last_program = program
+        use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+        communicator = default_communicator(use_cuda)
+        return HostIrEvaluator(program, communicator=communicator, device=device).run(inputs)
+
+    def _lower(self) -> HostIrContainer:
+        from lowering import lower_fusion  # only execute reaches into lowering
+
+        self.lowering_count += 1
+        return lower_fusion(self._fusion)
+
+    def _validate(self, inputs: list[Any]) -> None:
+        """Checks inputs against their definitions and the schedule against the extents."""
+        env: dict = {}
+        for tv in self._fusion.tensors():
+            validate_schedule(tv, env)  # constant extents first
+        for value, given in zip(self._fusion.inputs(), inputs, strict=True):
+            if isinstance(value, TensorView) and given is not None:
+                declared = TensorValue(
+                    name=value.name,
+                    dtype=value.dtype.to_hostir(),
+                    shape=tuple(axis.extent for axis in value.shape_domain()),
+                    sharding=tensor_sharding(value),
+                )
+                bind_input_tensor(declared, given, env)
+        for tv in self._fusion.tensors():
+            validate_schedule(tv, env)
+
+
+def _signature(value: Any) -> tuple:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+    return (type(value).__name__,)
+
+
+def _contiguity(shape: list[int], contiguity: Any) -> list[bool | None]:
+    if contiguity is None or isinstance(contiguity, bool):
+        return [True if contiguity is None else contiguity] * len(shape)
+    contiguity = list(contiguity)
+    if len(contiguity) != len(shape):
+        raise DefinitionError(
+            f"define_tensor: contiguity {contiguity} has {len(contiguity)} entries for"
+            f" {len(shape)} dims"
+        )
+    return contiguity
+
+
+def _stride_order(shape: list[int], stride_order: Any) -> list[int] | None:
+    if stride_order is None:
+        return None
+    order = list(stride_order)
+    if sorted(order) != list(range(len(shape))):
+        raise DefinitionError(
+            f"define_tensor: stride_order {order} must be a permutation of 0..{len(shape) - 1}"
+        )
+    return order

@@ -1,0 +1,169 @@
+"""``DeviceMesh``: an N-d arrangement of ranks, as in nvFuser and DTensor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from frontend.errors import MeshError
+from frontend.types import ParallelType
+from hostir import Mesh, MeshAxis
+
+
+def _flatten(devices: Any) -> tuple[list[int], list[int]]:
+    """Flat device list and shape from a tensor, a (nested) list or a range."""
+    if isinstance(devices, torch.Tensor):
+        if devices.is_floating_point() or devices.is_complex() or devices.dtype == torch.bool:
+            raise MeshError(f"mesh devices must be integers, got a {devices.dtype} tensor")
+        return [int(d) for d in devices.flatten().tolist()], list(devices.shape)
+    if isinstance(devices, range):
+        return list(devices), [len(devices)]
+    if isinstance(devices, list | tuple):
+        if devices and all(isinstance(d, list | tuple) for d in devices):
+            rows = [_flatten(list(d)) for d in devices]
+            if len({tuple(shape) for _, shape in rows}) != 1:
+                raise MeshError(f"mesh rows must all have the same shape, got {devices}")
+            return [d for flat, _ in rows for d in flat], [len(rows), *rows[0][1]]
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+            raise MeshError(f"mesh devices must be integers, got {list(devices)}")
+        return list(devices), [len(devices)]
+    raise MeshError(f"a mesh is made from a tensor, list or range of device ids, got {devices!r}")
+
+
+class DeviceMesh:
+    """Devices (ranks) arranged in 1 to 3 dims.
+
+    ``DeviceMesh(torch.arange(4))`` is a 1-d mesh; ``DeviceMesh(torch.arange(8).
+    reshape(2, 4))`` a 2x4 mesh whose ``mesh_x`` rows are ``(0 1 2 3)`` and
+    ``(4 5 6 7)``. Device ids are distinct, non-negative, in any order; a mesh
+    may name any subset of the world's ranks.
+    """
+
+    def __init__(self, devices: Any) -> None:
+        flat, shape = _flatten(devices)
+        if not flat:
+            raise MeshError("a mesh needs at least one device, got none")
+        try:
+            self._mesh = Mesh(devices=tuple(flat), shape=tuple(shape))
+        except MeshError as error:
+            raise MeshError(f"invalid DeviceMesh {list(flat)}: {error}") from None
+
+    @staticmethod
+    def from_hostir(mesh: Mesh) -> DeviceMesh:
+        """The DeviceMesh of a host IR mesh."""
+        return DeviceMesh(torch.tensor(mesh.devices).reshape(mesh.shape))
+
+    def to_hostir(self) -> Mesh:
+        """The host IR mesh."""
+        return self._mesh
+
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return len(self._mesh.devices)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Number of devices along each mesh dim."""
+        return self._mesh.shape
+
+    @property
+    def ndim(self) -> int:
+        """Number of mesh dims."""
+        return self._mesh.ndim
+
+    @property
+    def devices(self) -> list[int]:
+        """The device ids, flattened row-major."""
+        return list(self._mesh.devices)
+
+    def __contains__(self, device: int) -> bool:
+        return device in self._mesh.devices
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceMesh) and other._mesh == self._mesh
+
+    def __hash__(self) -> int:
+        return hash(self._mesh)
+
+    def __repr__(self) -> str:
+        return f"DeviceMesh({self._mesh})"
+
+    def _axis(self, parallel_type: ParallelType) -> MeshAxis:
+        axis = parallel_type.mesh_axis()
+        if list(MeshAxis).index(axis) >= self.ndim:
+            raise MeshError(f"{self!r} is {self.ndim}-d and has no axis {parallel_type.name}")
+        return axis
+
+    def axis_size(self, parallel_type: ParallelType) -> int:
+        """Number of devices along the mesh axis of ``parallel_type``."""
+        return self._mesh.axis_size(self._axis(parallel_type))
+
+    def coordinates(self, device: int) -> tuple[int, ...]:
+        """``device``'s index along each mesh dim."""
+        coords = self._mesh.coordinates(device)
+        if coords is None:
+            raise MeshError(f"device {device} is not in {self!r}")
+        return coords
+
+    def index(self, device: int, parallel_type: ParallelType = ParallelType.mesh_x) -> int:
+        """``device``'s coordinate along the mesh axis of ``parallel_type``."""
+        self.axis_size(parallel_type)
+        return self.coordinates(device)[self._axis(parallel_type).dim(self.ndim)]
+
+    def team(self, device: int, parallel_type: ParallelType = ParallelType.mesh_x) -> list[int]:
+        """The devices sharing all of ``device``'s coordinates except along ``parallel_type``."""
+        self.axis_size(parallel_type)
+        coords = list(self.coordinates(device))
+        dim = self._axis(parallel_type).dim(self.ndim)
+        grid = torch.tensor(self.devices).reshape(self.shape)
+        index: list[Any] = [c for c in coords]
+        index[dim] = slice(None)
+        return [int(d) for d in grid[tuple(index)].tolist()]
+
+    def teams(self, parallel_type: ParallelType = ParallelType.mesh_x) -> list[list[int]]:
+        """Every team along ``parallel_type``: disjoint groups covering the mesh."""
+        seen: list[list[int]] = []
+        for device in self.devices:
+            team = self.team(device, parallel_type)
+            if team not in seen:
+                seen.append(team)
+        return seen
+
+    def shard_tensor(
+        self,
+        t: torch.Tensor,
+        dim: int,
+        rank: int | None = None,
+        parallel_type: ParallelType = ParallelType.mesh_x,
+    ) -> torch.Tensor:
+        """The chunk of ``t`` along ``dim`` that ``rank`` holds when ``dim`` is split
+        evenly over the mesh axis of ``parallel_type`` (default ``mesh_x``).
+
+        ``rank`` defaults to this process's rank (0 without torch.distributed).
+        """
+        rank = _current_rank() if rank is None else rank
+        size = self.axis_size(parallel_type)
+        if not -t.ndim <= dim < t.ndim:
+            raise MeshError(f"dim {dim} is out of range for a {t.ndim}-d tensor")
+        if t.shape[dim] % size != 0:
+            raise MeshError(
+                f"dim {dim} of extent {t.shape[dim]} does not divide over {size} devices of {self!r}"
+            )
+        chunk = t.shape[dim] // size
+        return t.narrow(dim, self.index(rank, parallel_type) * chunk, chunk).contiguous()
+
+
+def _current_rank() -> int:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return 0
+
+
+def as_mesh(devices: DeviceMesh | Iterable[int] | torch.Tensor) -> DeviceMesh:
+    """A DeviceMesh from a DeviceMesh or anything DeviceMesh accepts."""
+    return devices if isinstance(devices, DeviceMesh) else DeviceMesh(devices)
+

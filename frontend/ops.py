@@ -1,0 +1,302 @@
+"""``fd.ops``: building fusion expressions with shape and dtype inference.
+
+Dtypes follow torch's promotion rules exactly: each op is run once on
+``meta`` tensors to learn the result dtype, and an operand mismatch torch
+rejects becomes an :class:`OperandError` naming the tensors. Shapes are
+inferred on (possibly symbolic) global extents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from frontend.contraction import broadcast_axes, linear_axes, matmul_axes
+from frontend.errors import OperandError
+from frontend.exprs import (
+    BinaryOp,
+    BroadcastInDimOp,
+    CastOp,
+    LinearOp,
+    MatmulOp,
+    Operand,
+    PermuteOp,
+    ScalarVal,
+    SetOp,
+    SumOp,
+    UnaryOp,
+)
+from frontend.iter_domain import IterDomain, IterType
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import BinaryOpKind, Const, Scalar, UnaryOpKind
+from hostir.scalars import print_scalar
+
+if TYPE_CHECKING:
+    from frontend.fusion import Fusion
+
+_PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
+
+
+def _meta(operand: Operand) -> Any:
+    """A stand-in for dtype inference: a 1-element meta tensor or a Python number."""
+    if isinstance(operand, TensorView):
+        return torch.empty([1] * len(operand.shape_domain()), dtype=operand.dtype.to_torch(),
+                           device="meta")
+    if isinstance(operand, ScalarVal):
+        return _PY_TYPE.get(operand.dtype, float)(1)
+    return operand
+
+
+def _name(operand: Operand) -> str:
+    if isinstance(operand, TensorView | ScalarVal):
+        return operand.name
+    return repr(operand)
+
+
+def infer_dtype(op: str, fn: Callable[..., torch.Tensor], operands: Sequence[Operand]) -> DataType:
+    """The result dtype of ``fn`` on ``operands`` under torch's rules."""
+    try:
+        result = fn(*[_meta(x) for x in operands])
+    except (RuntimeError, TypeError) as error:
+        described = ", ".join(
+            f"{_name(x)}: {x.dtype.name}" if isinstance(x, TensorView | ScalarVal) else _name(x)
+            for x in operands
+        )
+        raise OperandError(f"{op}({described}): dtypes are incompatible: {error}") from None
+    return DataType.from_torch(result.dtype)
+
+
+def _check_tensor(op: str, value: Any, role: str) -> TensorView:
+    if not isinstance(value, TensorView):
+        raise OperandError(f"{op}: {role} must be a TensorView, got {value!r}")
+    return value
+
+
+def _extent_text(axis: IterDomain) -> str:
+    return print_scalar(axis.extent)
+
+
+def _is_one(axis: IterDomain) -> bool:
+    return axis.extent == Const(value=1)
+
+
+def _dims(op: str, tv: TensorView, dims: int | Sequence[int]) -> tuple[int, ...]:
+    """Normalizes dim indices of ``tv``'s data dims; raises OperandError if out of range."""
+    ndim = len(tv.shape_domain())
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    result = []
+    for dim in dims:
+        if not isinstance(dim, int) or not -ndim <= dim < ndim:
+            raise OperandError(f"{op}: dim {dim} is out of range for {tv.name} with {ndim} dims")
+        result.append(dim % ndim)
+    if len(set(result)) != len(result):
+        raise OperandError(f"{op}: dims {dims} of {tv.name} repeat")
+    return tuple(result)
+
+
+class Ops:
+    """The ops of a FusionDefinition (``fd.ops``)."""
+
+    def __init__(self, fusion: Fusion) -> None:
+        self._fusion = fusion
+
+    # ----- helpers -----
+    def _new(self, dtype: DataType, axes: list[IterDomain]) -> TensorView:
+        return self._fusion.new_tensor(dtype, axes)
+
+    @staticmethod
+    def _copy_axes(tv: TensorView) -> tuple[list[IterDomain], list[tuple[IterDomain, IterDomain]]]:
+        axes, pairs = [], []
+        for axis in tv.shape_domain():
+            new = IterDomain(axis.extent, axis.iter_type)
+            axes.append(new)
+            pairs.append((new, axis))
+        return axes, pairs
+
+    def _elementwise(self, expr_factory: Callable, tv: TensorView, dtype: DataType) -> TensorView:
+        axes, pairs = self._copy_axes(tv)
+        out = self._new(dtype, axes)
+        self._fusion.add_expr(expr_factory(out, {tv: pairs}))
+        return out
+
+    # ----- unary -----
+    def set(self, tv: TensorView) -> TensorView:
+        """A copy of ``tv``; a resharding point when its schedule differs."""
+        tv = _check_tensor("set", tv, "operand")
+        return self._elementwise(lambda o, m: SetOp(o, axis_map=m, src=tv), tv, tv.dtype)
+
+    def neg(self, tv: TensorView) -> TensorView:
+        """``-tv``."""
+        return self._unary(UnaryOpKind.NEG, torch.neg, tv)
+
+    def relu(self, tv: TensorView) -> TensorView:
+        """``max(tv, 0)``."""
+        return self._unary(UnaryOpKind.RELU, torch.relu, tv)
+
+    def _unary(self, kind: UnaryOpKind, fn: Callable, tv: TensorView) -> TensorView:
+        tv = _check_tensor(kind.value, tv, "operand")
+        dtype = infer_dtype(kind.value, fn, [tv])
+        return self._elementwise(lambda o, m: UnaryOp(o, axis_map=m, op=kind, src=tv), tv, dtype)
+
+    def cast(self, tv: TensorView, dtype: DataType | torch.dtype) -> TensorView:
+        """``tv`` converted to ``dtype``."""
+        tv = _check_tensor("cast", tv, "operand")
+        dtype = DataType.of(dtype)
+        return self._elementwise(lambda o, m: CastOp(o, axis_map=m, src=tv), tv, dtype)
+
+    # ----- binary -----
+    def add(self, lhs: Operand, rhs: Operand) -> TensorView:
+        """``lhs + rhs`` with broadcasting (dims aligned from the right)."""
+        return self._binary(BinaryOpKind.ADD, torch.add, lhs, rhs)
+
+    def sub(self, lhs: Operand, rhs: Operand) -> TensorView:
+        """``lhs - rhs``."""
+        return self._binary(BinaryOpKind.SUB, torch.sub, lhs, rhs)
+
+    def mul(self, lhs: Operand, rhs: Operand) -> TensorView:
+        """``lhs * rhs``."""
+        return self._binary(BinaryOpKind.MUL, torch.mul, lhs, rhs)
+
+    def div(self, lhs: Operand, rhs: Operand) -> TensorView:
+        """``lhs / rhs`` (true division, as torch)."""
+        return self._binary(BinaryOpKind.DIV, torch.true_divide, lhs, rhs)
+
+    def _binary(self, kind: BinaryOpKind, fn: Callable, lhs: Operand, rhs: Operand) -> TensorView:
+        op = kind.value
+        for operand in (lhs, rhs):
+            if not isinstance(operand, TensorView | ScalarVal | int | float | bool):
+                raise OperandError(f"{op}: operand {operand!r} is not a tensor or scalar")
+        tensors = [x for x in (lhs, rhs) if isinstance(x, TensorView)]
+        if not tensors:
+            raise OperandError(f"{op}({_name(lhs)}, {_name(rhs)}): at least one operand must be a tensor")
+        dtype = infer_dtype(op, fn, [lhs, rhs])
+        axes, axis_map = _broadcast_axes(op, tensors)
+        out = self._new(dtype, axes)
+        self._fusion.add_expr(BinaryOp(out, axis_map=axis_map, op=kind, lhs=lhs, rhs=rhs))
+        return out
+
+    # ----- reductions and contractions -----
+    def sum(
+        self, tv: TensorView, dims: int | Sequence[int], keepdim: bool = False,
+        dtype: DataType | torch.dtype | None = None,
+    ) -> TensorView:
+        """Sum over ``dims``; with ``keepdim`` the reduced dims stay with extent 1."""
+        tv = _check_tensor("sum", tv, "operand")
+        dims = _dims("sum", tv, dims)
+        out_dtype = DataType.of(dtype) if dtype is not None else infer_dtype(
+            "sum", lambda t: torch.sum(t, list(dims)), [tv]
+        )
+        axes, pairs = [], []
+        for index, axis in enumerate(tv.shape_domain()):
+            iter_type = IterType.REDUCTION if index in dims else axis.iter_type
+            new = IterDomain(axis.extent, iter_type)
+            axes.append(new)
+            pairs.append((new, axis))
+        out = self._new(out_dtype, axes)
+        self._fusion.add_expr(SumOp(out, axis_map={tv: pairs}, src=tv, dims=dims))
+        if not keepdim:
+            return out
+        kept = [d for d in range(len(tv.shape_domain())) if d not in dims]
+        shape = [1 if d in dims else -1 for d in range(len(tv.shape_domain()))]
+        return self.broadcast_in_dim(out, shape, kept)
+
+    def linear(self, input: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
+        """``input @ weight.T + bias``: input ``[..., K]``, weight ``[N, K]``, bias ``[N]``."""
+        input = _check_tensor("linear", input, "input")
+        weight = _check_tensor("linear", weight, "weight")
+        if bias is not None:
+            bias = _check_tensor("linear", bias, "bias")
+        dtype = infer_dtype("linear", torch.nn.functional.linear,
+                            [input, weight] + ([bias] if bias is not None else []))
+        axes, axis_map = linear_axes(input, weight, bias)
+        out = self._new(dtype, axes)
+        self._fusion.add_expr(LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias))
+        return out
+
+    def matmul(self, lhs: TensorView, rhs: TensorView) -> TensorView:
+        """``lhs @ rhs`` for operands of at least 2 dims, batch dims broadcast."""
+        lhs = _check_tensor("matmul", lhs, "lhs")
+        rhs = _check_tensor("matmul", rhs, "rhs")
+        dtype = infer_dtype("matmul", torch.matmul, [lhs, rhs])
+        axes, axis_map = matmul_axes(lhs, rhs)
+        out = self._new(dtype, axes)
+        self._fusion.add_expr(MatmulOp(out, axis_map=axis_map, lhs=lhs, rhs=rhs))
+        return out
+
+    # ----- layout -----
+    def broadcast_in_dim(
+        self, tv: TensorView, shape: Sequence[int], broadcast_dims: Sequence[int]
+    ) -> TensorView:
+        """Places ``tv``'s dim ``i`` at output dim ``broadcast_dims[i]`` of ``shape``.
+
+        Other output dims are new broadcast dims of extent ``shape[j]``; a
+        ``shape`` entry of -1 keeps the mapped input extent.
+        """
+        tv = _check_tensor("broadcast_in_dim", tv, "operand")
+        axes, pairs = broadcast_axes(tv, list(shape), list(broadcast_dims))
+        out = self._new(tv.dtype, axes)
+        expr = BroadcastInDimOp(out, axis_map={tv: pairs}, src=tv,
+                                broadcast_dims=tuple(broadcast_dims))
+        self._fusion.add_expr(expr)
+        return out
+
+    def permute(self, tv: TensorView, dims: Sequence[int]) -> TensorView:
+        """Output dim ``i`` is ``tv``'s dim ``dims[i]``."""
+        tv = _check_tensor("permute", tv, "operand")
+        ndim = len(tv.shape_domain())
+        normalized = _dims("permute", tv, list(dims))
+        if len(normalized) != ndim:
+            raise OperandError(
+                f"permute: dims {list(dims)} must be a permutation of the {ndim} dims of {tv.name}"
+            )
+        source = tv.shape_domain()
+        axes, pairs = [], []
+        for dim in normalized:
+            new = IterDomain(source[dim].extent, source[dim].iter_type)
+            axes.append(new)
+            pairs.append((new, source[dim]))
+        out = self._new(tv.dtype, axes)
+        self._fusion.add_expr(PermuteOp(out, axis_map={tv: pairs}, src=tv, dims=normalized))
+        return out
+
+
+def _broadcast_axes(
+    op: str, tensors: list[TensorView]
+) -> tuple[list[IterDomain], dict[TensorView, list[tuple[IterDomain, IterDomain]]]]:
+    """Output axes of an elementwise op over ``tensors``, dims aligned from the right."""
+    ndim = max(len(tv.shape_domain()) for tv in tensors)
+    axes: list[IterDomain] = []
+    axis_map: dict[TensorView, list[tuple[IterDomain, IterDomain]]] = {tv: [] for tv in tensors}
+    for position in range(ndim):
+        candidates = []
+        for tv in tensors:
+            domain = tv.shape_domain()
+            index = position - (ndim - len(domain))
+            if index >= 0:
+                candidates.append((tv, index, domain[index]))
+        extent = _unify_extents(op, position, candidates)
+        new = IterDomain(extent, IterType.BROADCAST if extent == Const(value=1) else IterType.ITERATION)
+        axes.append(new)
+        for tv, _, axis in candidates:
+            if not _is_one(axis) or extent == Const(value=1):
+                axis_map[tv].append((new, axis))
+    return axes, axis_map
+
+
+def _unify_extents(op: str, position: int, candidates: list) -> Scalar:
+    real = [axis for _, _, axis in candidates if not _is_one(axis)]
+    if not real:
+        return Const(value=1)
+    constants = {axis.extent.value for axis in real if isinstance(axis.extent, Const)}
+    if len(constants) > 1:
+        described = ", ".join(
+            f"{tv.name} dim {index} = {_extent_text(axis)}" for tv, index, axis in candidates
+        )
+        raise OperandError(f"{op}: output dim {position} has incompatible extents ({described})")
+    for axis in real:
+        if isinstance(axis.extent, Const):
+            return axis.extent
+    return real[0].extent

@@ -1,0 +1,120 @@
+"""Sharding queries on scheduled TensorViews, schedule validation, ``shard_tensor``.
+
+A TensorView's distribution is read off its IterDomain graph: for each logical
+axis, the leaves of its split tree (outer to inner) are its *parts*; a leaf
+parallelized over a mesh axis is a mesh part, any other leaf a local extent.
+Reduction axes with mesh parts make the tensor *partial* over those axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.distributed as dist
+
+from frontend.errors import ScheduleError
+from frontend.iter_domain import IterDomain, Split, Swizzle1D, transforms_of
+from frontend.tensor_view import TensorView
+from hostir import PartialAxis, ReduceOp, Sharding, ShardPart, Symbol, slice_global_tensor
+from hostir.scalars import evaluate_scalar, print_scalar, symbols_of
+from hostir.sharding import canonical_parts
+
+Env = Mapping[str, int | float | bool]
+
+
+def axis_parts(tv: TensorView, axis: IterDomain) -> tuple[ShardPart, ...]:
+    """The parts of logical ``axis`` of ``tv``: its split-tree leaves, outer to inner."""
+    parts = []
+    for leaf in axis.leaves():
+        if leaf.is_device_dim():
+            if isinstance(leaf.definition, Swizzle1D):
+                raise ScheduleError(
+                    f"{tv.name} axis {leaf} is the output of swizzle1d and cannot be"
+                    f" parallelized over {leaf.parallel_type.name}; swizzle1d reorders a stream"
+                    " axis"
+                )
+            parts.append(ShardPart(axis=leaf.parallel_type.mesh_axis(), extent=leaf.extent))
+        else:
+            parts.append(ShardPart(axis=None, extent=leaf.extent))
+    return canonical_parts(parts)
+
+
+def tensor_sharding(tv: TensorView) -> Sharding | None:
+    """How ``tv`` is spread over its mesh, or None if it has no mesh."""
+    tv.device_axes()  # raises if a mesh axis is used twice
+    if tv.device_mesh is None:
+        tv.check_mesh_axes()  # raises if an axis is device-parallel without a mesh
+        return None
+    tv.check_mesh_axes()
+    dims = tuple(axis_parts(tv, axis) for axis in tv.shape_domain())
+    partial = []
+    for axis in tv.get_logical_domain():
+        if axis.is_reduction():
+            for part in axis_parts(tv, axis):
+                if part.axis is not None:
+                    partial.append(PartialAxis(axis=part.axis, op=ReduceOp.SUM))
+    return Sharding(mesh=tv.device_mesh.to_hostir(), dims=dims, partial=tuple(partial))
+
+
+def _try_evaluate(expr, env: Env) -> int | None:
+    if symbols_of(expr) - set(env):
+        return None
+    return int(evaluate_scalar(expr, env))
+
+
+def validate_schedule(tv: TensorView, env: Env) -> None:
+    """Checks ``tv``'s splits divide and its device axes match the mesh, where extents
+    are known in ``env``; raises ScheduleError naming tensor, axis, extent and factor."""
+    tensor_sharding(tv)
+    for transform in transforms_of(tv.get_logical_domain()):
+        if not isinstance(transform, Split):
+            continue
+        extent = _try_evaluate(transform.in_.extent, env)
+        if extent is not None and extent % transform.factor != 0:
+            kind = "inner_split" if transform.inner_split else "outer_split"
+            raise ScheduleError(
+                f"{tv.name}: {kind} of axis {transform.in_} with extent {extent}"
+                f" ({print_scalar(transform.in_.extent)}) by factor {transform.factor}"
+                " does not divide evenly (uneven shards are not supported)"
+            )
+    for parallel_type, axis in tv.device_axes().items():
+        extent = _try_evaluate(axis.extent, env)
+        size = tv.device_mesh.axis_size(parallel_type)
+        if extent is not None and extent != size:
+            raise ScheduleError(
+                f"{tv.name} axis {axis} has extent {extent} but is parallelized over"
+                f" {parallel_type.name} of {tv.device_mesh!r}, which has {size} devices"
+            )
+
+
+def bind_global_extents(tv: TensorView, shape: tuple[int, ...], env: dict) -> None:
+    """Binds the symbolic extents of ``tv``'s data dims from the unsharded ``shape``."""
+    for axis, size in zip(tv.shape_domain(), shape, strict=True):
+        if isinstance(axis.extent, Symbol) and axis.extent.name not in env:
+            env[axis.extent.name] = size
+
+
+def shard_tensor(t: torch.Tensor, tv: TensorView, rank: int | None = None) -> torch.Tensor | None:
+    """The local piece of the unsharded tensor ``t`` that ``rank`` holds under ``tv``'s
+    schedule; None if ``rank`` is outside ``tv``'s mesh. ``rank`` defaults to this
+    process's rank (0 without torch.distributed)."""
+    if rank is None:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    ndim = len(tv.shape_domain())
+    if t.ndim != ndim:
+        raise ScheduleError(f"shard_tensor: {tv.name} has {ndim} dims, the tensor has {t.ndim}")
+    env: dict = {}
+    bind_global_extents(tv, tuple(t.shape), env)
+    for axis, size in zip(tv.shape_domain(), t.shape, strict=True):
+        extent = _try_evaluate(axis.extent, env)
+        if extent is not None and extent != size:
+            raise ScheduleError(
+                f"shard_tensor: {tv.name} dim {tv.shape_domain().index(axis)} has extent"
+                f" {extent}, the tensor has {size}"
+            )
+    validate_schedule(tv, env)
+    sharding = tensor_sharding(tv)
+    if sharding is None:
+        return t
+    return slice_global_tensor(t, sharding, rank, env)

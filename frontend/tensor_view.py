@@ -1,0 +1,187 @@
+"""``TensorView``: a tensor of the fusion and its schedule.
+
+A TensorView has a *logical* domain (its axes as the math sees them, including
+reduction axes of a reduction's output), a *loop* domain (how it is iterated
+and distributed, derived from the logical one by splits and swizzles, in any
+order), and optionally an *allocation* domain. Scheduling methods act on the
+loop domain and refer to its axes by index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from frontend.errors import MeshError, ScheduleError
+from frontend.iter_domain import IterDomain, Split, Swizzle1D
+from frontend.mesh import DeviceMesh, as_mesh
+from frontend.types import DataType, ParallelType
+
+if TYPE_CHECKING:
+    from frontend.exprs import Expr
+
+
+class TensorView:
+    """A tensor in a fusion: dtype, logical/loop/allocation domains, device mesh."""
+
+    def __init__(self, name: str, dtype: DataType, logical: list[IterDomain]) -> None:
+        self.name = name
+        self.dtype = dtype
+        self._logical = list(logical)
+        self._loop = list(logical)
+        self._allocation: list[IterDomain] | None = None
+        self.allocation_contiguity: list[bool | None] | None = None
+        self.contiguity: list[bool | None] = [True] * len(self.shape_domain())
+        self.stride_order: list[int] | None = None
+        self.device_mesh: DeviceMesh | None = None
+        self.mesh_set_by_user = False
+        self.definition: Expr | None = None
+        self.uses: list[Expr] = []
+        for axis in self._logical:
+            axis.owner = self
+
+    # ----- domains -----
+    def get_logical_domain(self) -> list[IterDomain]:
+        """The logical axes, including reduction axes."""
+        return list(self._logical)
+
+    def get_loop_domain(self) -> list[IterDomain]:
+        """The loop axes that scheduling methods index."""
+        return list(self._loop)
+
+    def get_allocation_domain(self) -> list[IterDomain]:
+        """The allocation axes (the logical axes unless set)."""
+        return list(self._allocation) if self._allocation is not None else list(self._logical)
+
+    def shape_domain(self) -> list[IterDomain]:
+        """The logical axes that are not reductions: the dims of the tensor's data."""
+        return [axis for axis in self._logical if not axis.is_reduction()]
+
+    @property
+    def ndim(self) -> int:
+        """Number of loop axes (the indices scheduling methods accept)."""
+        return len(self._loop)
+
+    def axis(self, index: int) -> IterDomain:
+        """Loop axis ``index`` (negative counts from the end)."""
+        return self._loop[self._normalize(index, "axis")]
+
+    def _normalize(self, index: int, method: str) -> int:
+        if not isinstance(index, int) or not -len(self._loop) <= index < len(self._loop):
+            raise ScheduleError(
+                f"{method}: axis {index} is out of range for {self.name}, whose loop domain has"
+                f" {len(self._loop)} axes {self._loop}"
+            )
+        return index % len(self._loop)
+
+    # ----- scheduling -----
+    def set_device_mesh(self, mesh: DeviceMesh) -> TensorView:
+        """Places this tensor on ``mesh``; axes not parallelized are replicated."""
+        self.device_mesh = as_mesh(mesh)
+        self.mesh_set_by_user = True
+        self.check_mesh_axes()
+        return self
+
+    def split(self, axis: int, factor: int, inner_split: bool = True) -> TensorView:
+        """Splits loop axis ``axis``; ``factor`` is the inner size if ``inner_split``."""
+        index = self._normalize(axis, "split")
+        split = Split(self._loop[index], factor, inner_split)
+        self._loop[index : index + 1] = split.outputs()
+        for out in split.outputs():
+            out.owner = self
+        return self
+
+    def outer_split(self, axis: int, factor: int) -> TensorView:
+        """``[e] -> [factor, e / factor]``."""
+        return self.split(axis, factor, inner_split=False)
+
+    def inner_split(self, axis: int, factor: int) -> TensorView:
+        """``[e] -> [e / factor, factor]``."""
+        return self.split(axis, factor, inner_split=True)
+
+    def swizzle1d(self, axis: int, parallel_type: ParallelType) -> TensorView:
+        """Rotates loop axis ``axis`` by this device's coordinate on ``parallel_type``."""
+        index = self._normalize(axis, "swizzle1d")
+        if not isinstance(parallel_type, ParallelType) or not parallel_type.is_device():
+            raise ScheduleError(
+                f"swizzle1d on {self.name} axis {axis} needs a mesh parallel type"
+                f" (mesh_x, mesh_y, mesh_z), got {parallel_type!r}"
+            )
+        swizzle = Swizzle1D(self._loop[index], parallel_type)
+        self._loop[index] = swizzle.out
+        swizzle.out.owner = self
+        return self
+
+    def reorder(self, old_to_new: dict[int, int]) -> TensorView:
+        """Moves loop axes: ``{old: new}``; unnamed axes keep their relative order."""
+        n = len(self._loop)
+        moves = {
+            self._normalize(old, "reorder"): self._normalize(new, "reorder")
+            for old, new in dict(old_to_new).items()
+        }
+        if len(set(moves.values())) != len(moves):
+            raise ScheduleError(f"reorder of {self.name}: two axes moved to one place: {old_to_new}")
+        result: list[IterDomain | None] = [None] * n
+        for old, new in moves.items():
+            result[new] = self._loop[old]
+        rest = iter(self._loop[i] for i in range(n) if i not in moves)
+        self._loop = [slot if slot is not None else next(rest) for slot in result]
+        return self
+
+    def set_allocation_domain(
+        self, axes: Sequence[IterDomain], contiguity: bool | Sequence[bool | None] = True
+    ) -> TensorView:
+        """Sets the allocation axes (a permutation of loop or logical axes)."""
+        axes = list(axes)
+        known = set(self._loop) | set(self._logical)
+        for axis in axes:
+            if axis not in known:
+                raise ScheduleError(
+                    f"set_allocation_domain: {axis} is not an axis of {self.name}"
+                    f" (loop {self._loop}, logical {self._logical})"
+                )
+        if isinstance(contiguity, bool):
+            contiguity = [contiguity] * len(axes)
+        if len(contiguity) != len(axes):
+            raise ScheduleError(
+                f"set_allocation_domain of {self.name}: {len(axes)} axes but"
+                f" {len(contiguity)} contiguity flags"
+            )
+        self._allocation = axes
+        self.allocation_contiguity = list(contiguity)
+        return self
+
+    # ----- queries -----
+    def device_axes(self) -> dict[ParallelType, IterDomain]:
+        """The loop axes parallelized over mesh axes, by parallel type."""
+        found: dict[ParallelType, IterDomain] = {}
+        for axis in self._loop:
+            if axis.is_device_dim():
+                if axis.parallel_type in found:
+                    raise ScheduleError(
+                        f"{self.name} parallelizes two axes ({found[axis.parallel_type]} and"
+                        f" {axis}) over {axis.parallel_type.name}"
+                    )
+                found[axis.parallel_type] = axis
+        return found
+
+    def check_mesh_axes(self) -> None:
+        """Raises if a device-parallel axis has no mesh or a size that differs from it."""
+        for parallel_type, axis in self.device_axes().items():
+            if self.device_mesh is None:
+                raise MeshError(
+                    f"{self.name} axis {axis} is parallelized over {parallel_type.name} but"
+                    " the tensor has no device mesh (call set_device_mesh)"
+                )
+            size = self.device_mesh.axis_size(parallel_type)
+            extent = axis.extent
+            if hasattr(extent, "value") and extent.value != size:  # a constant extent
+                raise ScheduleError(
+                    f"{self.name} axis {axis} has extent {extent.value} but is parallelized over"
+                    f" {parallel_type.name} of {self.device_mesh!r}, which has {size} devices"
+                )
+
+    def __repr__(self) -> str:
+        mesh = f" @{self.device_mesh.devices}" if self.device_mesh is not None else ""
+        loop = f" loop={self._loop}" if self._loop != self._logical else ""
+        return f"{self.name}_{self.dtype.name}{self._logical}{loop}{mesh}"

@@ -1,0 +1,65 @@
+"""``check_resharding``: reject expressions whose operands need communication.
+
+An expression runs locally when each tensor input is on the output's mesh and
+every pair of mapped axes is split over the same mesh axes in the same
+positions, and no input is partial. Anything else needs a collective; this
+lowering does not emit collectives yet, so it raises a ReshardingError naming
+the expression, the tensors and both shardings.
+"""
+
+from __future__ import annotations
+
+from hostir.printer import _MeshNames, print_sharding
+from lowering.errors import ReshardingError
+from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
+
+
+def _layout(axis: AxisLayout) -> tuple:
+    """The mesh axes of an axis in part order, with None for local parts."""
+    return tuple(part.axis for part in axis.parts)
+
+
+def _describe(tensor: LoweringTensor) -> str:
+    value = tensor.value()
+    if value.sharding is None:
+        return f"{tensor.name} (no mesh)"
+    return f"{tensor.name} {print_sharding(value.sharding, _MeshNames())} on {value.sharding.mesh}"
+
+
+def _fail(op: LoweringOp, producer: LoweringTensor, consumer: LoweringTensor, why: str) -> None:
+    raise ReshardingError(
+        f"{op.output} = {op.instruction.__class__.__name__.lower()}({', '.join(op.inputs)}):"
+        f" {why}. Producer {_describe(producer)}, consumer {_describe(consumer)}."
+        " This needs communication, which the lowering does not emit yet"
+    )
+
+
+def check_op(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
+    """Raises ReshardingError if ``op`` cannot run on local shards."""
+    out = tensors[op.output]
+    for name, pairs in op.axis_maps:
+        producer = tensors[name]
+        if producer.mesh != out.mesh:
+            _fail(op, producer, out, f"{name} and {op.output} live on different meshes")
+        if producer.value().sharding is not None and producer.value().sharding.partial:
+            _fail(op, producer, out, f"{name} holds partial sums that need a reduction")
+        mapped_inputs = {i for _, i in pairs}
+        for o, i in pairs:
+            if _layout(producer.axes[i]) != _layout(out.axes[o]):
+                _fail(op, producer, out, f"axis {i} of {name} and axis {o} of {op.output} are"
+                      " split over different mesh axes")
+        for index, axis in enumerate(producer.axes):
+            if index not in mapped_inputs and axis.mesh_axes():
+                _fail(op, producer, out, f"axis {index} of {name} is sharded but has no"
+                      f" counterpart in {op.output}")
+    if out.value().sharding is not None and out.value().sharding.partial and op.output:
+        # A partial output is only valid as an intermediate that is reduced later.
+        _fail(op, out, out, f"{op.output} would hold partial sums over a sharded contraction")
+
+
+def check_resharding(fusion: LoweringFusion) -> LoweringFusion:
+    """Returns ``fusion`` unchanged if every expression runs locally; raises otherwise."""
+    tensors = {t.name: t for t in fusion.tensors}
+    for op in fusion.ops:
+        check_op(op, tensors)
+    return fusion

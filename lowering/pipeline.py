@@ -1,0 +1,23 @@
+"""The lowering pipeline: a scheduled fusion to a host IR program, one pass a line."""
+
+from __future__ import annotations
+
+from frontend.fusion import Fusion
+from hostir import HostIrContainer
+from hostir.verify import verify_program
+from lowering.check_resharding import check_resharding
+from lowering.emit_host_ir import emit_host_ir
+from lowering.insert_deallocations import insert_deallocations
+from lowering.propagate_sharding import propagate_sharding
+from lowering.snapshot import snapshot_fusion
+
+
+def lower_fusion(fusion: Fusion) -> HostIrContainer:
+    """Lowers ``fusion`` to host IR; deterministic, no torch.distributed, no globals."""
+    frozen = snapshot_fusion(fusion)  # copy the scheduled fusion into immutable data
+    frozen = propagate_sharding(frozen)  # meshes and parallelization for unscheduled tensors
+    frozen = check_resharding(frozen)  # every op must run on local shards (no collectives yet)
+    program = emit_host_ir(frozen)  # one compute instruction per expression
+    program = insert_deallocations(program)  # free intermediates after their last use
+    verify_program(program)  # the result is well formed
+    return program

@@ -1,0 +1,198 @@
+"""``snapshot_fusion``: the frozen form of a scheduled fusion that passes transform.
+
+The frontend's fusion is a mutable graph; lowering passes are pure functions,
+so the first step copies what lowering needs into immutable data:
+
+- each tensor as a :class:`LoweringTensor`: dtype, mesh, and per logical axis
+  (reductions included) its extent and sharding parts;
+- each expression as a :class:`LoweringOp`: the host IR compute instruction
+  it becomes (with unsharded placeholder values) and its axis maps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from frontend import exprs as fe
+from frontend.fusion import Fusion
+from frontend.sharding import axis_parts, tensor_sharding
+from frontend.tensor_view import TensorView
+from hostir import (
+    Binary,
+    BroadcastInDim,
+    Cast,
+    Const,
+    DType,
+    Linear,
+    Matmul,
+    Mesh,
+    PartialAxis,
+    Permute,
+    ReduceOp,
+    Scalar,
+    ScalarInput,
+    Set,
+    Sharding,
+    ShardPart,
+    Sum,
+    Symbol,
+    TensorValue,
+    Unary,
+)
+from hostir.instructions import Instruction
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AxisLayout:
+    """One logical axis: extent, whether it is reduced, and its sharding parts."""
+
+    extent: Scalar
+    reduction: bool
+    parts: tuple[ShardPart, ...]
+
+    def mesh_axes(self) -> tuple:
+        """The mesh axes sharding this axis, outer first."""
+        return tuple(p.axis for p in self.parts if p.axis is not None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoweringTensor:
+    """A tensor of the fusion as lowering sees it."""
+
+    name: str
+    dtype: DType
+    axes: tuple[AxisLayout, ...]
+    mesh: Mesh | None
+    mesh_from_user: bool
+
+    def value(self) -> TensorValue:
+        """The host IR value: data dims and the sharding (partial over reduced mesh axes)."""
+        data = [a for a in self.axes if not a.reduction]
+        sharding = None
+        if self.mesh is not None:
+            partial = tuple(
+                PartialAxis(axis=axis, op=ReduceOp.SUM)
+                for a in self.axes
+                if a.reduction
+                for axis in a.mesh_axes()
+            )
+            sharding = Sharding(mesh=self.mesh, dims=tuple(a.parts for a in data), partial=partial)
+        return TensorValue(
+            name=self.name, dtype=self.dtype, shape=tuple(a.extent for a in data), sharding=sharding
+        )
+
+
+AxisPairs = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoweringOp:
+    """An expression: its compute instruction and, per tensor input, axis index pairs
+    (output logical axis, input logical axis)."""
+
+    instruction: Instruction
+    output: str
+    inputs: tuple[str, ...]
+    axis_maps: tuple[tuple[str, AxisPairs], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoweringFusion:
+    """The whole fusion, frozen: tensors by name, inputs, outputs, ops in order."""
+
+    tensors: tuple[LoweringTensor, ...]
+    inputs: tuple[str, ...]  # tensor and scalar inputs, in definition order
+    scalar_inputs: tuple[ScalarInput, ...]
+    outputs: tuple[str, ...]
+    ops: tuple[LoweringOp, ...]
+
+    def tensor(self, name: str) -> LoweringTensor:
+        """The tensor called ``name``."""
+        for tensor in self.tensors:
+            if tensor.name == name:
+                return tensor
+        raise KeyError(name)
+
+
+def snapshot_tensor(tv: TensorView) -> LoweringTensor:
+    """The frozen form of ``tv`` (its schedule is validated on the way)."""
+    tensor_sharding(tv)
+    axes = tuple(
+        AxisLayout(
+            extent=axis.extent,
+            reduction=axis.is_reduction(),
+            parts=axis_parts(tv, axis) if tv.device_mesh is not None else (),
+        )
+        for axis in tv.get_logical_domain()
+    )
+    mesh = tv.device_mesh.to_hostir() if tv.device_mesh is not None else None
+    return LoweringTensor(
+        name=tv.name, dtype=tv.dtype.to_hostir(), axes=axes, mesh=mesh,
+        mesh_from_user=tv.mesh_set_by_user,
+    )
+
+
+def _placeholder(tv: TensorView) -> TensorValue:
+    shape = tuple(axis.extent for axis in tv.shape_domain())
+    return TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=shape)
+
+
+def _operand(value: fe.Operand) -> TensorValue | Scalar:
+    if isinstance(value, TensorView):
+        return _placeholder(value)
+    if isinstance(value, fe.ScalarVal):
+        return Symbol(name=value.name) if value.is_input() else Const(value=value.value)
+    return Const(value=value)
+
+
+_BUILDERS: dict[type, Callable[..., Instruction]] = {
+    fe.SetOp: lambda e, out: Set(out=out, src=_placeholder(e.src)),
+    fe.UnaryOp: lambda e, out: Unary(op=e.op, out=out, src=_placeholder(e.src)),
+    fe.BinaryOp: lambda e, out: Binary(op=e.op, out=out, lhs=_operand(e.lhs), rhs=_operand(e.rhs)),
+    fe.CastOp: lambda e, out: Cast(out=out, src=_placeholder(e.src)),
+    fe.SumOp: lambda e, out: Sum(out=out, src=_placeholder(e.src), dims=e.dims),
+    fe.LinearOp: lambda e, out: Linear(
+        out=out, input=_placeholder(e.input), weight=_placeholder(e.weight),
+        bias=_placeholder(e.bias) if e.bias is not None else None,
+    ),
+    fe.MatmulOp: lambda e, out: Matmul(out=out, lhs=_placeholder(e.lhs), rhs=_placeholder(e.rhs)),
+    fe.BroadcastInDimOp: lambda e, out: BroadcastInDim(
+        out=out, src=_placeholder(e.src), broadcast_dims=e.broadcast_dims
+    ),
+    fe.PermuteOp: lambda e, out: Permute(out=out, src=_placeholder(e.src), dims=e.dims),
+}
+"""One instruction builder per frontend expression class."""
+
+
+def snapshot_op(expr: fe.Expr) -> LoweringOp:
+    """The frozen form of ``expr``."""
+    instruction = _BUILDERS[type(expr)](expr, _placeholder(expr.output))
+    out_axes = expr.output.get_logical_domain()
+    axis_maps = []
+    for producer, pairs in expr.axis_map.items():
+        in_axes = producer.get_logical_domain()
+        indexed = tuple((out_axes.index(o), in_axes.index(i)) for o, i in pairs)
+        axis_maps.append((producer.name, indexed))
+    return LoweringOp(
+        instruction=instruction,
+        output=expr.output.name,
+        inputs=tuple(tv.name for tv in expr.tensor_inputs()),
+        axis_maps=tuple(axis_maps),
+    )
+
+
+def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
+    """The frozen form of ``fusion``."""
+    inputs = fusion.inputs()
+    return LoweringFusion(
+        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors()),
+        inputs=tuple(v.name for v in inputs),
+        scalar_inputs=tuple(
+            ScalarInput(name=v.name, dtype=v.dtype.to_hostir())
+            for v in inputs
+            if isinstance(v, fe.ScalarVal)
+        ),
+        outputs=tuple(tv.name for tv in fusion.outputs()),
+        ops=tuple(snapshot_op(expr) for expr in fusion.exprs()),
+    )
