@@ -16,7 +16,15 @@ import torch.distributed as dist
 from frontend.errors import ScheduleError
 from frontend.iter_domain import IterDomain, Split, Swizzle1D, transforms_of
 from frontend.tensor_view import TensorView
-from hostir import PartialAxis, ReduceOp, Sharding, ShardPart, Symbol, slice_global_tensor
+from hostir import (
+    PartialAxis,
+    ReduceOp,
+    Sharding,
+    ShardPart,
+    Symbol,
+    TensorValue,
+    slice_global_tensor,
+)
 from hostir.scalars import evaluate_scalar, print_scalar, symbols_of
 from hostir.sharding import canonical_parts
 
@@ -95,12 +103,21 @@ def bind_global_extents(tv: TensorView, shape: tuple[int, ...], env: dict) -> No
             env[axis.extent.name] = size
 
 
-def shard_tensor(t: torch.Tensor, tv: TensorView, rank: int | None = None) -> torch.Tensor | None:
+def shard_tensor(
+    t: torch.Tensor, tv: TensorView | TensorValue, rank: int | None = None
+) -> torch.Tensor | None:
     """The local piece of the unsharded tensor ``t`` that ``rank`` holds under ``tv``'s
     schedule; None if ``rank`` is outside ``tv``'s mesh. ``rank`` defaults to this
-    process's rank (0 without torch.distributed)."""
+    process's rank (0 without torch.distributed).
+
+    ``tv`` may also be a host IR ``TensorValue`` (e.g. ``fd.host_ir().outputs[0]``),
+    whose sharding includes what lowering propagated to tensors the user did not
+    schedule.
+    """
     if rank is None:
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if isinstance(tv, TensorValue):
+        return _shard_by_value(t, tv, rank)
     ndim = len(tv.shape_domain())
     if t.ndim != ndim:
         raise ScheduleError(f"shard_tensor: {tv.name} has {ndim} dims, the tensor has {t.ndim}")
@@ -118,3 +135,15 @@ def shard_tensor(t: torch.Tensor, tv: TensorView, rank: int | None = None) -> to
     if sharding is None:
         return t
     return slice_global_tensor(t, sharding, rank, env)
+
+
+def _shard_by_value(t: torch.Tensor, value: TensorValue, rank: int) -> torch.Tensor | None:
+    if t.ndim != value.ndim:
+        raise ScheduleError(f"shard_tensor: {value.name} has {value.ndim} dims, the tensor has {t.ndim}")
+    env: dict = {}
+    for extent, size in zip(value.shape, t.shape, strict=True):
+        if isinstance(extent, Symbol):
+            env.setdefault(extent.name, size)
+    if value.sharding is None:
+        return t
+    return slice_global_tensor(t, value.sharding, rank, env)

@@ -1,9 +1,10 @@
 """``propagate_sharding``: give tensors without a user-set mesh a mesh and parallelization.
 
-First from producers, in definition order: a tensor takes its mesh from a
-reference input (linear: weight, then bias, then input; matmul: rhs, then lhs;
-other ops: the input with the most sharded axes) and copies the sharding parts
-of every axis mapped to that input. Then from consumers, in reverse order, for
+First from producers, in definition order: a tensor takes its mesh from the
+first input in priority order (linear: weight, then bias, then input; matmul:
+rhs, then lhs; other ops: inputs with more sharded axes first), then each
+input in that order lends its sharding parts to the mapped axes that are not
+sharded yet, skipping mesh axes the tensor already uses. Then from consumers, in reverse order, for
 tensors still without a mesh. A user-set mesh is final. Afterwards every
 tensor has a mesh or none does.
 """
@@ -25,9 +26,9 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
     for op in fusion.ops:
         out = tensors[op.output]
         if out.mesh is None:
-            reference = _reference_input(op, tensors)
-            if reference is not None:
-                tensors[op.output] = _inherit(out, reference, _pairs(op, reference.name))
+            references = _reference_inputs(op, tensors)
+            if references:
+                tensors[op.output] = _inherit_all(out, references, op)
     for op in reversed(fusion.ops):
         out = tensors[op.output]
         for name, pairs in op.axis_maps:
@@ -48,7 +49,8 @@ def _pairs(op: LoweringOp, name: str) -> tuple[tuple[int, int], ...]:
     return dict(op.axis_maps)[name]
 
 
-def _reference_input(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> LoweringTensor | None:
+def _reference_inputs(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> list[LoweringTensor]:
+    """The inputs with a mesh, in the order they lend their sharding to the output."""
     instruction = op.instruction
     if isinstance(instruction, Linear):
         order = [instruction.weight, instruction.bias, instruction.input]
@@ -56,15 +58,30 @@ def _reference_input(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> Lowe
     elif isinstance(instruction, Matmul):
         names = [instruction.rhs.name, instruction.lhs.name]
     else:
-        candidates = [tensors[n] for n in op.inputs if tensors[n].mesh is not None]
-        if not candidates:
-            return None
-        # The most sharded input wins; ties go to the first operand.
-        return max(candidates, key=lambda t: (_sharded_axes(t), -op.inputs.index(t.name)))
-    for name in names:
-        if tensors[name].mesh is not None:
-            return tensors[name]
-    return None
+        # More sharded inputs first; ties keep operand order (sorted is stable).
+        names = sorted(op.inputs, key=lambda n: -_sharded_axes(tensors[n]))
+    return [tensors[n] for n in dict.fromkeys(names) if tensors[n].mesh is not None]
+
+
+def _inherit_all(
+    out: LoweringTensor, references: list[LoweringTensor], op: LoweringOp
+) -> LoweringTensor:
+    """``out`` on the first reference's mesh, sharded by each reference in turn."""
+    result = _inherit(out, references[0], _pairs(op, references[0].name))
+    for reference in references[1:]:
+        if reference.mesh != result.mesh:
+            continue
+        used = {a for axis in result.axes for a in axis.mesh_axes()}
+        pairs = tuple(
+            (o, i)
+            for o, i in _pairs(op, reference.name)
+            if not result.axes[o].mesh_axes() and not set(reference.axes[i].mesh_axes()) & used
+        )
+        axes = list(result.axes)
+        for o, i in pairs:
+            axes[o] = _copy_parts(result.axes[o], reference.axes[i], reference)
+        result = dataclasses.replace(result, axes=tuple(axes))
+    return result
 
 
 def _sharded_axes(tensor: LoweringTensor) -> int:

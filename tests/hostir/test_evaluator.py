@@ -1,0 +1,239 @@
+"""The evaluator on hand-written programs: compute, allocation, loops, aliases, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hostir import (
+    INSTRUCTIONS,
+    Allocate,
+    Binary,
+    BinaryOpKind,
+    BroadcastInDim,
+    Cast,
+    Deallocate,
+    DType,
+    EvaluationError,
+    ForLoop,
+    HostIrContainer,
+    HostIrEvaluator,
+    InputError,
+    Linear,
+    Listener,
+    Matmul,
+    Mesh,
+    MeshError,
+    Permute,
+    ScalarInput,
+    Set,
+    ShardByStream,
+    Sum,
+    Symbol,
+    Unary,
+    UnaryOpKind,
+)
+from hostir.evaluator import HANDLERS
+from hostir.instructions import keyword
+from hostir.printer import _PRINTERS
+from hostir.scalars import add, mul
+from tests.hostir.programs import block_sharded, c, tensor
+
+
+def test_every_instruction_has_a_keyword_handler_and_printer():
+    """Catalog completeness: each instruction class is known to every table."""
+    for cls in INSTRUCTIONS:
+        assert cls in HANDLERS, cls
+        assert cls in _PRINTERS, cls
+    assert keyword(Unary(op=UnaryOpKind.NEG, out=tensor("a", 1), src=tensor("b", 1))) == "neg"
+
+
+def test_chunked_loop_writes_into_preallocated_output():
+    """A for-loop over chunks: ShardByStream aliases, compute writes with out=."""
+    x, w = tensor("x", "n", 4), tensor("w", 3, 4)
+    out = tensor("out", "n", 3)
+    i = Symbol(name="i")
+    x_chunk, out_chunk = tensor("x_i", "m", 4), tensor("out_i", "m", 3)
+    body = (
+        ShardByStream(out=x_chunk, src=x, axis=0, index=i),
+        ShardByStream(out=out_chunk, src=out, axis=0, index=i),
+        Linear(out=out_chunk, input=x_chunk, weight=w, preallocated=True),
+        Deallocate(tensor=x_chunk),
+        Deallocate(tensor=out_chunk),
+    )
+    program = HostIrContainer(
+        inputs=(x, w, ScalarInput(name="m", dtype=DType.INT64)),
+        outputs=(out,),
+        body=(Allocate(out=out), ForLoop(index=i, start=c(0), stop=c(3), body=body)),
+    )
+    torch.manual_seed(0)
+    xs, ws = torch.randn(6, 4), torch.randn(3, 4)
+    (result,) = HostIrEvaluator(program).run([xs, ws, 2])
+    torch.testing.assert_close(result, xs @ ws.T)
+    text = str(program)
+    assert "for i in range(0, 3) {" in text
+    assert "    linear(x_i, w, out=out_i)" in text
+
+
+@pytest.mark.parametrize("preallocated", [False, True])
+def test_each_compute_instruction(preallocated):
+    """Every compute kind, defining its output or writing into a preallocated one."""
+    torch.manual_seed(1)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    m = torch.randn(3, 2)
+    ta, tb, tm = tensor("a", 2, 3), tensor("b", 2, 3), tensor("m", 3, 2)
+    cases = [
+        (Set(out=tensor("o", 2, 3), src=ta), a.clone()),
+        (Unary(op=UnaryOpKind.RELU, out=tensor("o", 2, 3), src=ta), torch.relu(a)),
+        (Binary(op=BinaryOpKind.DIV, out=tensor("o", 2, 3), lhs=ta, rhs=tb), a / b),
+        (Binary(op=BinaryOpKind.SUB, out=tensor("o", 2, 3), lhs=c(2), rhs=ta), 2 - a),
+        (Cast(out=tensor("o", 2, 3, dtype=DType.FLOAT64), src=ta), a.double()),
+        (Sum(out=tensor("o", 2), src=ta, dims=(1,)), a.sum(1)),
+        (Matmul(out=tensor("o", 2, 2), lhs=ta, rhs=tm), a @ m),
+        (Permute(out=tensor("o", 3, 2), src=ta, dims=(1, 0)), a.T),
+        (BroadcastInDim(out=tensor("o", 4, 2, 3), src=ta, broadcast_dims=(1, 2)),
+         a.expand(4, 2, 3)),
+    ]
+    for instruction, expected in cases:
+        out = instruction.out
+        body = (instruction,)
+        if preallocated:
+            import dataclasses
+
+            body = (Allocate(out=out), dataclasses.replace(instruction, preallocated=True))
+        program = HostIrContainer(inputs=(ta, tb, tm), outputs=(out,), body=body)
+        (result,) = HostIrEvaluator(program).run([a, b, m])
+        torch.testing.assert_close(result, expected, msg=str(program))
+
+
+def test_scalar_expressions_in_loop_bounds_and_indices():
+    """Loop bounds and chunk indices are scalar expressions over bound symbols."""
+    x = tensor("x", "n")
+    out = tensor("out", "n")
+    i = Symbol(name="i")
+    chunk_in, chunk_out = tensor("xi", 2), tensor("oi", 2)
+    # Visit chunks in reverse: index = (stop - 1) - i.
+    index = add(mul(i, -1), 2)
+    body = (
+        ShardByStream(out=chunk_in, src=x, axis=0, index=index),
+        ShardByStream(out=chunk_out, src=out, axis=0, index=index),
+        Unary(op=UnaryOpKind.NEG, out=chunk_out, src=chunk_in, preallocated=True),
+        Deallocate(tensor=chunk_in),
+        Deallocate(tensor=chunk_out),
+    )
+    program = HostIrContainer(
+        inputs=(x,), outputs=(out,),
+        body=(Allocate(out=out), ForLoop(index=i, start=c(0), stop=c(3), body=body)),
+    )
+    xs = torch.randn(6)
+    (result,) = HostIrEvaluator(program).run([xs])
+    torch.testing.assert_close(result, -xs)
+    assert "index=i * -1 + 2" in str(program)
+
+
+def test_use_after_deallocate_is_an_error():
+    """A tensor used after it was freed fails with a message naming it."""
+    x = tensor("x", 2)
+    y = tensor("y", 2)
+    program = HostIrContainer(
+        inputs=(x,), outputs=(y,),
+        body=(Set(out=tensor("t", 2), src=x), Deallocate(tensor=tensor("t", 2)),
+              Set(out=y, src=tensor("t", 2))),
+    )
+    with pytest.raises(EvaluationError, match="tensor t is used before it is defined"):
+        HostIrEvaluator(program).run([torch.randn(2)])
+
+
+def test_input_errors_name_the_input():
+    """Wrong count, dtype, rank and extent each raise InputError naming the input."""
+    x = tensor("x", "n", 4)
+    program = HostIrContainer(inputs=(x,), outputs=(x,), body=())
+    run = HostIrEvaluator(program).run
+    with pytest.raises(InputError, match=r"expected 1 inputs \(x\), got 2"):
+        run([torch.randn(2, 4), torch.randn(2, 4)])
+    with pytest.raises(InputError, match="input x must have dtype float32, got float64"):
+        run([torch.randn(2, 4, dtype=torch.float64)])
+    with pytest.raises(InputError, match="input x must have 2 dims"):
+        run([torch.randn(2)])
+    with pytest.raises(InputError, match="input x dim 1: expected a local extent of 4"):
+        run([torch.randn(2, 5)])
+    with pytest.raises(InputError, match="must be a torch.Tensor"):
+        run([[1.0]])
+
+
+def test_sharded_input_extent_binding_and_divisibility():
+    """A sharded input's global extent is its local extent times the shard factor."""
+    sharding = block_sharded([0], 1, 0, 6)
+    x = tensor("x", 6, sharding=sharding)
+    program = HostIrContainer(inputs=(x,), outputs=(x,), body=())
+    (out,) = HostIrEvaluator(program).run([torch.arange(6.0)])
+    torch.testing.assert_close(out, torch.arange(6.0))
+    with pytest.raises(InputError, match="expected a local extent of 6"):
+        HostIrEvaluator(program).run([torch.arange(4.0)])
+
+
+def test_mesh_larger_than_world_is_refused():
+    """A program on devices the world lacks fails before running, naming the mesh."""
+    x = tensor("x", 4, sharding=block_sharded([0, 1, 2], 1, 0, 4))
+    program = HostIrContainer(inputs=(x,), outputs=(x,), body=())
+    with pytest.raises(MeshError, match=r"mesh \[0, 1, 2\] needs device 2, but the world has 1"):
+        HostIrEvaluator(program).run([torch.randn(4)])
+
+
+def test_rank_outside_the_mesh_skips_compute():
+    """Rank 0 is outside mesh [1]: its input is ignored and its output is None."""
+    from hostir import Communicator
+
+    sharding = block_sharded([1], 1, 0, 3)
+    x, y = tensor("x", 3, sharding=sharding), tensor("y", 3, sharding=sharding)
+    program = HostIrContainer(
+        inputs=(x,), outputs=(y,), body=(Unary(op=UnaryOpKind.NEG, out=y, src=x),)
+    )
+    rank0 = Communicator(rank=0, world_size=2)
+    assert HostIrEvaluator(program, communicator=rank0).run(["ignored"]) == [None]
+    rank1 = Communicator(rank=1, world_size=2)
+    (out,) = HostIrEvaluator(program, communicator=rank1).run([torch.ones(3)])
+    torch.testing.assert_close(out, -torch.ones(3))
+
+
+def test_torch_failures_become_evaluation_errors():
+    """A torch error inside an instruction names the instruction and its output."""
+    a, b = tensor("a", "n"), tensor("b", "m")
+    out = tensor("o", "n")
+    program = HostIrContainer(
+        inputs=(a, b), outputs=(out,),
+        body=(Binary(op=BinaryOpKind.ADD, out=out, lhs=a, rhs=b),),
+    )
+    with pytest.raises(EvaluationError, match="add defining o failed on rank 0"):
+        HostIrEvaluator(program).run([torch.randn(3), torch.randn(4)])
+
+
+def test_listeners_and_profiler_ranges_see_every_instruction():
+    """Listeners observe each instruction; each runs in a hir::<keyword> profiler range."""
+    x = tensor("x", 2)
+    y, z = tensor("y", 2), tensor("z", 2)
+    program = HostIrContainer(
+        inputs=(x,), outputs=(z,),
+        body=(Unary(op=UnaryOpKind.RELU, out=y, src=x), Set(out=z, src=y)),
+    )
+    seen = []
+
+    class Recorder(Listener):
+        def after(self, instruction, context):
+            seen.append(keyword(instruction))
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        HostIrEvaluator(program, listeners=[Recorder()]).run([torch.randn(2)])
+    assert seen == ["relu", "set"]
+    names = [event.name for event in prof.events()]
+    assert names.count("hir::relu") == 1 and names.count("hir::set") == 1
+
+
+def test_mesh_validation():
+    """Mesh construction rejects duplicate and negative devices and bad shapes."""
+    with pytest.raises(MeshError, match="distinct"):
+        Mesh(devices=(0, 0), shape=(2,))
+    with pytest.raises(MeshError, match="non-negative"):
+        Mesh(devices=(-1,), shape=(1,))
+    with pytest.raises(MeshError, match="needs 4 devices"):
+        Mesh(devices=(0, 1), shape=(2, 2))
