@@ -1,6 +1,6 @@
 """frontend: the nvFuser-style fusion definition DSL with multi-device scheduling.
 
-    from frontend import FusionDefinition, DataType, ParallelType, DeviceMesh, shard_tensor
+from frontend import FusionDefinition, DataType, ParallelType, DeviceMesh, shard_tensor
 """
 
 from frontend.errors import (

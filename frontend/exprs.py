@@ -62,8 +62,9 @@ class Expr(ABC):
 
     def describe(self) -> str:
         """``T2 = linear(T0, T1)``-style text."""
-        args = ", ".join(x.name if isinstance(x, TensorView | ScalarVal) else repr(x)
-                         for x in self.inputs())
+        args = ", ".join(
+            x.name if isinstance(x, TensorView | ScalarVal) else repr(x) for x in self.inputs()
+        )
         return f"{self.output.name} = {self.keyword()}({args}{self.attributes()})"
 
     @abstractmethod

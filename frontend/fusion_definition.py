@@ -8,6 +8,7 @@ signature and the program is run by ``hostir.HostIrEvaluator``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,12 +131,16 @@ class FusionDefinition:
             self._finalize()
         for option in list(_enable_options) + list(_disable_options):
             if option not in _KNOWN_OPTIONS:
-                raise DefinitionError(f"execute: unknown option {option!r}; known: {_KNOWN_OPTIONS}")
+                raise DefinitionError(
+                    f"execute: unknown option {option!r}; known: {_KNOWN_OPTIONS}"
+                )
         inputs = list(inputs)
         expected = self._fusion.inputs()
         if len(inputs) != len(expected):
             names = ", ".join(v.name for v in expected)
-            raise InputError(f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}")
+            raise InputError(
+                f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}"
+            )
         key = tuple(_signature(x) for x in inputs)
         program = self._programs.get(key)
         if program is None:
@@ -144,6 +149,8 @@ class FusionDefinition:
         self._last_program = program
         use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
         communicator = default_communicator(use_cuda)
+        if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
+            print(program, flush=True)
         return HostIrEvaluator(program, communicator=communicator, device=device).run(inputs)
 
     def _lower(self) -> HostIrContainer:

@@ -151,7 +151,8 @@ class DeviceMesh:
             raise MeshError(f"dim {dim} is out of range for a {t.ndim}-d tensor")
         if t.shape[dim] % size != 0:
             raise MeshError(
-                f"dim {dim} of extent {t.shape[dim]} does not divide over {size} devices of {self!r}"
+                f"dim {dim} of extent {t.shape[dim]} does not divide over {size} devices"
+                f" of {self!r}"
             )
         chunk = t.shape[dim] // size
         return t.narrow(dim, self.index(rank, parallel_type) * chunk, chunk).contiguous()
@@ -166,4 +167,3 @@ def _current_rank() -> int:
 def as_mesh(devices: DeviceMesh | Iterable[int] | torch.Tensor) -> DeviceMesh:
     """A DeviceMesh from a DeviceMesh or anything DeviceMesh accepts."""
     return devices if isinstance(devices, DeviceMesh) else DeviceMesh(devices)
-

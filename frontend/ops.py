@@ -43,8 +43,9 @@ _PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
 def _meta(operand: Operand) -> Any:
     """A stand-in for dtype inference: a 1-element meta tensor or a Python number."""
     if isinstance(operand, TensorView):
-        return torch.empty([1] * len(operand.shape_domain()), dtype=operand.dtype.to_torch(),
-                           device="meta")
+        return torch.empty(
+            [1] * len(operand.shape_domain()), dtype=operand.dtype.to_torch(), device="meta"
+        )
     if isinstance(operand, ScalarVal):
         return _PY_TYPE.get(operand.dtype, float)(1)
     return operand
@@ -171,7 +172,9 @@ class Ops:
                 raise OperandError(f"{op}: operand {operand!r} is not a tensor or scalar")
         tensors = [x for x in (lhs, rhs) if isinstance(x, TensorView)]
         if not tensors:
-            raise OperandError(f"{op}({_name(lhs)}, {_name(rhs)}): at least one operand must be a tensor")
+            raise OperandError(
+                f"{op}({_name(lhs)}, {_name(rhs)}): at least one operand must be a tensor"
+            )
         dtype = infer_dtype(op, fn, [lhs, rhs])
         axes, axis_map = _broadcast_axes(op, tensors)
         out = self._new(dtype, axes)
@@ -180,14 +183,19 @@ class Ops:
 
     # ----- reductions and contractions -----
     def sum(
-        self, tv: TensorView, dims: int | Sequence[int], keepdim: bool = False,
+        self,
+        tv: TensorView,
+        dims: int | Sequence[int],
+        keepdim: bool = False,
         dtype: DataType | torch.dtype | None = None,
     ) -> TensorView:
         """Sum over ``dims``; with ``keepdim`` the reduced dims stay with extent 1."""
         tv = _check_tensor("sum", tv, "operand")
         dims = _dims("sum", tv, dims)
-        out_dtype = DataType.of(dtype) if dtype is not None else infer_dtype(
-            "sum", lambda t: torch.sum(t, list(dims)), [tv]
+        out_dtype = (
+            DataType.of(dtype)
+            if dtype is not None
+            else infer_dtype("sum", lambda t: torch.sum(t, list(dims)), [tv])
         )
         axes, pairs = [], []
         for index, axis in enumerate(tv.shape_domain()):
@@ -203,17 +211,24 @@ class Ops:
         shape = [1 if d in dims else -1 for d in range(len(tv.shape_domain()))]
         return self.broadcast_in_dim(out, shape, kept)
 
-    def linear(self, input: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
+    def linear(
+        self, input: TensorView, weight: TensorView, bias: TensorView | None = None
+    ) -> TensorView:
         """``input @ weight.T + bias``: input ``[..., K]``, weight ``[N, K]``, bias ``[N]``."""
         input = _check_tensor("linear", input, "input")
         weight = _check_tensor("linear", weight, "weight")
         if bias is not None:
             bias = _check_tensor("linear", bias, "bias")
-        dtype = infer_dtype("linear", torch.nn.functional.linear,
-                            [input, weight] + ([bias] if bias is not None else []))
+        dtype = infer_dtype(
+            "linear",
+            torch.nn.functional.linear,
+            [input, weight] + ([bias] if bias is not None else []),
+        )
         axes, axis_map = linear_axes(input, weight, bias)
         out = self._new(dtype, axes)
-        self._fusion.add_expr(LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias))
+        self._fusion.add_expr(
+            LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias)
+        )
         return out
 
     def matmul(self, lhs: TensorView, rhs: TensorView) -> TensorView:
@@ -238,8 +253,9 @@ class Ops:
         tv = _check_tensor("broadcast_in_dim", tv, "operand")
         axes, pairs = broadcast_axes(tv, list(shape), list(broadcast_dims))
         out = self._new(tv.dtype, axes)
-        expr = BroadcastInDimOp(out, axis_map={tv: pairs}, src=tv,
-                                broadcast_dims=tuple(broadcast_dims))
+        expr = BroadcastInDimOp(
+            out, axis_map={tv: pairs}, src=tv, broadcast_dims=tuple(broadcast_dims)
+        )
         self._fusion.add_expr(expr)
         return out
 
@@ -278,7 +294,9 @@ def _broadcast_axes(
             if index >= 0:
                 candidates.append((tv, index, domain[index]))
         extent = _unify_extents(op, position, candidates)
-        new = IterDomain(extent, IterType.BROADCAST if extent == Const(value=1) else IterType.ITERATION)
+        new = IterDomain(
+            extent, IterType.BROADCAST if extent == Const(value=1) else IterType.ITERATION
+        )
         axes.append(new)
         for tv, _, axis in candidates:
             if not _is_one(axis) or extent == Const(value=1):

@@ -139,7 +139,9 @@ def shard_tensor(
 
 def _shard_by_value(t: torch.Tensor, value: TensorValue, rank: int) -> torch.Tensor | None:
     if t.ndim != value.ndim:
-        raise ScheduleError(f"shard_tensor: {value.name} has {value.ndim} dims, the tensor has {t.ndim}")
+        raise ScheduleError(
+            f"shard_tensor: {value.name} has {value.ndim} dims, the tensor has {t.ndim}"
+        )
     env: dict = {}
     for extent, size in zip(value.shape, t.shape, strict=True):
         if isinstance(extent, Symbol):

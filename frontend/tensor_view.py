@@ -16,6 +16,7 @@ from frontend.errors import MeshError, ScheduleError
 from frontend.iter_domain import IterDomain, Split, Swizzle1D
 from frontend.mesh import DeviceMesh, as_mesh
 from frontend.types import DataType, ParallelType
+from hostir import Const
 
 if TYPE_CHECKING:
     from frontend.exprs import Expr
@@ -120,7 +121,9 @@ class TensorView:
             for old, new in dict(old_to_new).items()
         }
         if len(set(moves.values())) != len(moves):
-            raise ScheduleError(f"reorder of {self.name}: two axes moved to one place: {old_to_new}")
+            raise ScheduleError(
+                f"reorder of {self.name}: two axes moved to one place: {old_to_new}"
+            )
         result: list[IterDomain | None] = [None] * n
         for old, new in moves.items():
             result[new] = self._loop[old]
@@ -175,7 +178,7 @@ class TensorView:
                 )
             size = self.device_mesh.axis_size(parallel_type)
             extent = axis.extent
-            if hasattr(extent, "value") and extent.value != size:  # a constant extent
+            if isinstance(extent, Const) and extent.value != size:
                 raise ScheduleError(
                     f"{self.name} axis {axis} has extent {extent.value} but is parallelized over"
                     f" {parallel_type.name} of {self.device_mesh!r}, which has {size} devices"

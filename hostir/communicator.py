@@ -72,11 +72,11 @@ def init_process_group_from_env(use_cuda: bool) -> bool:
     os.environ.setdefault("MASTER_PORT", "29500")
     backend = "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)))
+        local_rank = int(
+            os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
+        )
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(
-        backend, rank=rank, world_size=world_size, timeout=DEFAULT_TIMEOUT
-    )
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=DEFAULT_TIMEOUT)
     return True
 
 

@@ -84,7 +84,9 @@ def run_sum(instruction: Sum, operands: Operands, out_shape: list[int]) -> torch
     src = operands["src"]
     dtype = instruction.out.dtype.to_torch()
     if instruction.preallocated:
-        return torch.sum(src, instruction.dims, instruction.keepdim, dtype=dtype, out=operands["out"])
+        return torch.sum(
+            src, instruction.dims, instruction.keepdim, dtype=dtype, out=operands["out"]
+        )
     return torch.sum(src, instruction.dims, instruction.keepdim, dtype=dtype)
 
 

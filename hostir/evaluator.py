@@ -23,7 +23,6 @@ from hostir.container import HostIrContainer, ScalarInput
 from hostir.errors import EvaluationError, HostIrError, InputError, MeshError, VerifyError
 from hostir.inputs import bind_input_tensor
 from hostir.instructions import (
-    COMPUTE,
     INSTRUCTIONS,
     Allocate,
     Deallocate,
@@ -54,7 +53,9 @@ class Listener:
 class RunContext:
     """The state of one run: bound tensors and scalars, rank, device."""
 
-    def __init__(self, evaluator: HostIrEvaluator, communicator: Communicator, device: torch.device):
+    def __init__(
+        self, evaluator: HostIrEvaluator, communicator: Communicator, device: torch.device
+    ):
         self.evaluator = evaluator
         self.communicator = communicator
         self.device = device
@@ -176,7 +177,8 @@ class HostIrEvaluator:
         if isinstance(value, ScalarInput):
             if isinstance(given, torch.Tensor) or not isinstance(given, int | float | bool):
                 raise InputError(
-                    f"input {value.name} is a {value.dtype.value} scalar, got {type(given).__name__}"
+                    f"input {value.name} is a {value.dtype.value} scalar,"
+                    f" got {type(given).__name__}"
                 )
             context.scalars[value.name] = given
             return
@@ -276,4 +278,3 @@ def check_meshes_fit(program: HostIrContainer, world_size: int) -> None:
                 f"mesh {mesh} needs device {max(mesh.devices)}, but the world has"
                 f" {world_size} rank(s) (0..{world_size - 1})"
             )
-

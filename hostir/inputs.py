@@ -65,7 +65,8 @@ def _bind_extent(value: TensorValue, dim: int, local: int, scalars: Env) -> None
     if local * factor != global_extent:
         raise InputError(
             f"input {value.name} dim {dim}: expected a local extent of {global_extent // factor}"
-            f" (global {print_scalar(extent)} = {global_extent}, sharded {factor} ways), got {local}"
+            f" (global {print_scalar(extent)} = {global_extent}, sharded {factor} ways),"
+            f" got {local}"
         )
     _check_parts(value, dim, global_extent, scalars)
 

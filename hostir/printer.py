@@ -146,7 +146,9 @@ def _print_deallocate(instruction: Deallocate, meshes: _MeshNames) -> list[str]:
 
 def _print_shard_by_stream(instruction: ShardByStream, meshes: _MeshNames) -> list[str]:
     out = print_declaration(instruction.out, meshes)
-    args = f"{instruction.src.name}, axis={instruction.axis}, index={print_scalar(instruction.index)}"
+    args = (
+        f"{instruction.src.name}, axis={instruction.axis}, index={print_scalar(instruction.index)}"
+    )
     return [f"{out} = shard_by_stream({args})"]
 
 

@@ -46,12 +46,21 @@ def check_op(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
         mapped_inputs = {i for _, i in pairs}
         for o, i in pairs:
             if _layout(producer.axes[i]) != _layout(out.axes[o]):
-                _fail(op, producer, out, f"axis {i} of {name} and axis {o} of {op.output} are"
-                      " split over different mesh axes")
+                _fail(
+                    op,
+                    producer,
+                    out,
+                    f"axis {i} of {name} and axis {o} of {op.output} are"
+                    " split over different mesh axes",
+                )
         for index, axis in enumerate(producer.axes):
             if index not in mapped_inputs and axis.mesh_axes():
-                _fail(op, producer, out, f"axis {index} of {name} is sharded but has no"
-                      f" counterpart in {op.output}")
+                _fail(
+                    op,
+                    producer,
+                    out,
+                    f"axis {index} of {name} is sharded but has no counterpart in {op.output}",
+                )
     if out.value().sharding is not None and out.value().sharding.partial and op.output:
         # A partial output is only valid as an intermediate that is reduced later.
         _fail(op, out, out, f"{op.output} would hold partial sums over a sharded contraction")

@@ -94,9 +94,13 @@ def _inherit(
     """``target`` placed on ``source``'s mesh, each axis paired (target, source) copying parts."""
     axes = list(target.axes)
     for target_index, source_index in pairs:
-        axes[target_index] = _copy_parts(target.axes[target_index], source.axes[source_index], source)
+        axes[target_index] = _copy_parts(
+            target.axes[target_index], source.axes[source_index], source
+        )
     axes = [
-        axis if axis.parts else dataclasses.replace(axis, parts=(ShardPart(axis=None, extent=axis.extent),))
+        axis
+        if axis.parts
+        else dataclasses.replace(axis, parts=(ShardPart(axis=None, extent=axis.extent),))
         for axis in axes
     ]
     return dataclasses.replace(target, mesh=source.mesh, axes=tuple(axes))

@@ -128,7 +128,10 @@ def snapshot_tensor(tv: TensorView) -> LoweringTensor:
     )
     mesh = tv.device_mesh.to_hostir() if tv.device_mesh is not None else None
     return LoweringTensor(
-        name=tv.name, dtype=tv.dtype.to_hostir(), axes=axes, mesh=mesh,
+        name=tv.name,
+        dtype=tv.dtype.to_hostir(),
+        axes=axes,
+        mesh=mesh,
         mesh_from_user=tv.mesh_set_by_user,
     )
 
@@ -153,7 +156,9 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
     fe.CastOp: lambda e, out: Cast(out=out, src=_placeholder(e.src)),
     fe.SumOp: lambda e, out: Sum(out=out, src=_placeholder(e.src), dims=e.dims),
     fe.LinearOp: lambda e, out: Linear(
-        out=out, input=_placeholder(e.input), weight=_placeholder(e.weight),
+        out=out,
+        input=_placeholder(e.input),
+        weight=_placeholder(e.weight),
         bias=_placeholder(e.bias) if e.bias is not None else None,
     ),
     fe.MatmulOp: lambda e, out: Matmul(out=out, lhs=_placeholder(e.lhs), rhs=_placeholder(e.rhs)),

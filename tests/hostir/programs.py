@@ -10,7 +10,9 @@ def c(value: int) -> Const:
     return Const(value=value)
 
 
-def tensor(name: str, *shape: int | str, dtype: DType = DType.FLOAT32, sharding=None) -> TensorValue:
+def tensor(
+    name: str, *shape: int | str, dtype: DType = DType.FLOAT32, sharding=None
+) -> TensorValue:
     """A tensor value; string extents become symbols."""
     extents = tuple(Symbol(name=e) if isinstance(e, str) else c(e) for e in shape)
     return TensorValue(name=name, dtype=dtype, shape=extents, sharding=sharding)
@@ -22,8 +24,12 @@ def block_sharded(devices: list[int], ndim: int, dim: int, local: int) -> Shardi
     dims = []
     for d in range(ndim):
         if d == dim:
-            dims.append((ShardPart(axis=MeshAxis.X, extent=c(len(devices))),
-                         ShardPart(axis=None, extent=c(local))))
+            dims.append(
+                (
+                    ShardPart(axis=MeshAxis.X, extent=c(len(devices))),
+                    ShardPart(axis=None, extent=c(local)),
+                )
+            )
         else:
             dims.append((ShardPart(axis=None, extent=c(local)),))
     return Sharding(mesh=mesh, dims=tuple(dims))

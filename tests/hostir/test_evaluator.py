@@ -91,8 +91,10 @@ def test_each_compute_instruction(preallocated):
         (Sum(out=tensor("o", 2), src=ta, dims=(1,)), a.sum(1)),
         (Matmul(out=tensor("o", 2, 2), lhs=ta, rhs=tm), a @ m),
         (Permute(out=tensor("o", 3, 2), src=ta, dims=(1, 0)), a.T),
-        (BroadcastInDim(out=tensor("o", 4, 2, 3), src=ta, broadcast_dims=(1, 2)),
-         a.expand(4, 2, 3)),
+        (
+            BroadcastInDim(out=tensor("o", 4, 2, 3), src=ta, broadcast_dims=(1, 2)),
+            a.expand(4, 2, 3),
+        ),
     ]
     for instruction, expected in cases:
         out = instruction.out
@@ -122,7 +124,8 @@ def test_scalar_expressions_in_loop_bounds_and_indices():
         Deallocate(tensor=chunk_out),
     )
     program = HostIrContainer(
-        inputs=(x,), outputs=(out,),
+        inputs=(x,),
+        outputs=(out,),
         body=(Allocate(out=out), ForLoop(index=i, start=c(0), stop=c(3), body=body)),
     )
     xs = torch.randn(6)
@@ -136,9 +139,13 @@ def test_use_after_deallocate_is_an_error():
     x = tensor("x", 2)
     y = tensor("y", 2)
     program = HostIrContainer(
-        inputs=(x,), outputs=(y,),
-        body=(Set(out=tensor("t", 2), src=x), Deallocate(tensor=tensor("t", 2)),
-              Set(out=y, src=tensor("t", 2))),
+        inputs=(x,),
+        outputs=(y,),
+        body=(
+            Set(out=tensor("t", 2), src=x),
+            Deallocate(tensor=tensor("t", 2)),
+            Set(out=y, src=tensor("t", 2)),
+        ),
     )
     with pytest.raises(EvaluationError, match="tensor t is used before it is defined"):
         HostIrEvaluator(program).run([torch.randn(2)])
@@ -201,7 +208,8 @@ def test_torch_failures_become_evaluation_errors():
     a, b = tensor("a", "n"), tensor("b", "m")
     out = tensor("o", "n")
     program = HostIrContainer(
-        inputs=(a, b), outputs=(out,),
+        inputs=(a, b),
+        outputs=(out,),
         body=(Binary(op=BinaryOpKind.ADD, out=out, lhs=a, rhs=b),),
     )
     with pytest.raises(EvaluationError, match="add defining o failed on rank 0"):
@@ -213,7 +221,8 @@ def test_listeners_and_profiler_ranges_see_every_instruction():
     x = tensor("x", 2)
     y, z = tensor("y", 2), tensor("z", 2)
     program = HostIrContainer(
-        inputs=(x,), outputs=(z,),
+        inputs=(x,),
+        outputs=(z,),
         body=(Unary(op=UnaryOpKind.RELU, out=y, src=x), Set(out=z, src=y)),
     )
     seen = []

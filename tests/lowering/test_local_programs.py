@@ -48,7 +48,11 @@ def test_column_parallel_linear(multidevice_test, dtype):
     x_full, w_full, b_full = (torch.randn(s, dtype=dtype) for s in ((6, 8), (4 * d, 8), (4 * d,)))
     dev = multidevice_test.device
     (out,) = fd.execute(
-        [x_full.to(dev), multidevice_test.shard_tensor(w_full, w), multidevice_test.shard_tensor(b_full, b)]
+        [
+            x_full.to(dev),
+            multidevice_test.shard_tensor(w_full, w),
+            multidevice_test.shard_tensor(b_full, b),
+        ]
     )
     expected = torch.nn.functional.linear(x_full, w_full, b_full)
     torch.testing.assert_close(out.cpu(), shard_tensor(expected, fd.host_ir().outputs[0], rank))
@@ -90,7 +94,9 @@ def test_pointwise_on_identically_sharded_tensors(multidevice_test):
         tv.axis(2).parallelize(ParallelType.mesh_x)
     torch.manual_seed(2)
     a_full, b_full = torch.randn(3, 2 * d), torch.randn(3, 2 * d)
-    (result,) = fd.execute([multidevice_test.shard_tensor(a_full, a), multidevice_test.shard_tensor(b_full, b)])
+    (result,) = fd.execute(
+        [multidevice_test.shard_tensor(a_full, a), multidevice_test.shard_tensor(b_full, b)]
+    )
     expected = (-torch.relu((a_full + b_full) * 2.0)).half()
     torch.testing.assert_close(result.cpu(), shard_tensor(expected, fd.host_ir().outputs[0], rank))
     _assert_local_only(fd.host_ir())
@@ -119,7 +125,9 @@ def test_data_and_tensor_parallel_mlp_on_2d_mesh(multidevice_test):
     h.axis(2).parallelize(ParallelType.mesh_x)
     torch.manual_seed(3)
     x_full, w_full = torch.randn(2 * dp, 8), torch.randn(4 * tp, 8)
-    (out,) = fd.execute([multidevice_test.shard_tensor(x_full, x), multidevice_test.shard_tensor(w_full, w)])
+    (out,) = fd.execute(
+        [multidevice_test.shard_tensor(x_full, x), multidevice_test.shard_tensor(w_full, w)]
+    )
     expected = torch.relu(x_full @ w_full.T)
     torch.testing.assert_close(out.cpu(), shard_tensor(expected, h, rank))
     assert out.shape == (2, 4)
@@ -157,6 +165,8 @@ def test_mesh_on_a_subset_of_ranks(multidevice_test):
     local = shard_tensor(full, x, rank)
     (out,) = fd.execute([local.to(multidevice_test.device) if local is not None else None])
     if rank in (0, 1):
-        torch.testing.assert_close(out.cpu(), torch.relu(full)[:, 3 * mesh.devices.index(rank) :][:, :3])
+        torch.testing.assert_close(
+            out.cpu(), torch.relu(full)[:, 3 * mesh.devices.index(rank) :][:, :3]
+        )
     else:
         assert out is None
