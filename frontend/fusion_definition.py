@@ -113,7 +113,9 @@ class FusionDefinition:
     # ----- lowering and execution -----
     def host_ir(self, world_size: int | None = None) -> HostIrContainer:
         """The host IR program ``execute`` runs (the last one run, else a fresh lowering)."""
-        program = self._last_program or self._lower()
+        if self._last_program is None:
+            self._last_program = self._lower()
+        program = self._last_program
         if world_size is not None:
             check_meshes_fit(program, world_size)
         return program
@@ -164,6 +166,7 @@ class FusionDefinition:
         env: dict = {}
         for tv in self._fusion.tensors():
             validate_schedule(tv, env)  # constant extents first
+        input_errors = []
         for value, given in zip(self._fusion.inputs(), inputs, strict=True):
             if isinstance(value, TensorView) and given is not None:
                 declared = TensorValue(
@@ -172,9 +175,16 @@ class FusionDefinition:
                     shape=tuple(axis.extent for axis in value.shape_domain()),
                     sharding=tensor_sharding(value),
                 )
-                bind_input_tensor(declared, given, env)
+                try:
+                    bind_input_tensor(declared, given, env)
+                except InputError as error:
+                    # Symbols bind before the checks fail; a schedule error found with
+                    # them says more (which split does not divide) than the input error.
+                    input_errors.append(error)
         for tv in self._fusion.tensors():
             validate_schedule(tv, env)
+        if input_errors:
+            raise input_errors[0]
 
 
 def _signature(value: Any) -> tuple:

@@ -13,7 +13,7 @@ import enum
 import itertools
 from typing import TYPE_CHECKING
 
-from frontend.errors import ScheduleError
+from frontend.errors import HostIrError, ScheduleError
 from frontend.types import ParallelType
 from hostir import Const, Scalar
 from hostir.scalars import floordiv, print_scalar
@@ -55,9 +55,13 @@ class IterDomain:
             raise ScheduleError(
                 f"parallelize expects a ParallelType, got {parallel_type!r} for axis {self}"
             )
-        self.parallel_type = parallel_type
+        previous, self.parallel_type = self.parallel_type, parallel_type
         if self.owner is not None and self.owner.device_mesh is not None:
-            self.owner.check_mesh_axes()
+            try:
+                self.owner.check_mesh_axes()
+            except HostIrError:
+                self.parallel_type = previous  # a refused parallelization leaves no trace
+                raise
 
     def is_reduction(self) -> bool:
         """Whether this axis is reduced away."""

@@ -93,6 +93,11 @@ class DeviceMesh:
         return f"DeviceMesh({self._mesh})"
 
     def _axis(self, parallel_type: ParallelType) -> MeshAxis:
+        if not isinstance(parallel_type, ParallelType) or not parallel_type.is_device():
+            raise MeshError(
+                f"{self!r}: expected a mesh parallel type (mesh_x, mesh_y, mesh_z),"
+                f" got {parallel_type!r}"
+            )
         axis = parallel_type.mesh_axis()
         if list(MeshAxis).index(axis) >= self.ndim:
             raise MeshError(f"{self!r} is {self.ndim}-d and has no axis {parallel_type.name}")
@@ -139,13 +144,16 @@ class DeviceMesh:
         dim: int,
         rank: int | None = None,
         parallel_type: ParallelType = ParallelType.mesh_x,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | None:
         """The chunk of ``t`` along ``dim`` that ``rank`` holds when ``dim`` is split
         evenly over the mesh axis of ``parallel_type`` (default ``mesh_x``).
 
         ``rank`` defaults to this process's rank (0 without torch.distributed).
+        Returns None for a rank outside the mesh, as ``shard_tensor`` does.
         """
         rank = _current_rank() if rank is None else rank
+        if rank not in self:
+            return None
         size = self.axis_size(parallel_type)
         if not -t.ndim <= dim < t.ndim:
             raise MeshError(f"dim {dim} is out of range for a {t.ndim}-d tensor")

@@ -1,7 +1,7 @@
 """``fd.ops``: building fusion expressions with shape and dtype inference.
 
 Dtypes follow torch's promotion rules exactly: each op is run once on
-``meta`` tensors to learn the result dtype, and an operand mismatch torch
+one-element tensors to learn the result dtype, and an operand mismatch torch
 rejects becomes an :class:`OperandError` naming the tensors. Shapes are
 inferred on (possibly symbolic) global extents.
 """
@@ -41,11 +41,13 @@ _PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
 
 
 def _meta(operand: Operand) -> Any:
-    """A stand-in for dtype inference: a 1-element meta tensor or a Python number."""
+    """A stand-in for dtype inference: a 1-element CPU tensor or a Python number.
+
+    Real (not ``meta``) tensors, because meta kernels skip checks such as
+    linear's same-dtype rule and relu's refusal of bools.
+    """
     if isinstance(operand, TensorView):
-        return torch.empty(
-            [1] * len(operand.shape_domain()), dtype=operand.dtype.to_torch(), device="meta"
-        )
+        return torch.zeros([1] * len(operand.shape_domain()), dtype=operand.dtype.to_torch())
     if isinstance(operand, ScalarVal):
         return _PY_TYPE.get(operand.dtype, float)(1)
     return operand
@@ -192,6 +194,8 @@ class Ops:
         """Sum over ``dims``; with ``keepdim`` the reduced dims stay with extent 1."""
         tv = _check_tensor("sum", tv, "operand")
         dims = _dims("sum", tv, dims)
+        if not dims:
+            raise OperandError(f"sum of {tv.name}: dims is empty; name at least one dim to reduce")
         out_dtype = (
             DataType.of(dtype)
             if dtype is not None
@@ -219,12 +223,12 @@ class Ops:
         weight = _check_tensor("linear", weight, "weight")
         if bias is not None:
             bias = _check_tensor("linear", bias, "bias")
+        axes, axis_map = linear_axes(input, weight, bias)
         dtype = infer_dtype(
             "linear",
             torch.nn.functional.linear,
             [input, weight] + ([bias] if bias is not None else []),
         )
-        axes, axis_map = linear_axes(input, weight, bias)
         out = self._new(dtype, axes)
         self._fusion.add_expr(
             LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias)
@@ -235,8 +239,8 @@ class Ops:
         """``lhs @ rhs`` for operands of at least 2 dims, batch dims broadcast."""
         lhs = _check_tensor("matmul", lhs, "lhs")
         rhs = _check_tensor("matmul", rhs, "rhs")
-        dtype = infer_dtype("matmul", torch.matmul, [lhs, rhs])
         axes, axis_map = matmul_axes(lhs, rhs)
+        dtype = infer_dtype("matmul", torch.matmul, [lhs, rhs])
         out = self._new(dtype, axes)
         self._fusion.add_expr(MatmulOp(out, axis_map=axis_map, lhs=lhs, rhs=rhs))
         return out

@@ -20,6 +20,7 @@ import torch
 from hostir.communicator import Communicator, default_communicator
 from hostir.compute import COMPUTE_HANDLERS
 from hostir.container import HostIrContainer, ScalarInput
+from hostir.dtypes import DType
 from hostir.errors import EvaluationError, HostIrError, InputError, MeshError, VerifyError
 from hostir.inputs import bind_input_tensor
 from hostir.instructions import (
@@ -180,7 +181,7 @@ class HostIrEvaluator:
                     f"input {value.name} is a {value.dtype.value} scalar,"
                     f" got {type(given).__name__}"
                 )
-            context.scalars[value.name] = given
+            context.scalars[value.name] = coerce_scalar(value, given)
             return
         if not context.participates(value):
             context.tensors[value.name] = None
@@ -241,6 +242,20 @@ def _resolve(operand: Any, context: RunContext) -> Any:
     if isinstance(operand, Const | Symbol | BinaryExpr):
         return evaluate_scalar(operand, context.scalars)
     return operand
+
+
+def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float | bool:
+    """``given`` as a Python value of ``value``'s declared dtype (an int passed for a
+    float input becomes a float, so results have the declared dtype)."""
+    if value.dtype is DType.BOOL:
+        if not isinstance(given, bool):
+            raise InputError(f"input {value.name} is a bool scalar, got {given!r}")
+        return given
+    if value.dtype in (DType.INT64, DType.INT32):
+        if isinstance(given, float) and not given.is_integer():
+            raise InputError(f"input {value.name} is an {value.dtype.value} scalar, got {given!r}")
+        return int(given)
+    return float(given)
 
 
 def _device_of(inputs: Sequence[Any]) -> torch.device:
