@@ -143,14 +143,14 @@ class FusionDefinition:
             raise InputError(
                 f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}"
             )
+        use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+        communicator = default_communicator(use_cuda)
         key = tuple(_signature(x) for x in inputs)
         program = self._programs.get(key)
         if program is None:
-            self._validate(inputs)
+            self._validate(inputs, communicator.rank)
             program = self._programs[key] = self._lower()
         self._last_program = program
-        use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
-        communicator = default_communicator(use_cuda)
         if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
             print(program, flush=True)
         return HostIrEvaluator(program, communicator=communicator, device=device).run(inputs)
@@ -161,14 +161,19 @@ class FusionDefinition:
         self.lowering_count += 1
         return lower_fusion(self._fusion)
 
-    def _validate(self, inputs: list[Any]) -> None:
-        """Checks inputs against their definitions and the schedule against the extents."""
+    def _validate(self, inputs: list[Any], rank: int) -> None:
+        """Checks inputs against their definitions and the schedule against the extents.
+
+        Inputs of tensors whose mesh does not hold ``rank`` are ignored, as SPEC says.
+        """
         env: dict = {}
         for tv in self._fusion.tensors():
             validate_schedule(tv, env)  # constant extents first
         input_errors = []
         for value, given in zip(self._fusion.inputs(), inputs, strict=True):
-            if isinstance(value, TensorView) and given is not None:
+            if not isinstance(value, TensorView):
+                continue
+            if value.device_mesh is None or rank in value.device_mesh:
                 declared = TensorValue(
                     name=value.name,
                     dtype=value.dtype.to_hostir(),

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from frontend.errors import ScheduleError
-from frontend.iter_domain import IterDomain, Split, Swizzle1D, transforms_of
+from frontend.iter_domain import IterDomain, Swizzle1D, transforms_of
 from frontend.tensor_view import TensorView
 from hostir import (
     PartialAxis,
@@ -76,7 +76,8 @@ def validate_schedule(tv: TensorView, env: Env) -> None:
     are known in ``env``; raises ScheduleError naming tensor, axis, extent and factor."""
     tensor_sharding(tv)
     for transform in transforms_of(tv.get_logical_domain()):
-        if not isinstance(transform, Split):
+        if isinstance(transform, Swizzle1D):
+            _validate_swizzle(tv, transform, env)
             continue
         extent = _try_evaluate(transform.in_.extent, env)
         if extent is not None and extent % transform.factor != 0:
@@ -94,6 +95,20 @@ def validate_schedule(tv: TensorView, env: Env) -> None:
                 f"{tv.name} axis {axis} has extent {extent} but is parallelized over"
                 f" {parallel_type.name} of {tv.device_mesh!r}, which has {size} devices"
             )
+
+
+def _validate_swizzle(tv: TensorView, swizzle: Swizzle1D, env: Env) -> None:
+    """A swizzle rotates by a mesh coordinate: the axis must exist and match its size."""
+    if tv.device_mesh is None:
+        return
+    size = tv.device_mesh.axis_size(swizzle.parallel_type)  # MeshError if the axis is missing
+    extent = _try_evaluate(swizzle.in_.extent, env)
+    if extent is not None and extent != size:
+        raise ScheduleError(
+            f"{tv.name}: swizzle1d of axis {swizzle.in_} with extent {extent} over"
+            f" {swizzle.parallel_type.name} of {tv.device_mesh!r}, which has {size} devices;"
+            " the extents must be equal"
+        )
 
 
 def bind_global_extents(tv: TensorView, shape: tuple[int, ...], env: dict) -> None:

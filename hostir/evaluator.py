@@ -116,7 +116,16 @@ def _run_for_loop(context: RunContext, instruction: ForLoop, operands: dict) -> 
 
 def _compute_handler(run: Callable) -> Handler:
     def handle(context: RunContext, instruction: Any, operands: dict) -> list:
-        result = run(instruction, operands, context.local_shape(instruction.out))
+        shape = context.local_shape(instruction.out)
+        result = run(instruction, operands, shape)
+        if list(result.shape) != shape:
+            # Operands that disagree with their declared extents (two symbolic extents
+            # unified at definition, say) must not yield a silently different tensor.
+            raise EvaluationError(
+                f"{keyword(instruction)} produced a tensor of shape {list(result.shape)}, but"
+                f" {instruction.out.name} is declared with local shape {shape} on rank"
+                f" {context.rank}"
+            )
         # A preallocated output was written in place; nothing new to bind.
         return [] if instruction.preallocated else [result]
 
@@ -196,8 +205,8 @@ class HostIrEvaluator:
     def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
         """Resolves operands, calls the handler, binds the results."""
         outs = defined_values(instruction)
-        target = outs[0] if outs else getattr(instruction, "out", None)
-        if isinstance(target, TensorValue) and not context.participates(target):
+        target = _placement(instruction, outs)
+        if target is not None and not context.participates(target):
             for value in outs:
                 context.tensors[value.name] = None
             return
@@ -224,6 +233,17 @@ class HostIrEvaluator:
         if getattr(instruction, "preallocated", False):
             names.append("out")
         return {name: _resolve(getattr(instruction, name), context) for name in names}
+
+
+def _placement(instruction: Instruction, outs: list[TensorValue]) -> TensorValue | None:
+    """The tensor whose mesh decides which ranks run ``instruction`` (None: all ranks)."""
+    if outs:
+        return outs[0]
+    for name in ("out", "tensor"):
+        value = getattr(instruction, name, None)
+        if isinstance(value, TensorValue):
+            return value
+    return None
 
 
 def _resolve(operand: Any, context: RunContext) -> Any:

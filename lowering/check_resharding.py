@@ -61,9 +61,20 @@ def check_op(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
                     out,
                     f"axis {index} of {name} is sharded but has no counterpart in {op.output}",
                 )
-    if out.value().sharding is not None and out.value().sharding.partial and op.output:
-        # A partial output is only valid as an intermediate that is reduced later.
-        _fail(op, out, out, f"{op.output} would hold partial sums over a sharded contraction")
+    if out.value().sharding is not None and out.value().sharding.partial:
+        sharded = [
+            tensors[name]
+            for name, pairs in op.axis_maps
+            if any(out.axes[o].reduction and tensors[name].axes[i].mesh_axes() for o, i in pairs)
+        ]
+        producer = sharded[0] if sharded else out
+        _fail(
+            op,
+            producer,
+            out,
+            f"the reduced axis of {producer.name} is sharded, so"
+            f" {op.output} would hold partial sums that need a reduction collective",
+        )
 
 
 def check_resharding(fusion: LoweringFusion) -> LoweringFusion:

@@ -41,6 +41,7 @@ from hostir import (
     Unary,
 )
 from hostir.instructions import Instruction
+from lowering.errors import LoweringError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +119,12 @@ class LoweringFusion:
 def snapshot_tensor(tv: TensorView) -> LoweringTensor:
     """The frozen form of ``tv`` (its schedule is validated on the way)."""
     tensor_sharding(tv)
+    for axis in tv.get_loop_domain():
+        if axis.is_stream():
+            raise LoweringError(
+                f"{tv.name} axis {axis} is parallelized over streams; stream loops are not"
+                " lowered yet (use serial, or a mesh parallel type)"
+            )
     axes = tuple(
         AxisLayout(
             extent=axis.extent,

@@ -85,3 +85,40 @@ def test_sharded_and_replicated_operands_are_refused_for_now():
     b.set_device_mesh(mesh)
     with pytest.raises(ReshardingError, match="axis 0 of T1 and axis 0 of T2"):
         fd.execute([torch.randn(2), torch.randn(4)])
+
+
+def test_stream_axes_are_refused_until_stream_lowering_exists():
+    """A stream-parallel axis is not silently run serially: lowering says so."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 8))
+        y = fd.ops.relu(x)
+        fd.add_output(y)
+    y.outer_split(0, 2)
+    y.axis(0).parallelize(ParallelType.stream)
+    with pytest.raises(LoweringError, match="T1 axis .* is parallelized over streams"):
+        fd.execute([torch.randn(4, 8)])
+
+
+def test_symbolic_extents_that_disagree_at_run_time():
+    """add(a[i0, 6], b[i1, 6]) assumes i0 == i1; other sizes fail instead of broadcasting."""
+    from hostir import EvaluationError
+
+    with FusionDefinition() as fd:
+        a = fd.define_tensor((-1, 6))
+        b = fd.define_tensor((-1, 6))
+        fd.add_output(fd.ops.add(a, b))
+    with pytest.raises(EvaluationError, match=r"T2 is declared with local shape \[1, 6\]"):
+        fd.execute([torch.ones(1, 6), torch.ones(4, 6)])
+
+
+def test_swizzle_over_a_missing_mesh_axis():
+    """swizzle1d over mesh_y of a 1-d mesh is a mesh error naming the mesh."""
+    from frontend import MeshError
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((2, 8))
+        fd.add_output(fd.ops.set(x))
+    x.set_device_mesh(DeviceMesh([0]))
+    x.swizzle1d(0, ParallelType.mesh_y)
+    with pytest.raises(MeshError, match=r"DeviceMesh\(\[0\]\) is 1-d and has no axis mesh_y"):
+        fd.execute([torch.randn(2, 8)])

@@ -1,0 +1,3 @@
+"""Test configuration: the multi-rank harness (see tests/multidevice.py)."""
+
+pytest_plugins = ["tests.multidevice"]

@@ -1,0 +1,578 @@
+"""Multi-rank tests: one test file, run by plain ``pytest`` or under ``torchrun``.
+
+A test asks for the ``multidevice_test`` fixture and, optionally, the world
+sizes it supports::
+
+    @pytest.mark.world_sizes(2, 4)          # default (1, 2, 4)
+    def test_x(multidevice_test):
+        ...  # collectives on the default torch.distributed group
+
+Plain ``pytest`` (no launcher variables): each such test is parametrized over
+its world sizes (ids ``ws1``, ``ws2``, ...). World size 1 runs in the pytest
+process with no process group. World size N > 1 runs the test function in a
+pool of N persistent spawned worker processes joined in a gloo group; the pool
+is started on first use and reused until the session ends or a test leaves it
+broken (a rank stuck, dead or timed out), in which case the next test of that
+size gets a fresh one.
+
+Under ``torchrun`` (``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set) every process is
+one rank: the default group is created at session start (nccl with CUDA, else
+gloo), tests run directly, and those whose world sizes exclude the real one are
+skipped.
+
+Rules for test authors, so that both modes behave the same:
+
+- At world size 1 (plain pytest) there is no process group: guard collectives
+  with ``if d > 1`` or use ``multidevice_test.barrier()``.
+- Fixtures run in the pytest process and their values are pickled to the
+  workers: parameters and fixtures must be picklable (no lambdas, no
+  ``monkeypatch``/``capsys``), and fixtures may read ``multidevice_test.size``
+  but not its rank.
+- ``tmp_path`` is one directory shared by the ranks of a pool but a separate
+  one per process under torchrun: each rank keeps to its own files.
+- Workers keep their state between tests (random generator, imported
+  modules): seed explicitly, e.g. ``torch.manual_seed(0)`` in the test.
+- A test must fail or pass on all ranks together; if one rank fails the others
+  get 10 s to finish before the pool is stopped. The time limit is 120 s, set
+  per test with ``@pytest.mark.timeout(seconds)`` or globally with
+  ``HOSTIR_TEST_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime
+import importlib
+import importlib.util
+import multiprocessing
+import multiprocessing.connection
+import os
+import pathlib
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+FIXTURE = "multidevice_test"
+DEFAULT_WORLD_SIZES = (1, 2, 4)
+DEFAULT_TIMEOUT_S = 120.0
+"""Per-test limit for a pool run; ``@pytest.mark.timeout(s)`` or HOSTIR_TEST_TIMEOUT change it."""
+GRACE_S = 10.0
+"""How long the other ranks may take to answer once one rank has failed."""
+START_TIMEOUT_S = 120.0
+"""How long a pool may take to start (spawn, import torch, join the group)."""
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiDeviceTest:
+    """What a multi-rank test sees of its world: sizes, ranks and device."""
+
+    size: int
+    rank: int
+    local_size: int
+    local_rank: int
+    device: torch.device
+
+    def shard_tensor(self, t: torch.Tensor, tv: Any) -> torch.Tensor:
+        """This rank's shard of the unsharded ``t`` as laid out by TensorView ``tv``."""
+        import frontend  # lazily: the harness must not depend on the frontend
+
+        return frontend.shard_tensor(t, tv, rank=self.rank).to(self.device)
+
+    def shard_tensor_1d(self, t: torch.Tensor, dim: int, mesh: Any) -> torch.Tensor:
+        """This rank's shard of ``t`` split along ``dim`` over the devices of ``mesh``."""
+        return mesh.shard_tensor(t, dim, rank=self.rank).to(self.device)
+
+    def barrier(self) -> None:
+        """Waits for every rank; a no-op in a world of one process."""
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+
+@dataclasses.dataclass(frozen=True)
+class _PoolStandIn:
+    """The fixture's value in the pytest process at world size > 1.
+
+    The test itself runs in the workers, which swap in their own
+    :class:`MultiDeviceTest`; only ``size`` is meaningful here (for fixtures
+    that build, say, a mesh from it).
+    """
+
+    size: int
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for missing attributes; dunders (pickle probes) get the plain error.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{FIXTURE}.{name} is only available inside the test function: at world size "
+            f"{self.__dict__.get('size')} the test runs in worker processes, fixtures run in "
+            "the pytest process"
+        )
+
+
+# ---------------------------------------------------------------------------
+# Modes and markers
+
+
+def launched_by_torchrun() -> bool:
+    """True when this process is one rank started by torchrun (or a similar launcher)."""
+    return all(var in os.environ for var in LAUNCHER_VARS)
+
+
+def world_sizes_of(node: Any) -> tuple[int, ...]:
+    """The world sizes a test declares with ``@pytest.mark.world_sizes``, else the default."""
+    marker = node.get_closest_marker("world_sizes")
+    if marker is None:
+        return DEFAULT_WORLD_SIZES
+    sizes = tuple(marker.args)
+    if not sizes or not all(isinstance(n, int) and n >= 1 for n in sizes):
+        raise pytest.UsageError(f"{node.nodeid}: world_sizes takes positive ints, got {sizes}")
+    return sizes
+
+
+def timeout_of(item: pytest.Item) -> float:
+    """Seconds a pool run of ``item`` may take: its timeout marker, HOSTIR_TEST_TIMEOUT, 120."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    return float(os.environ.get("HOSTIR_TEST_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def world_fixture() -> MultiDeviceTest:
+    """The fixture for this process's rank in the real (launcher-made) world."""
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cpu")
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+    return MultiDeviceTest(
+        size=dist.get_world_size(),
+        rank=dist.get_rank(),
+        local_size=int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())),
+        local_rank=local_rank,
+        device=device,
+    )
+
+
+def init_launcher_group() -> None:
+    """Creates the default group from torchrun's variables unless one already exists."""
+    if dist.is_initialized():
+        return
+    backend = "gloo"
+    if torch.cuda.is_available():
+        backend = "nccl"
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    timeout = float(os.environ.get("HOSTIR_TEST_TIMEOUT", DEFAULT_TIMEOUT_S))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+
+
+# ---------------------------------------------------------------------------
+# Worker side: runs in each spawned process of a pool
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a spawned worker needs to join its pool's process group."""
+
+    rank: int
+    size: int
+    port: int
+    sys_path: list[str]
+
+
+def worker_main(spec: WorkerSpec, conn: multiprocessing.connection.Connection) -> None:
+    """Entry point of a pool worker: join the group, then run jobs until told to stop."""
+    # Ctrl-C reaches the whole process group; the parent handles it and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
+    try:
+        fixture = _join_group(spec)
+    except BaseException as exc:  # report instead of dying silently
+        conn.send(("error", type(exc).__name__, "".join(traceback.format_exception(exc))))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            job = conn.recv_bytes()
+        except EOFError:  # the parent is gone
+            break
+        if not job:  # the empty message means: shut down
+            break
+        conn.send(run_job(pickle.loads(job), fixture))
+    dist.destroy_process_group()
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip the interpreter's teardown: with torch loaded it takes about a second.
+    os._exit(0)
+
+
+def _exit_with_parent() -> None:
+    """Ends this worker when the pytest process dies, even mid-test (no orphans)."""
+    multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
+    os._exit(1)
+
+
+def _join_group(spec: WorkerSpec) -> MultiDeviceTest:
+    """Sets up this worker like a torchrun rank and joins the pool's gloo group."""
+    sys.path[:] = spec.sys_path
+    torch.set_num_threads(1)  # N ranks share a few cores
+    os.environ.update(
+        RANK=str(spec.rank),
+        WORLD_SIZE=str(spec.size),
+        LOCAL_RANK=str(spec.rank),
+        LOCAL_WORLD_SIZE=str(spec.size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(spec.port),
+    )
+    store = dist.TCPStore("127.0.0.1", spec.port, spec.size, is_master=False)
+    dist.init_process_group(
+        "gloo", store=store, rank=spec.rank, world_size=spec.size, timeout=COLLECTIVE_TIMEOUT
+    )
+    cpu = torch.device("cpu")
+    return MultiDeviceTest(spec.size, spec.rank, spec.size, spec.rank, cpu)
+
+
+def run_job(job: tuple, fixture: MultiDeviceTest) -> tuple:
+    """Runs one test function; returns ("ok",), ("skip"|"xfail", reason) or an error."""
+    module_name, module_path, qualname, kwargs = job
+    try:
+        function = _load_function(module_name, module_path, qualname)
+        kwargs = {k: fixture if isinstance(v, _PoolStandIn) else v for k, v in kwargs.items()}
+        function(**kwargs)
+    except pytest.skip.Exception as exc:
+        return ("skip", exc.msg)
+    except pytest.xfail.Exception as exc:
+        return ("xfail", exc.msg)
+    except BaseException as exc:
+        # Drop this frame: the traceback should start in the test.
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)
+        return ("error", type(exc).__name__, "".join(lines))
+    return ("ok",)
+
+
+def _load_function(module_name: str, module_path: str, qualname: str) -> Any:
+    """The test function (a bound method for tests in classes) named by a job."""
+    obj = sys.modules.get(module_name) or _import_test_module(module_name, module_path)
+    *owners, name = qualname.split(".")
+    for owner in owners:
+        obj = getattr(obj, owner)
+    if isinstance(obj, type):
+        obj = obj()  # pytest makes a fresh instance per test, so do we
+    return getattr(obj, name)
+
+
+def _import_test_module(module_name: str, module_path: str) -> Any:
+    """Imports a test module with pytest's assertion rewriting, as pytest itself does.
+
+    Rewriting makes a failed ``assert a == b`` on a worker show the values.
+    """
+    package = module_name.rpartition(".")[0]
+    if package:
+        importlib.import_module(package)
+    source = pathlib.Path(module_path).read_bytes()
+    tree = ast.parse(source, filename=module_path)
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewrite_asserts(tree, source, module_path)
+    except ImportError:  # private API: plain asserts still work without it
+        pass
+    spec = importlib.util.spec_from_file_location(module_name, module_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        exec(compile(tree, module_path, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+# ---------------------------------------------------------------------------
+# Parent side: the pool of workers for one world size
+
+
+class WorkerPool:
+    """N spawned worker processes, one per rank, sharing a gloo group.
+
+    The parent hosts the group's TCP store, so the port is bound by the time a
+    worker connects: two sessions on one machine cannot race for it.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.broken = False
+        self._store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
+        context = multiprocessing.get_context("spawn")
+        self._conns = []
+        self._procs = []
+        for rank in range(size):
+            spec = WorkerSpec(rank, size, self._store.port, list(sys.path))
+            parent_end, child_end = context.Pipe()
+            proc = context.Process(target=worker_main, args=(spec, child_end), daemon=True)
+            proc.start()
+            child_end.close()
+            self._conns.append(parent_end)
+            self._procs.append(proc)
+
+    def wait_ready(self) -> str | None:
+        """Waits until every worker has joined the group; else says why they could not."""
+        replies = self.collect(START_TIMEOUT_S)
+        if len(replies) == self.size and all(reply[0] == "ready" for reply in replies.values()):
+            return None
+        self.broken = True
+        failures = format_failures(replies, self.size, START_TIMEOUT_S)
+        return f"could not start {self.size} workers:\n{failures}"
+
+    def submit(self, job: bytes) -> None:
+        """Sends one pickled job to every rank."""
+        for conn in self._conns:
+            conn.send_bytes(job)
+
+    def collect(self, timeout: float) -> dict[int, tuple]:
+        """Each rank's reply; ranks missing from the result did not answer in time.
+
+        Once a rank reports anything but success, the others get only GRACE_S
+        more: they are likely blocked in a collective the failed rank left.
+        """
+        deadline = time.monotonic() + timeout
+        replies: dict[int, tuple] = {}
+        while len(replies) < self.size:
+            remaining = deadline - time.monotonic()
+            pending = [r for r in range(self.size) if r not in replies]
+            waitables = [self._conns[r] for r in pending] + [
+                self._procs[r].sentinel for r in pending
+            ]
+            ready = multiprocessing.connection.wait(waitables, max(remaining, 0))
+            if not ready:
+                break
+            for rank in pending:
+                if self._conns[rank] in ready or self._procs[rank].sentinel in ready:
+                    replies[rank] = self._receive(rank)
+                    if replies[rank][0] not in ("ok", "ready"):
+                        deadline = min(deadline, time.monotonic() + GRACE_S)
+        if len(replies) < self.size or any(reply[0] == "died" for reply in replies.values()):
+            self.broken = True
+        return replies
+
+    def _receive(self, rank: int) -> tuple:
+        """The reply of a rank whose pipe or process became ready."""
+        conn, proc = self._conns[rank], self._procs[rank]
+        try:
+            if conn.poll():
+                return conn.recv()
+        except (EOFError, OSError):
+            pass
+        proc.join(1)
+        return ("died", f"worker process died (exit code {proc.exitcode})")
+
+    def request_stop(self) -> None:
+        """Asks idle workers to leave the group and exit (stuck ones will not hear it)."""
+        for conn in self._conns:
+            try:
+                conn.send_bytes(b"")
+            except OSError:  # already dead
+                pass
+
+    def shutdown(self) -> None:
+        """Stops the workers: politely if they are idle, by force if they are stuck."""
+        self.request_stop()
+        deadline = time.monotonic() + (0 if self.broken else 5)
+        for proc in self._procs:
+            proc.join(max(deadline - time.monotonic(), 0))
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        self.broken = True
+
+
+def format_failures(replies: dict[int, tuple], size: int, timeout: float) -> str:
+    """One block per rank that failed, died or did not answer, each prefixed ``rank R:``.
+
+    Errors come first: a rank that did not answer is usually waiting for them.
+    """
+    errors = [f"rank {r}: {e[1]}\n{e[2].rstrip()}" for r, e in replies.items() if e[0] == "error"]
+    deaths = [f"rank {r}: {e[1]}" for r, e in replies.items() if e[0] == "died"]
+    if errors or deaths:
+        silence = "no reply after the failure above (probably blocked in a collective)"
+    else:
+        silence = (
+            f"no reply within the {timeout:g} s time limit (change it with "
+            "@pytest.mark.timeout(seconds) or HOSTIR_TEST_TIMEOUT)"
+        )
+    silent = [f"rank {r}: {silence}" for r in range(size) if r not in replies]
+    return "\n\n".join(sorted(errors) + sorted(deaths) + silent)
+
+
+# ---------------------------------------------------------------------------
+# pytest hooks
+
+
+_POOLS = pytest.StashKey[dict]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Registers the markers and the (empty) pool registry."""
+    config.addinivalue_line(
+        "markers", "world_sizes(*sizes): world sizes a multi-rank test runs at (default 1, 2, 4)"
+    )
+    config.addinivalue_line(
+        "markers", "timeout(seconds): time limit of a multi-rank test run in worker processes"
+    )
+    config.stash[_POOLS] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under torchrun, joins the default process group once for the whole session."""
+    if launched_by_torchrun():
+        init_launcher_group()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stops every pool (and, under torchrun, leaves the process group)."""
+    pools = config.stash.get(_POOLS, {}).values()
+    for pool in pools:
+        pool.request_stop()  # first all of them, so that they exit in parallel
+    for pool in pools:
+        pool.shutdown()
+    config.stash[_POOLS] = {}
+    if launched_by_torchrun() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrizes multi-rank tests over their world sizes (plain pytest only)."""
+    if FIXTURE not in metafunc.fixturenames or launched_by_torchrun():
+        return
+    sizes = world_sizes_of(metafunc.definition)
+    metafunc.parametrize(FIXTURE, sizes, indirect=True, ids=[f"ws{n}" for n in sizes])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under torchrun, skips multi-rank tests that do not support the real world size."""
+    if not launched_by_torchrun():
+        return
+    size = int(os.environ["WORLD_SIZE"])
+    for item in items:
+        sizes = world_sizes_of(item)
+        if FIXTURE in getattr(item, "fixturenames", ()) and size not in sizes:
+            reason = f"needs world size in {sizes}, running at {size}"
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def multidevice_test(request: pytest.FixtureRequest) -> MultiDeviceTest | _PoolStandIn:
+    """This rank's view of the world the test runs in (see the module docstring)."""
+    if launched_by_torchrun():
+        return world_fixture()
+    size = getattr(request, "param", 1)
+    if size == 1:
+        return MultiDeviceTest(1, 0, 1, 0, torch.device("cpu"))
+    return _PoolStandIn(size)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Runs a world-size-N test on the N workers of a pool instead of in this process."""
+    if launched_by_torchrun() or FIXTURE not in pyfuncitem.fixturenames:
+        return None
+    size = pyfuncitem.callspec.params.get(FIXTURE, 1) if hasattr(pyfuncitem, "callspec") else 1
+    if size == 1:
+        return None
+    job = _pickle_job(pyfuncitem)
+    pool = _pool(pyfuncitem.config, size)
+    timeout = timeout_of(pyfuncitem)
+    try:
+        pool.submit(job)
+        replies = pool.collect(timeout)
+    except BaseException:  # Ctrl-C: the workers are busy, stop them without waiting
+        pool.broken = True
+        raise
+    finally:
+        if pool.broken:  # stuck or dead ranks: free them now, start afresh next time
+            pyfuncitem.config.stash[_POOLS].pop(size).shutdown()
+    _report(replies, size, timeout, pool.broken)
+    return True
+
+
+def _pool(config: pytest.Config, size: int) -> WorkerPool:
+    """The pool for ``size``, started if there is none (yet, or since the last one broke)."""
+    pools = config.stash[_POOLS]
+    if size in pools:
+        return pools[size]
+    pool = WorkerPool(size)
+    try:
+        problem = pool.wait_ready()
+    except BaseException:  # Ctrl-C while starting
+        pool.broken = True
+        pool.shutdown()
+        raise
+    if problem:
+        pool.shutdown()
+        pytest.fail(problem, pytrace=False)
+    pools[size] = pool
+    return pool
+
+
+def _pickle_job(item: pytest.Function) -> bytes:
+    """The job message for ``item``; fails the test clearly if an argument cannot be sent."""
+    kwargs = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    for name, value in kwargs.items():
+        problem = _pickling_problem(value)
+        if problem:
+            pytest.fail(
+                f"argument {name!r} of {item.nodeid} cannot be sent to the worker processes "
+                f"({problem}); multi-rank tests take only picklable parameters and fixtures",
+                pytrace=False,
+            )
+    module = item.module
+    return pickle.dumps((module.__name__, module.__file__, item.function.__qualname__, kwargs))
+
+
+def _pickling_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be pickled, or None if it can."""
+    try:
+        pickle.dumps(value)
+    except Exception as exc:  # pickle raises several types (PicklingError, TypeError, ...)
+        return str(exc)
+    return None
+
+
+def _report(replies: dict[int, tuple], size: int, timeout: float, broken: bool) -> None:
+    """Turns the ranks' replies into this test's outcome in the pytest process."""
+    failed = len(replies) < size or any(r[0] in ("error", "died") for r in replies.values())
+    if failed:
+        message = f"failed at world size {size}:\n{format_failures(replies, size, timeout)}"
+        if broken:
+            message += "\n\n(the worker pool was stopped; the next test starts a fresh one)"
+        pytest.fail(message, pytrace=False)
+    skips = [reply[1] for reply in replies.values() if reply[0] == "skip"]
+    if skips:
+        raise _skip_at_item(skips[0])
+    xfails = [reply[1] for reply in replies.values() if reply[0] == "xfail"]
+    if xfails:
+        pytest.xfail(xfails[0])
+
+
+def _skip_at_item(reason: str) -> BaseException:
+    """A skip that pytest reports at the test's location rather than at this file's."""
+    try:
+        return pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # a pytest without that (private) option
+        return pytest.skip.Exception(reason)
