@@ -37,6 +37,7 @@ class FusionDefinition:
         self.ops = Ops(self._fusion)
         self._finalized = False
         self._programs: dict[tuple, HostIrContainer] = {}
+        self._evaluators: dict[tuple, HostIrEvaluator] = {}
         self._last_program: HostIrContainer | None = None
         self.lowering_count = 0
         """How many times this definition was lowered (once per input signature)."""
@@ -153,7 +154,12 @@ class FusionDefinition:
         self._last_program = program
         if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
             print(program, flush=True)
-        return HostIrEvaluator(program, communicator=communicator, device=device).run(inputs)
+        # One evaluator per program and device: it prepares process groups only once.
+        evaluator = self._evaluators.get((key, str(device)))
+        if evaluator is None or evaluator.communicator is not communicator:
+            evaluator = HostIrEvaluator(program, communicator=communicator, device=device)
+            self._evaluators[(key, str(device))] = evaluator
+        return evaluator.run(inputs)
 
     def _lower(self) -> HostIrContainer:
         from lowering import lower_fusion  # only execute reaches into lowering

@@ -11,6 +11,21 @@ from hostir.communicator import (
     TorchCommunicator,
     default_communicator,
 )
+from hostir.communications import (
+    COLLECTIVES,
+    ROOTED,
+    Allgather,
+    Allreduce,
+    AllToAll,
+    Broadcast,
+    Gather,
+    LocalShard,
+    Reduce,
+    ReduceScatter,
+    Scatter,
+    SendRecv,
+    Wait,
+)
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import (
@@ -53,9 +68,25 @@ from hostir.sharding import (
     ShardPart,
     slice_global_tensor,
 )
-from hostir.values import StreamValue, TensorValue
+from hostir.team import Team
+from hostir.values import RequestValue, StreamValue, TensorValue
 
 __all__ = [
+    "COLLECTIVES",
+    "ROOTED",
+    "AllToAll",
+    "Allgather",
+    "Allreduce",
+    "Broadcast",
+    "Gather",
+    "LocalShard",
+    "Reduce",
+    "ReduceScatter",
+    "RequestValue",
+    "Scatter",
+    "SendRecv",
+    "Team",
+    "Wait",
     "COMPUTE",
     "INSTRUCTIONS",
     "Allocate",

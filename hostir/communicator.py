@@ -4,24 +4,64 @@ The evaluator talks to other ranks through a :class:`Communicator`, so tests
 and simulations can substitute their own. :func:`default_communicator` follows
 SPEC section 5: use the default ``torch.distributed`` group; if none exists and
 a launcher's variables are set, create one; otherwise the world is this process.
+
+Every collective takes this rank's local buffers and a *group*: a tuple of
+global ranks in team order (``(3, 1, 0, 2)``, or a column-major walk of a
+mesh); positions (roots, senders, chunk indices) are indices into that tuple.
+Only members of a group call a collective on it. Each collective returns a
+:class:`Work` whose ``wait()`` puts the results in place.
+
+The public methods of :class:`Communicator` check their arguments and handle
+groups of one rank themselves, as plain copies, so a one-rank group never needs
+``torch.distributed``. Larger groups go to the ``_``-prefixed hooks that a
+subclass (:class:`~hostir.torch_communicator.TorchCommunicator`) implements.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from hostir.errors import CommunicationError
+from hostir.sharding import ReduceOp
 
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=120)
 """How long a collective may block before it fails instead of hanging."""
 
+Group = tuple[int, ...]
+"""Global ranks in team order."""
+
+
+class Work:
+    """A communication in flight: ``wait()`` returns once this rank's results are in place."""
+
+    def wait(self) -> None:
+        """Blocks until the communication is done and its outputs are written."""
+        raise NotImplementedError
+
+
+class CompletedWork(Work):
+    """Work that was finished when issued (local copies, ranks with nothing to do)."""
+
+    def wait(self) -> None:
+        """Nothing to wait for."""
+
+
+DONE = CompletedWork()
+
 
 class Communicator:
-    """This process's place in the world: its rank and the number of ranks."""
+    """This process's place in the world (its rank, the number of ranks) and its collectives.
+
+    The base class can talk to no other rank: it serves groups of one rank and
+    raises :class:`CommunicationError` for anything larger, so it can stand in
+    for one rank of a larger world in programs without communication.
+    """
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
@@ -30,21 +70,252 @@ class Communicator:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
 
+    # -- Set-up -----------------------------------------------------------------
+
+    def prepare(self, groups: Sequence[Sequence[int]]) -> None:
+        """Creates the process groups of ``groups`` ahead of their first collective.
+
+        Every rank calls this with the same list in the same order, including
+        the groups it is not a member of: creating a group is itself collective.
+        Groups already known create nothing.
+        """
+        checked = [_check_members(group, self.world_size, "prepare") for group in groups]
+        self._prepare([group for group in checked if len(group) > 1])
+
+    def check_same_program(self, digest: str) -> None:
+        """Raises :class:`CommunicationError` unless every rank passes the same ``digest``.
+
+        Called by all ranks of the world before the first collective, so that
+        ranks running different programs fail fast instead of hanging.
+        """
+        if self.world_size > 1:
+            self._check_same_program(digest)
+
+    # -- Collectives --------------------------------------------------------------
+
+    def allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
+        """``out[p]`` becomes ``inp`` of member ``p``; ``out`` is ``[len(group), *inp.shape]``."""
+        team = self._team(group, "allgather")
+        _expect(out, (len(team), *inp.shape), inp.dtype, f"allgather over {team}", "out")
+        if len(team) == 1:
+            out[0].copy_(inp)
+            return DONE
+        return self._allgather(out, inp, team)
+
+    def reduce_scatter(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int], op: ReduceOp
+    ) -> Work:
+        """Member ``p`` gets the ``op``-reduction over all members of their ``inp[p]``."""
+        team = self._team(group, "reduce_scatter")
+        _expect(inp, (len(team), *out.shape), out.dtype, f"reduce_scatter over {team}", "inp")
+        if len(team) == 1:
+            out.copy_(inp[0])
+            return DONE
+        return self._reduce_scatter(out, inp, team, op)
+
+    def allreduce(self, tensor: torch.Tensor, group: Sequence[int], op: ReduceOp) -> Work:
+        """Replaces ``tensor`` on every member by the ``op``-reduction over the members."""
+        team = self._team(group, "allreduce")
+        if len(team) == 1:
+            return DONE
+        return self._allreduce(tensor, team, op)
+
+    def broadcast(self, tensor: torch.Tensor, group: Sequence[int], root: int) -> Work:
+        """Overwrites ``tensor`` on every member with that of the member at position ``root``."""
+        team = self._team(group, "broadcast")
+        _check_position(team, root, "root", "broadcast")
+        if len(team) == 1:
+            return DONE
+        return self._broadcast(tensor, team, root)
+
+    def reduce(self, tensor: torch.Tensor, group: Sequence[int], root: int, op: ReduceOp) -> Work:
+        """Reduces ``tensor`` in place onto position ``root``; other members get scratch."""
+        team = self._team(group, "reduce")
+        _check_position(team, root, "root", "reduce")
+        if len(team) == 1:
+            return DONE
+        return self._reduce(tensor, team, root, op)
+
+    def gather(
+        self, out: torch.Tensor | None, inp: torch.Tensor, group: Sequence[int], root: int
+    ) -> Work:
+        """On ``root``, ``out[p]`` becomes ``inp`` of member ``p``; ``out`` is None elsewhere."""
+        team = self._team(group, "gather")
+        _check_position(team, root, "root", "gather")
+        if self.rank == team[root]:
+            _expect(out, (len(team), *inp.shape), inp.dtype, f"gather over {team}", "out")
+        if len(team) == 1:
+            out[0].copy_(inp)
+            return DONE
+        return self._gather(out, inp, team, root)
+
+    def scatter(
+        self, out: torch.Tensor, inp: torch.Tensor | None, group: Sequence[int], root: int
+    ) -> Work:
+        """Member ``p`` receives ``inp[p]`` of ``root`` into ``out``; ``inp`` is None elsewhere."""
+        team = self._team(group, "scatter")
+        _check_position(team, root, "root", "scatter")
+        if self.rank == team[root]:
+            _expect(inp, (len(team), *out.shape), out.dtype, f"scatter over {team}", "inp")
+        if len(team) == 1:
+            out.copy_(inp[0])
+            return DONE
+        return self._scatter(out, inp, team, root)
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
+        """Member ``p`` sends ``inp[q]`` to member ``q``, whose ``out[p]`` receives it."""
+        team = self._team(group, "all_to_all")
+        if inp.ndim == 0 or inp.shape[0] != len(team):
+            raise CommunicationError(
+                f"all_to_all over {team}: inp has shape {list(inp.shape)}, expected"
+                f" {len(team)} chunks along dim 0"
+            )
+        _expect(out, tuple(inp.shape), inp.dtype, f"all_to_all over {team}", "out")
+        if len(team) == 1:
+            out.copy_(inp)
+            return DONE
+        return self._all_to_all(out, inp, team)
+
+    def send_recv(
+        self,
+        out: torch.Tensor | None,
+        inp: torch.Tensor | None,
+        group: Sequence[int],
+        sender: int,
+        receiver: int,
+    ) -> Work:
+        """The member at ``sender`` sends ``inp`` into ``out`` of the member at ``receiver``.
+
+        ``out`` may be None on the sender and ``inp`` on the receiver; members
+        that are neither do nothing. ``sender == receiver`` is a local copy.
+        """
+        team = self._team(group, "send_recv")
+        _check_position(team, sender, "sender", "send_recv")
+        _check_position(team, receiver, "receiver", "send_recv")
+        where = f"send_recv over {team} from position {sender} to {receiver}"
+        if self.rank == team[sender]:
+            _expect(inp, None, None, where, "inp")
+        if self.rank == team[receiver]:
+            _expect(out, None if inp is None else tuple(inp.shape), None, where, "out")
+        if sender == receiver:
+            if self.rank == team[sender]:
+                out.copy_(inp)
+            return DONE
+        if self.rank not in (team[sender], team[receiver]):
+            return DONE
+        return self._send_recv(out, inp, team, sender, receiver)
+
+    # -- Hooks: groups of more than one rank, arguments already checked -------------
+
+    def _prepare(self, groups: list[Group]) -> None:
+        if groups:
+            raise self._cannot_reach("prepare", groups[0])
+
+    def _check_same_program(self, digest: str) -> None:
+        raise self._cannot_reach("check_same_program", tuple(range(self.world_size)))
+
+    def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
+        raise self._cannot_reach("allgather", group)
+
+    def _reduce_scatter(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Group, op: ReduceOp
+    ) -> Work:
+        raise self._cannot_reach("reduce_scatter", group)
+
+    def _allreduce(self, tensor: torch.Tensor, group: Group, op: ReduceOp) -> Work:
+        raise self._cannot_reach("allreduce", group)
+
+    def _broadcast(self, tensor: torch.Tensor, group: Group, root: int) -> Work:
+        raise self._cannot_reach("broadcast", group)
+
+    def _reduce(self, tensor: torch.Tensor, group: Group, root: int, op: ReduceOp) -> Work:
+        raise self._cannot_reach("reduce", group)
+
+    def _gather(self, out: torch.Tensor | None, inp: torch.Tensor, group: Group, root: int) -> Work:
+        raise self._cannot_reach("gather", group)
+
+    def _scatter(
+        self, out: torch.Tensor, inp: torch.Tensor | None, group: Group, root: int
+    ) -> Work:
+        raise self._cannot_reach("scatter", group)
+
+    def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
+        raise self._cannot_reach("all_to_all", group)
+
+    def _send_recv(
+        self,
+        out: torch.Tensor | None,
+        inp: torch.Tensor | None,
+        group: Group,
+        sender: int,
+        receiver: int,
+    ) -> Work:
+        raise self._cannot_reach("send_recv", group)
+
+    # -- Helpers --------------------------------------------------------------------
+
+    def _team(self, group: Sequence[int], what: str) -> Group:
+        """``group`` as a checked tuple of which this rank is a member."""
+        team = _check_members(group, self.world_size, what)
+        if self.rank not in team:
+            raise CommunicationError(f"{what}: rank {self.rank} is not a member of group {team}")
+        return team
+
+    def _cannot_reach(self, what: str, group: Group) -> CommunicationError:
+        return CommunicationError(
+            f"{what} over group {group}: {self!r} cannot reach other ranks"
+            " (use TorchCommunicator, or a communicator that simulates them)"
+        )
+
 
 class LocalCommunicator(Communicator):
-    """A world of one process (rank 0 of 1): no other ranks to talk to."""
+    """A world of one process (rank 0 of 1): every group is ``(0,)``, every collective a copy."""
 
     def __init__(self) -> None:
         super().__init__(rank=0, world_size=1)
 
 
-class TorchCommunicator(Communicator):
-    """The ranks of the default ``torch.distributed`` process group."""
+def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
+    """``group`` as a tuple after checking it is non-empty, duplicate-free and in the world."""
+    team = tuple(int(r) for r in group)
+    if not team:
+        raise CommunicationError(f"{what}: the group is empty")
+    if len(set(team)) != len(team):
+        raise CommunicationError(f"{what}: group {team} lists a rank twice")
+    outside = [r for r in team if not 0 <= r < world_size]
+    if outside:
+        raise CommunicationError(
+            f"{what}: group {team} names rank {outside[0]}, but the world has {world_size} ranks"
+        )
+    return team
 
-    def __init__(self) -> None:
-        if not dist.is_initialized():
-            raise CommunicationError("torch.distributed is not initialized")
-        super().__init__(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+def _check_position(team: Group, position: int, name: str, what: str) -> None:
+    if not 0 <= position < len(team):
+        raise CommunicationError(
+            f"{what} over {team}: {name} position {position} is outside 0..{len(team) - 1}"
+        )
+
+
+def _expect(
+    tensor: Any,
+    shape: tuple[int, ...] | None,
+    dtype: torch.dtype | None,
+    where: str,
+    name: str,
+) -> None:
+    """Raises unless ``tensor`` is a tensor of ``shape`` and ``dtype`` (None: any)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise CommunicationError(f"{where}: {name} must be a tensor on this rank, got {tensor!r}")
+    if shape is not None and tuple(tensor.shape) != shape:
+        raise CommunicationError(
+            f"{where}: {name} has shape {list(tensor.shape)}, expected {list(shape)}"
+        )
+    if dtype is not None and tensor.dtype != dtype:
+        raise CommunicationError(f"{where}: {name} has dtype {tensor.dtype}, expected {dtype}")
+
+
+# -- Finding the world -------------------------------------------------------------
 
 
 def launcher_rank_and_size() -> tuple[int, int] | None:
@@ -80,8 +351,31 @@ def init_process_group_from_env(use_cuda: bool) -> bool:
     return True
 
 
+_DEFAULT: dict[str, Any] = {"group": None, "communicator": None}
+"""The communicator made for the current default process group, reused across calls so
+programs prepare (and check) once per group, not once per execute."""
+
+
 def default_communicator(use_cuda: bool = False) -> Communicator:
     """The communicator ``execute`` uses: the default group, made from env if needed."""
     if dist.is_available() and (dist.is_initialized() or init_process_group_from_env(use_cuda)):
-        return TorchCommunicator()
+        from hostir.torch_communicator import TorchCommunicator
+
+        world = dist.group.WORLD
+        if _DEFAULT["group"] is not world:
+            _DEFAULT["group"], _DEFAULT["communicator"] = world, TorchCommunicator()
+        return _DEFAULT["communicator"]
     return LocalCommunicator()
+
+
+def __getattr__(name: str) -> Any:
+    """Re-exports ``TorchCommunicator``, imported on first use.
+
+    It lives in :mod:`hostir.torch_communicator`, which imports this module;
+    importing it lazily keeps either import order working.
+    """
+    if name == "TorchCommunicator":
+        from hostir.torch_communicator import TorchCommunicator
+
+        return TorchCommunicator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,11 +12,14 @@ elsewhere its output is bound to None.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
+from hostir.communication_handlers import COMMUNICATION_HANDLERS
+from hostir.communications import COLLECTIVES, Wait
 from hostir.communicator import Communicator, default_communicator
 from hostir.compute import COMPUTE_HANDLERS
 from hostir.container import HostIrContainer, ScalarInput
@@ -35,7 +38,8 @@ from hostir.instructions import (
 )
 from hostir.scalars import BinaryExpr, Const, Symbol, evaluate_scalar
 from hostir.sharding import Mesh, local_extent
-from hostir.values import TensorValue
+from hostir.team import Team
+from hostir.values import RequestValue, TensorValue
 
 RANK_SYMBOL = "rank"
 """The scalar symbol bound to this process's rank."""
@@ -95,6 +99,7 @@ def _run_allocate(context: RunContext, instruction: Allocate, operands: dict) ->
 
 
 def _run_deallocate(context: RunContext, instruction: Deallocate, operands: dict) -> list:
+    # The operand is not resolved (see _UNRESOLVED): freeing needs only the name.
     context.tensors.pop(instruction.tensor.name, None)
     return []
 
@@ -126,13 +131,13 @@ def _compute_handler(run: Callable) -> Handler:
                 f" {instruction.out.name} is declared with local shape {shape} on rank"
                 f" {context.rank}"
             )
-        # A preallocated output was written in place; nothing new to bind.
-        return [] if instruction.preallocated else [result]
+        return [result]
 
     return handle
 
 
 HANDLERS: dict[type, Handler] = {
+    **COMMUNICATION_HANDLERS,
     Allocate: _run_allocate,
     Deallocate: _run_deallocate,
     ShardByStream: _run_shard_by_stream,
@@ -165,6 +170,7 @@ class HostIrEvaluator:
         self.communicator = communicator
         self.listeners = tuple(listeners)
         self.device = torch.device(device) if device is not None else None
+        self._prepared_for: Communicator | None = None
 
     def run(self, inputs: Sequence[Any]) -> list[torch.Tensor | None]:
         """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs."""
@@ -176,12 +182,25 @@ class HostIrEvaluator:
             )
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
-        check_meshes_fit(self.program, communicator.world_size)
+        self._prepare(communicator)
         context = RunContext(self, communicator, device)
         for value, given in zip(self.program.inputs, inputs, strict=True):
             self._bind_input(context, value, given)
         context.run_body(self.program.body)
         return [self._output(context, value) for value in self.program.outputs]
+
+    def _prepare(self, communicator: Communicator) -> None:
+        """Once per communicator: check meshes fit the world, check every rank runs
+        the same program, and create every process group in program order."""
+        if self._prepared_for is communicator:
+            return
+        check_meshes_fit(self.program, communicator.world_size)
+        teams = program_teams(self.program)
+        if teams:
+            digest = hashlib.sha256(str(self.program).encode()).hexdigest()
+            communicator.check_same_program(digest)
+            communicator.prepare([group for team in teams for group in team.groups])
+        self._prepared_for = communicator
 
     def _bind_input(self, context: RunContext, value: Any, given: Any) -> None:
         if isinstance(value, ScalarInput):
@@ -205,8 +224,8 @@ class HostIrEvaluator:
     def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
         """Resolves operands, calls the handler, binds the results."""
         outs = defined_values(instruction)
-        target = _placement(instruction, outs)
-        if target is not None and not context.participates(target):
+        placement = _placement(instruction)
+        if placement is not None and context.rank not in placement.devices:
             for value in outs:
                 context.tensors[value.name] = None
             return
@@ -223,37 +242,68 @@ class HostIrEvaluator:
                     f"{keyword(instruction)} defining {', '.join(v.name for v in outs) or '-'}"
                     f" failed on rank {context.rank}: {error}"
                 ) from error
-        for value, result in zip(outs, results, strict=True):
-            context.tensors[value.name] = result
+        defined = {value.name for value in outs}
+        for name, result in zip(instruction.OUTS, results, strict=True):
+            value = getattr(instruction, name)
+            if value.name in defined:  # a preallocated out was written, not defined
+                context.tensors[value.name] = result
         for listener in self.listeners:
             listener.after(instruction, context)
 
     def _resolve_operands(self, instruction: Instruction, context: RunContext) -> dict[str, Any]:
+        if type(instruction) in _UNRESOLVED:
+            return {}
         names = list(instruction.INS)
         if getattr(instruction, "preallocated", False):
             names.append("out")
-        return {name: _resolve(getattr(instruction, name), context) for name in names}
+        # Communications run on ranks that may not hold their source (a broadcast's
+        # receivers); their handlers check what each rank needs.
+        optional = type(instruction) in COLLECTIVES or isinstance(instruction, Wait)
+        return {name: _resolve(getattr(instruction, name), context, optional) for name in names}
 
 
-def _placement(instruction: Instruction, outs: list[TensorValue]) -> TensorValue | None:
-    """The tensor whose mesh decides which ranks run ``instruction`` (None: all ranks)."""
-    if outs:
-        return outs[0]
-    for name in ("out", "tensor"):
+_UNRESOLVED = frozenset({Deallocate})
+"""Instructions whose handlers need only names, not bound values."""
+
+
+def _placement(instruction: Instruction) -> Mesh | None:
+    """The mesh whose devices run ``instruction`` (None: every rank)."""
+    team = getattr(instruction, "team", None)
+    if team is not None:
+        return team.mesh
+    for name in instruction.OUTS + ("tensor",):
         value = getattr(instruction, name, None)
         if isinstance(value, TensorValue):
-            return value
+            return value.sharding.mesh if value.sharding is not None else None
     return None
 
 
-def _resolve(operand: Any, context: RunContext) -> Any:
+def program_teams(program: HostIrContainer) -> list[Team]:
+    """Every team the program communicates over, in program order, without repeats."""
+    teams: dict[Team, None] = {}
+    for instruction in walk_instructions(program.body):
+        team = getattr(instruction, "team", None)
+        if team is not None:
+            teams.setdefault(team, None)
+    return list(teams)
+
+
+def walk_instructions(body: Sequence[Instruction]) -> Iterator[Instruction]:
+    """Every instruction of ``body``, loop bodies included, in program order."""
+    for instruction in body:
+        yield instruction
+        if isinstance(instruction, ForLoop):
+            yield from walk_instructions(instruction.body)
+
+
+def _resolve(operand: Any, context: RunContext, optional: bool = False) -> Any:
     if operand is None:
         return None
-    if isinstance(operand, TensorValue):
+    if isinstance(operand, TensorValue | RequestValue):
         if operand.name not in context.tensors:
-            raise EvaluationError(f"tensor {operand.name} is used before it is defined")
+            raise EvaluationError(f"{operand.name} is used before it is defined")
         tensor = context.tensors[operand.name]
-        if tensor is None:
+        if tensor is None and not optional:
             raise EvaluationError(
                 f"tensor {operand.name} is not held by rank {context.rank}"
                 " (it lives on a mesh without this rank)"
@@ -295,13 +345,12 @@ def program_meshes(program: HostIrContainer) -> list[Mesh]:
 
     for value in program.inputs:
         visit(value)
-    stack = list(program.body)
-    while stack:
-        instruction = stack.pop(0)
+    for instruction in walk_instructions(program.body):
         for name in instruction.OUTS + instruction.INS:
             visit(getattr(instruction, name))
-        if isinstance(instruction, ForLoop):
-            stack = list(instruction.body) + stack
+        team = getattr(instruction, "team", None)
+        if team is not None:
+            meshes.setdefault(team.mesh, None)
     return list(meshes)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from hostir.scalars import Scalar, Symbol
-from hostir.values import TensorValue
+from hostir.values import RequestValue, TensorValue
 
 Operand = TensorValue | Scalar
 
@@ -188,6 +188,23 @@ class ForLoop:
     body: tuple[Instruction, ...]
 
 
+# The communication instructions live in their own module; the catalog lists them too.
+from hostir.communications import (  # noqa: E402 - after the local classes on purpose
+    COLLECTIVES,
+    ROOTED,
+    Allgather,
+    Allreduce,
+    AllToAll,
+    Broadcast,
+    Gather,
+    LocalShard,
+    Reduce,
+    ReduceScatter,
+    Scatter,
+    SendRecv,
+    Wait,
+)
+
 COMPUTE = frozenset({Set, Unary, Binary, Cast, Sum, Linear, Matmul, BroadcastInDim, Permute})
 """Instructions that run a torch op and may write into a preallocated ``out``."""
 
@@ -205,6 +222,17 @@ INSTRUCTIONS: tuple[type, ...] = (
     Permute,
     ShardByStream,
     ForLoop,
+    LocalShard,
+    Allgather,
+    ReduceScatter,
+    Allreduce,
+    Broadcast,
+    Reduce,
+    Gather,
+    Scatter,
+    AllToAll,
+    SendRecv,
+    Wait,
 )
 """Every instruction class; completeness tests check each has a keyword, handler, ..."""
 
@@ -222,6 +250,17 @@ Instruction = (
     | Permute
     | ShardByStream
     | ForLoop
+    | LocalShard
+    | Allgather
+    | ReduceScatter
+    | Allreduce
+    | Broadcast
+    | Reduce
+    | Gather
+    | Scatter
+    | AllToAll
+    | SendRecv
+    | Wait
 )
 
 _KEYWORDS: dict[type, str] = {
@@ -236,6 +275,11 @@ _KEYWORDS: dict[type, str] = {
     Permute: "permute",
     ShardByStream: "shard_by_stream",
     ForLoop: "for",
+    LocalShard: "local_shard",
+    Wait: "wait",
+    # Communications are named by their kind, as in nvFuser and the profiler
+    # ranges SPEC section 4 names (hir::Allgather, hir::CollectivePermute).
+    **{cls: cls.__name__ for cls in COLLECTIVES},
 }
 
 
@@ -246,20 +290,21 @@ def keyword(instruction: Instruction) -> str:
     return _KEYWORDS[type(instruction)]
 
 
-def defined_values(instruction: Instruction) -> list[TensorValue]:
-    """The tensors ``instruction`` defines (not counting loop bodies)."""
+def defined_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
+    """The values ``instruction`` defines (not counting loop bodies)."""
+    names = list(instruction.OUTS)
     if getattr(instruction, "preallocated", False):
-        return []
-    return [getattr(instruction, name) for name in instruction.OUTS]
+        names.remove("out")
+    return [getattr(instruction, name) for name in names]
 
 
-def used_values(instruction: Instruction) -> list[TensorValue]:
-    """The tensors ``instruction`` reads or writes without defining them."""
+def used_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
+    """The tensors and requests ``instruction`` reads or writes without defining them."""
     names = list(instruction.INS)
     if getattr(instruction, "preallocated", False):
-        names += list(instruction.OUTS)
+        names.append("out")
     used = [getattr(instruction, name) for name in names]
-    return [v for v in used if isinstance(v, TensorValue)]
+    return [v for v in used if isinstance(v, TensorValue | RequestValue)]
 
 
 def field_names(cls: type) -> list[str]:

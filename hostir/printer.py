@@ -34,8 +34,10 @@ from hostir.instructions import (
     Sum,
     keyword,
 )
+from hostir.communications import COLLECTIVES, LocalShard, Wait
 from hostir.scalars import print_scalar
-from hostir.sharding import Mesh, Sharding
+from hostir.sharding import Mesh, MeshAxis, ReduceOp, Sharding
+from hostir.team import Team
 from hostir.values import TensorValue
 
 INDENT = "  "
@@ -160,7 +162,67 @@ def _print_for_loop(instruction: ForLoop, meshes: _MeshNames) -> list[str]:
     return lines + ["}"]
 
 
+def print_team(team: Team, meshes: _MeshNames) -> str:
+    """``M0(y, x)``: the team's mesh and its axes, outer first."""
+    return f"{meshes.name(team.mesh)}({', '.join(axis.value for axis in team.axes)})"
+
+
+_COMMUNICATION_PARAMS = (
+    "axis",
+    "inner",
+    "split_axis",
+    "concat_axis",
+    "root",
+    "sender",
+    "receiver",
+    "mesh_axis",
+    "op",
+)
+"""Attributes of communications, printed as ``key=value`` in this order when set."""
+
+
+def _param_text(value: object) -> str:
+    if isinstance(value, MeshAxis | ReduceOp):
+        return value.value
+    if isinstance(value, int):
+        return str(value)
+    return print_scalar(value)  # type: ignore[arg-type]
+
+
+def _communication_params(instruction: Instruction, meshes: _MeshNames) -> list[str]:
+    params = [instruction.src.name]  # type: ignore[union-attr]
+    team = getattr(instruction, "team", None)
+    if team is not None:
+        params.append(f"team={print_team(team, meshes)}")
+    for name in _COMMUNICATION_PARAMS:
+        value = getattr(instruction, name, None)
+        if value is not None:
+            params.append(f"{name}={_param_text(value)}")
+    if getattr(instruction, "preallocated", False):
+        params.append(f"out={instruction.out.name}")  # type: ignore[union-attr]
+    return params
+
+
+def _print_communication(instruction: Instruction, meshes: _MeshNames) -> list[str]:
+    """``T3 : <type>, R0 = Allgather(T2, team=M0(x), axis=0)``."""
+    call = f"{keyword(instruction)}({', '.join(_communication_params(instruction, meshes))})"
+    defined = []
+    if not getattr(instruction, "preallocated", False):
+        defined.append(print_declaration(instruction.out, meshes))  # type: ignore[union-attr]
+    request = getattr(instruction, "request", None)
+    if request is not None:
+        defined.append(request.name)
+    return [f"{', '.join(defined)} = {call}" if defined else call]
+
+
+def _print_wait(instruction: Wait, meshes: _MeshNames) -> list[str]:
+    return [f"wait {instruction.request.name}"]
+
+
 _PRINTERS: dict[type, Callable[..., list[str]]] = {
+    Wait: _print_wait,
+    LocalShard: _print_communication,
+    **{cls: _print_communication for cls in COLLECTIVES},
     Allocate: _print_allocate,
     Deallocate: _print_deallocate,
     ShardByStream: _print_shard_by_stream,

@@ -42,3 +42,10 @@ class StreamValue:
 
 
 Value = TensorValue | StreamValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestValue:
+    """The pending completion of an asynchronous communication; ``wait`` consumes it."""
+
+    name: str

@@ -6,6 +6,7 @@ from frontend.fusion import Fusion
 from hostir import HostIrContainer
 from hostir.verify import verify_program
 from lowering.check_resharding import check_resharding
+from lowering.decompose_resharding import decompose_resharding
 from lowering.emit_host_ir import emit_host_ir
 from lowering.insert_deallocations import insert_deallocations
 from lowering.propagate_sharding import propagate_sharding
@@ -16,8 +17,9 @@ def lower_fusion(fusion: Fusion) -> HostIrContainer:
     """Lowers ``fusion`` to host IR; deterministic, no torch.distributed, no globals."""
     frozen = snapshot_fusion(fusion)  # copy the scheduled fusion into immutable data
     frozen = propagate_sharding(frozen)  # meshes and parallelization for unscheduled tensors
-    frozen = check_resharding(frozen)  # every op must run on local shards (no collectives yet)
-    program = emit_host_ir(frozen)  # one compute instruction per expression
+    frozen = decompose_resharding(frozen)  # resharding only in set ops; partial sums explicit
+    frozen = check_resharding(frozen)  # every other op now runs on local shards
+    program = emit_host_ir(frozen)  # compute instructions, and planned collectives for sets
     program = insert_deallocations(program)  # free intermediates after their last use
     verify_program(program)  # the result is well formed
     return program

@@ -12,12 +12,11 @@ tensor has a mesh or none does.
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from hostir import Linear, Matmul, ShardPart
-from hostir.scalars import floordiv
+from hostir import Linear, Matmul
 from lowering.errors import LoweringError
-from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
+from lowering.layouts import copy_parts, local_parts
+from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
 
 def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
@@ -79,7 +78,8 @@ def _inherit_all(
         )
         axes = list(result.axes)
         for o, i in pairs:
-            axes[o] = _copy_parts(result.axes[o], reference.axes[i], reference)
+            if not axes[o].reduction:
+                axes[o] = copy_parts(result.axes[o], reference.axes[i], reference.mesh)
         result = dataclasses.replace(result, axes=tuple(axes))
     return result
 
@@ -91,29 +91,15 @@ def _sharded_axes(tensor: LoweringTensor) -> int:
 def _inherit(
     target: LoweringTensor, source: LoweringTensor, pairs: tuple[tuple[int, int], ...]
 ) -> LoweringTensor:
-    """``target`` placed on ``source``'s mesh, each axis paired (target, source) copying parts."""
-    axes = list(target.axes)
+    """``target`` placed on ``source``'s mesh, each axis paired (target, source) copying parts.
+
+    Reduction axes stay unsharded: a partial result is an intermediate that
+    decompose_resharding creates, never a propagated tensor.
+    """
+    axes = [local_parts(axis) for axis in target.axes]
     for target_index, source_index in pairs:
-        axes[target_index] = _copy_parts(
-            target.axes[target_index], source.axes[source_index], source
-        )
-    axes = [
-        axis
-        if axis.parts
-        else dataclasses.replace(axis, parts=(ShardPart(axis=None, extent=axis.extent),))
-        for axis in axes
-    ]
+        if not target.axes[target_index].reduction:
+            axes[target_index] = copy_parts(
+                target.axes[target_index], source.axes[source_index], source.mesh
+            )
     return dataclasses.replace(target, mesh=source.mesh, axes=tuple(axes))
-
-
-def _copy_parts(target: AxisLayout, source: AxisLayout, owner: LoweringTensor) -> AxisLayout:
-    if not source.mesh_axes():
-        return dataclasses.replace(target, parts=(ShardPart(axis=None, extent=target.extent),))
-    if source.extent == target.extent:
-        return dataclasses.replace(target, parts=source.parts)
-    block = all(p.axis is not None for p in source.parts[:-1]) and source.parts[-1].axis is None
-    if not block:
-        return dataclasses.replace(target, parts=(ShardPart(axis=None, extent=target.extent),))
-    factor = math.prod(owner.mesh.axis_size(p.axis) for p in source.parts[:-1])
-    local = ShardPart(axis=None, extent=floordiv(target.extent, factor))
-    return dataclasses.replace(target, parts=source.parts[:-1] + (local,))

@@ -83,15 +83,17 @@ class MultiDeviceTest:
     local_rank: int
     device: torch.device
 
-    def shard_tensor(self, t: torch.Tensor, tv: Any) -> torch.Tensor:
+    def shard_tensor(self, t: torch.Tensor, tv: Any) -> torch.Tensor | None:
         """This rank's shard of the unsharded ``t`` as laid out by TensorView ``tv``."""
         import frontend  # lazily: the harness must not depend on the frontend
 
-        return frontend.shard_tensor(t, tv, rank=self.rank).to(self.device)
+        piece = frontend.shard_tensor(t, tv, rank=self.rank)
+        return None if piece is None else piece.to(self.device)  # None: rank outside the mesh
 
-    def shard_tensor_1d(self, t: torch.Tensor, dim: int, mesh: Any) -> torch.Tensor:
+    def shard_tensor_1d(self, t: torch.Tensor, dim: int, mesh: Any) -> torch.Tensor | None:
         """This rank's shard of ``t`` split along ``dim`` over the devices of ``mesh``."""
-        return mesh.shard_tensor(t, dim, rank=self.rank).to(self.device)
+        piece = mesh.shard_tensor(t, dim, rank=self.rank)
+        return None if piece is None else piece.to(self.device)
 
     def barrier(self) -> None:
         """Waits for every rank; a no-op in a world of one process."""

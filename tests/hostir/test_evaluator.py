@@ -147,7 +147,7 @@ def test_use_after_deallocate_is_an_error():
             Set(out=y, src=tensor("t", 2)),
         ),
     )
-    with pytest.raises(EvaluationError, match="tensor t is used before it is defined"):
+    with pytest.raises(EvaluationError, match="t is used before it is defined"):
         HostIrEvaluator(program).run([torch.randn(2)])
 
 

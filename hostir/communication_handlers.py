@@ -1,0 +1,292 @@
+"""Evaluator handlers for communication instructions.
+
+Each handler packs this rank's local buffer so the communicated chunks are
+outermost (the Communicator works on ``[team size, *chunk]`` buffers), posts the
+communication, and returns ``out`` with a request whose ``wait`` also unpacks
+into ``out``. ``out`` is None on ranks of the team that do not hold it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hostir.communications import (
+    Allgather,
+    Allreduce,
+    AllToAll,
+    Broadcast,
+    Gather,
+    LocalShard,
+    Reduce,
+    ReduceScatter,
+    Scatter,
+    SendRecv,
+    Wait,
+)
+from hostir.errors import EvaluationError
+from hostir.scalars import evaluate_scalar
+
+if TYPE_CHECKING:
+    from hostir.evaluator import RunContext
+
+
+class Request:
+    """A posted communication: ``wait()`` completes it, then runs ``finish``."""
+
+    def __init__(self, work: Any, finish: Callable[[], None] | None = None) -> None:
+        self._work = work
+        self._finish = finish
+
+    def wait(self) -> None:
+        """Blocks until the communication is done and ``out`` holds its result."""
+        if self._work is not None:
+            self._work.wait()
+        if self._finish is not None:
+            self._finish()
+        self._work = self._finish = None
+
+
+def _split_dim(t: torch.Tensor, axis: int, inner: int | None, parts: int) -> torch.Tensor:
+    """``[parts, *t.shape]`` with dim ``axis`` divided by ``parts``: dim ``axis`` viewed as
+    ``[outer, parts, inner]``, the ``parts`` digit moved first (a copy when needed)."""
+    size = t.shape[axis]
+    inner = size // parts if inner is None else inner
+    outer = size // (parts * inner)
+    if outer * parts * inner != size:
+        raise EvaluationError(
+            f"dim {axis} of extent {size} does not split into {parts} chunks of {inner}"
+        )
+    view = t.reshape(*t.shape[:axis], outer, parts, inner, *t.shape[axis + 1 :])
+    return view.movedim(axis + 1, 0).reshape(
+        parts, *t.shape[:axis], outer * inner, *t.shape[axis + 1 :]
+    )
+
+
+def _merge_dim(chunks: torch.Tensor, axis: int, inner: int | None) -> torch.Tensor:
+    """Inverse of :func:`_split_dim`: ``[parts, ..., d_axis, ...]`` to ``[..., d*parts, ...]``,
+    with the parts digit placed above the last ``inner`` elements of dim ``axis``."""
+    parts = chunks.shape[0]
+    body = chunks.shape[1:]
+    size = body[axis]
+    inner = size if inner is None else inner
+    outer = size // inner
+    view = chunks.reshape(parts, *body[:axis], outer, inner, *body[axis + 1 :])
+    moved = view.movedim(0, axis + 1)
+    return moved.reshape(*body[:axis], outer * parts * inner, *body[axis + 1 :])
+
+
+def _inner(context: RunContext, instruction: Any) -> int | None:
+    inner = instruction.inner
+    return None if inner is None else int(evaluate_scalar(inner, context.scalars))
+
+
+def _out_buffer(context: RunContext, instruction: Any, operands: dict) -> torch.Tensor | None:
+    """The tensor ``out`` will be on this rank: preallocated, fresh, or None if not held."""
+    if instruction.preallocated:
+        return operands.get("out")
+    if not context.participates(instruction.out):
+        return None
+    out = instruction.out
+    return torch.empty(context.local_shape(out), dtype=out.dtype.to_torch(), device=context.device)
+
+
+def _need(value: torch.Tensor | None, instruction: Any, role: str, context: RunContext) -> Any:
+    if value is None:
+        raise EvaluationError(
+            f"{type(instruction).__name__}: rank {context.rank} must hold {role}"
+            f" {getattr(instruction, role).name}, but it does not"
+        )
+    return value
+
+
+def _group(context: RunContext, instruction: Any) -> tuple[int, ...]:
+    return instruction.team.group_of(context.rank)
+
+
+def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -> list:
+    """Allgather: gather every member's chunk, then unpack along ``axis``."""
+    group = _group(context, instruction)
+    src = _need(operands["src"], instruction, "src", context).contiguous()
+    out = _out_buffer(context, instruction, operands)
+    buffer = torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
+    work = context.communicator.allgather(buffer, src, group)
+    inner = _inner(context, instruction)
+
+    def finish() -> None:
+        if out is not None:
+            out.copy_(_merge_dim(buffer, instruction.axis, inner))
+
+    return [out, Request(work, finish)]
+
+
+def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands: dict) -> list:
+    """ReduceScatter: pack the chunks along ``axis`` first, reduce-scatter, copy out."""
+    group = _group(context, instruction)
+    src = _need(operands["src"], instruction, "src", context)
+    packed = _split_dim(src, instruction.axis, _inner(context, instruction), len(group))
+    packed = packed.contiguous()
+    out = _out_buffer(context, instruction, operands)
+    chunk = packed.shape[1:]
+    result = torch.empty(chunk, dtype=src.dtype, device=src.device)
+    work = context.communicator.reduce_scatter(result, packed, group, instruction.op)
+
+    def finish() -> None:
+        if out is not None:
+            out.copy_(result.reshape(out.shape))
+
+    return [out, Request(work, finish)]
+
+
+def run_allreduce(context: RunContext, instruction: Allreduce, operands: dict) -> list:
+    """Allreduce in place on a copy of ``src``."""
+    group = _group(context, instruction)
+    src = _need(operands["src"], instruction, "src", context)
+    buffer = src.clone(memory_format=torch.contiguous_format)
+    work = context.communicator.allreduce(buffer, group, instruction.op)
+    out = _out_buffer(context, instruction, operands)
+    return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
+
+
+def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -> list:
+    """Broadcast from the root's ``src``; the root's own ``out`` is a copy."""
+    group = _group(context, instruction)
+    root = int(operands["root"])
+    out = _out_buffer(context, instruction, operands)
+    is_root = group[root] == context.rank
+    if is_root:
+        buffer = _need(operands["src"], instruction, "src", context).contiguous().clone()
+    else:
+        shape = context.local_shape(instruction.out)
+        buffer = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
+    work = context.communicator.broadcast(buffer, group, root)
+    return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
+
+
+def run_reduce(context: RunContext, instruction: Reduce, operands: dict) -> list:
+    """Reduce to the root."""
+    group = _group(context, instruction)
+    root = int(operands["root"])
+    src = _need(operands["src"], instruction, "src", context)
+    buffer = src.clone(memory_format=torch.contiguous_format)
+    work = context.communicator.reduce(buffer, group, root, instruction.op)
+    out = _out_buffer(context, instruction, operands)
+    return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
+
+
+def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list:
+    """Gather to the root, which unpacks along ``axis``."""
+    group = _group(context, instruction)
+    root = int(operands["root"])
+    src = _need(operands["src"], instruction, "src", context).contiguous()
+    is_root = group[root] == context.rank
+    buffer = (
+        torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
+        if is_root
+        else None
+    )
+    work = context.communicator.gather(buffer, src, group, root)
+    out = _out_buffer(context, instruction, operands)
+
+    def finish() -> None:
+        if out is not None and buffer is not None:
+            out.copy_(_merge_dim(buffer, instruction.axis, None))
+
+    return [out, Request(work, finish)]
+
+
+def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> list:
+    """Scatter from the root, which packs its ``src`` along ``axis``."""
+    group = _group(context, instruction)
+    root = int(operands["root"])
+    is_root = group[root] == context.rank
+    packed = None
+    if is_root:
+        src = _need(operands["src"], instruction, "src", context)
+        packed = _split_dim(src, instruction.axis, None, len(group)).contiguous()
+    shape = context.local_shape(instruction.out)
+    result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
+    work = context.communicator.scatter(result, packed, group, root)
+    out = _out_buffer(context, instruction, operands)
+    return [out, Request(work, (lambda: out.copy_(result)) if out is not None else None)]
+
+
+def run_all_to_all(context: RunContext, instruction: AllToAll, operands: dict) -> list:
+    """AllToAll: chunks along ``split_axis`` go out, received chunks concatenate
+    along ``concat_axis`` in member order."""
+    group = _group(context, instruction)
+    src = _need(operands["src"], instruction, "src", context)
+    packed = _split_dim(src, instruction.split_axis, None, len(group)).contiguous()
+    received = torch.empty_like(packed)
+    work = context.communicator.all_to_all(received, packed, group)
+    out = _out_buffer(context, instruction, operands)
+
+    def finish() -> None:
+        if out is not None:
+            out.copy_(_merge_dim(received, instruction.concat_axis, None))
+
+    return [out, Request(work, finish)]
+
+
+def run_send_recv(context: RunContext, instruction: SendRecv, operands: dict) -> list:
+    """Point-to-point: the sender's ``src`` lands in the receiver's ``out``."""
+    group = _group(context, instruction)
+    sender, receiver = int(operands["sender"]), int(operands["receiver"])
+    position = group.index(context.rank)
+    src = None
+    if position == sender:
+        src = _need(operands["src"], instruction, "src", context).contiguous()
+    out = _out_buffer(context, instruction, operands)
+    result = None
+    if position == receiver:
+        shape = context.local_shape(instruction.out)
+        result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
+    if position not in (sender, receiver):
+        return [out, Request(None)]
+    work = context.communicator.send_recv(result, src, group, sender, receiver)
+
+    def finish() -> None:
+        if out is not None and result is not None:
+            out.copy_(result)
+
+    return [out, Request(work, finish)]
+
+
+def run_wait(context: RunContext, instruction: Wait, operands: dict) -> list:
+    """Completes the request (a no-op on ranks that skipped the communication)."""
+    request = operands["request"]
+    if request is not None:
+        request.wait()
+    return []
+
+
+def run_local_shard(context: RunContext, instruction: LocalShard, operands: dict) -> list:
+    """This rank's chunk of ``src`` along ``axis`` (a copy; no communication)."""
+    src = operands["src"]
+    mesh = instruction.out.sharding.mesh
+    size = mesh.axis_size(instruction.mesh_axis)
+    coordinate = mesh.coordinate(context.rank, instruction.mesh_axis)
+    chunks = _split_dim(src, instruction.axis, _inner(context, instruction), size)
+    piece = chunks[coordinate].reshape(context.local_shape(instruction.out))
+    if instruction.preallocated:
+        operands["out"].copy_(piece)
+        return []
+    return [piece.contiguous()]
+
+
+COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
+    Allgather: run_allgather,
+    ReduceScatter: run_reduce_scatter,
+    Allreduce: run_allreduce,
+    Broadcast: run_broadcast,
+    Reduce: run_reduce,
+    Gather: run_gather,
+    Scatter: run_scatter,
+    AllToAll: run_all_to_all,
+    SendRecv: run_send_recv,
+    Wait: run_wait,
+    LocalShard: run_local_shard,
+}
+"""One handler per communication instruction (LocalShard included: it reshards)."""

@@ -1,0 +1,194 @@
+"""Communication instructions: collectives over teams, point-to-point, and waits.
+
+Every communication reads ``src`` (this rank's local buffer, absent on ranks
+that do not hold it), fills ``out`` and defines a ``request``: the
+communication is posted asynchronously and ``out`` is valid only after the
+``Wait`` of that request. It runs on the ranks of its team's mesh; each rank
+uses the group of the team it belongs to. Roots, senders and receivers are
+positions inside the group (scalar expressions).
+
+Tensor-dim semantics: a gather along ``axis`` views the local dim as
+``[outer, inner]`` (``inner`` None: the whole dim, ``outer`` 1) and produces
+``[outer, team size, inner]`` flattened, group position as the middle digit; a
+scatter or reduce-scatter is the inverse. When ``axis`` is not outermost the
+evaluator packs and unpacks, so any axis works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hostir.scalars import Scalar
+from hostir.sharding import MeshAxis, ReduceOp
+from hostir.team import Team
+from hostir.values import RequestValue, TensorValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allgather:
+    """Every member gets all members' ``src`` concatenated along ``axis``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    axis: int
+    inner: Scalar | None = None
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReduceScatter:
+    """Reduce ``src`` over the group with ``op``; member p keeps chunk p along ``axis``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    axis: int
+    inner: Scalar | None = None
+    op: ReduceOp = ReduceOp.SUM
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allreduce:
+    """Every member gets the ``op``-reduction of all members' ``src``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    op: ReduceOp = ReduceOp.SUM
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Broadcast:
+    """Every member gets the ``src`` of the member at position ``root``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "root")
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    root: Scalar
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reduce:
+    """The member at ``root`` gets the ``op``-reduction of all members' ``src``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "root")
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    root: Scalar
+    op: ReduceOp = ReduceOp.SUM
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gather:
+    """The member at ``root`` gets all members' ``src`` concatenated along ``axis``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "root")
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    root: Scalar
+    axis: int
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scatter:
+    """Member p gets chunk p along ``axis`` of the ``src`` of the member at ``root``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "root")
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    root: Scalar
+    axis: int
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllToAll:
+    """Member p sends chunk q of ``src`` along ``split_axis`` to member q, and
+    concatenates what it receives along ``concat_axis`` in member order."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    split_axis: int
+    concat_axis: int
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendRecv:
+    """The member at ``sender`` sends ``src`` to the member at ``receiver``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "sender", "receiver")
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    sender: Scalar
+    receiver: Scalar
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wait:
+    """Block until the communication that defined ``request`` completed."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ("request",)
+    request: RequestValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalShard:
+    """``out`` is this rank's piece of ``src`` along ``axis``: the local dim viewed
+    as ``[outer, size of mesh_axis, inner]``, this rank's coordinate on
+    ``mesh_axis`` (of ``out``'s mesh) selected. No communication."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    axis: int
+    mesh_axis: MeshAxis
+    inner: Scalar | None = None
+    preallocated: bool = False
+
+
+COLLECTIVES = frozenset(
+    {Allgather, ReduceScatter, Allreduce, Broadcast, Reduce, Gather, Scatter, AllToAll, SendRecv}
+)
+"""Instructions that communicate over a team and define a request."""
+
+ROOTED = frozenset({Broadcast, Reduce, Gather, Scatter})
+"""Collectives with a root member."""

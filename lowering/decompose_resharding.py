@@ -1,0 +1,222 @@
+"""``decompose_resharding``: make every compute op local; resharding becomes ``set`` ops.
+
+For each op, the *compute layout* is where the op runs on local shards:
+
+- a one-input op computes where its input is (its mapped axes keep the input's
+  layouts, on the input's mesh), so a differently sharded output gets a ``set``
+  *after* the op — the op runs on the smaller data;
+- a multi-input op computes in its output's layout, so each differently
+  sharded input gets a ``set`` *before* the op;
+- a reduction axis (sum, linear, matmul) takes the layout of the inputs' mapped
+  axis: if that is sharded, the op computes partial sums and a ``set`` from the
+  partial result reduces them (Allreduce, or ReduceScatter where the output is
+  sharded over the same mesh axis). A linear's bias is added after that
+  reduction.
+
+Every ``set`` whose two sides differ is lowered to communication later; all
+other ops then run on local shards. New tensors are named ``T<n>`` after the
+fusion's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+
+from hostir import Binary, BinaryOpKind, Linear, Set, TensorValue
+from lowering.emit_host_ir import bind_values
+from lowering.layouts import copy_parts, local_parts, tensor_layout, without_mesh_axes
+from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
+
+
+class _Builder:
+    """Collects the new op list and hands out fresh tensor names."""
+
+    def __init__(self, fusion: LoweringFusion) -> None:
+        self.tensors = {t.name: t for t in fusion.tensors}
+        self.order = [t.name for t in fusion.tensors]
+        first = 1 + max((int(n[1:]) for n in self.order if n[1:].isdigit()), default=-1)
+        self.numbers: Iterator[int] = itertools.count(first)
+        self.ops: list[LoweringOp] = []
+
+    def new_tensor(self, like: LoweringTensor, **changes: object) -> LoweringTensor:
+        tensor = dataclasses.replace(like, name=f"T{next(self.numbers)}", **changes)
+        self.tensors[tensor.name] = tensor
+        self.order.append(tensor.name)
+        return tensor
+
+    def add_set(self, src: LoweringTensor, dst: LoweringTensor) -> None:
+        pairs = tuple((i, i) for i, axis in enumerate(dst.axes) if not axis.reduction)
+        instruction = Set(out=_placeholder(dst), src=_placeholder(src))
+        self.ops.append(
+            LoweringOp(
+                instruction=instruction,
+                output=dst.name,
+                inputs=(src.name,),
+                axis_maps=((src.name, pairs),),
+            )
+        )
+
+
+def _placeholder(tensor: LoweringTensor) -> TensorValue:
+    return tensor.value()
+
+
+def decompose_resharding(fusion: LoweringFusion) -> LoweringFusion:
+    """Returns ``fusion`` where only ``set`` ops change shardings (see module docstring)."""
+    builder = _Builder(fusion)
+    for op in fusion.ops:
+        if isinstance(op.instruction, Set):
+            builder.ops.append(op)  # a user's set is a resharding point already
+            continue
+        _decompose(op, builder)
+    return dataclasses.replace(
+        fusion,
+        tensors=tuple(builder.tensors[name] for name in builder.order),
+        ops=tuple(builder.ops),
+    )
+
+
+def _decompose(op: LoweringOp, builder: _Builder) -> None:
+    tensors = builder.tensors
+    out = tensors[op.output]
+    if out.mesh is None:  # propagation left no tensor on a mesh: a single-device fusion
+        builder.ops.append(op)
+        return
+    compute = _compute_tensor(op, tensors, out)
+    bias = _bias_after_reduction(op, compute)
+    renames: dict[str, str] = {}
+    for name, pairs in op.axis_maps:
+        if bias is not None and name == bias:
+            continue
+        wanted = _wanted_input(tensors[name], pairs, compute)
+        if tensor_layout(wanted) != tensor_layout(tensors[name]):
+            moved = builder.new_tensor(wanted)
+            builder.add_set(tensors[name], moved)
+            renames[name] = moved.name
+    result = out
+    if tensor_layout(compute) != tensor_layout(out):
+        result = builder.new_tensor(compute)
+    instruction = op.instruction
+    if bias is not None:
+        instruction = dataclasses.replace(instruction, bias=None)
+    builder.ops.append(_rewrite(op, instruction, renames, result, tensors))
+    if result is out:
+        return
+    if bias is None:
+        builder.add_set(result, out)
+        return
+    reduced = builder.new_tensor(out)
+    builder.add_set(result, reduced)
+    _decompose(_bias_add(op, reduced, out, bias), builder)
+
+
+def _compute_tensor(
+    op: LoweringOp, tensors: dict[str, LoweringTensor], out: LoweringTensor
+) -> LoweringTensor:
+    """The output as the op computes it on local shards (see module docstring)."""
+    maps = dict(op.axis_maps)
+    if len(op.axis_maps) == 1:
+        ((name, pairs),) = op.axis_maps
+        source = tensors[name]
+        axes = [local_parts(a) if a.reduction else a for a in out.axes]
+        for o, i in pairs:
+            axes[o] = copy_parts(out.axes[o], source.axes[i], source.mesh)
+        return dataclasses.replace(out, mesh=source.mesh, axes=tuple(axes))
+    axes = list(out.axes)
+    for o, axis in enumerate(out.axes):
+        if axis.reduction:
+            axes[o] = _reduction_layout(o, axis, maps, tensors, out)
+    reduced = {a for axis in axes if axis.reduction for a in _mesh_axes(axis)}
+    axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
+    return dataclasses.replace(out, axes=tuple(axes))
+
+
+def _reduction_layout(
+    o: int, axis: AxisLayout, maps: dict, tensors: dict[str, LoweringTensor], out: LoweringTensor
+) -> AxisLayout:
+    """A reduction axis is sharded like the first input whose mapped axis is sharded."""
+    for name, pairs in maps.items():
+        producer = tensors[name]
+        for po, pi in pairs:
+            if po == o and _mesh_axes(producer.axes[pi]) and producer.mesh == out.mesh:
+                return copy_parts(axis, producer.axes[pi], out.mesh)
+    return local_parts(axis)
+
+
+def _mesh_axes(axis: AxisLayout) -> set:
+    return {p.axis for p in axis.parts if p.axis is not None}
+
+
+def _wanted_input(
+    producer: LoweringTensor, pairs: tuple[tuple[int, int], ...], compute: LoweringTensor
+) -> LoweringTensor:
+    """``producer`` laid out so the op can read it in the compute layout."""
+    axes = [local_parts(axis) for axis in producer.axes]
+    for o, i in pairs:
+        axes[i] = copy_parts(producer.axes[i], compute.axes[o], compute.mesh)
+    return dataclasses.replace(producer, mesh=compute.mesh, axes=tuple(axes))
+
+
+def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None:
+    """The bias of a linear whose contraction is sharded: it is added after reducing."""
+    instruction = op.instruction
+    if not isinstance(instruction, Linear) or instruction.bias is None:
+        return None
+    if not any(axis.reduction and _mesh_axes(axis) for axis in compute.axes):
+        return None
+    return instruction.bias.name
+
+
+def _rewrite(
+    op: LoweringOp,
+    instruction: object,
+    renames: dict[str, str],
+    result: LoweringTensor,
+    tensors: dict[str, LoweringTensor],
+) -> LoweringOp:
+    """``op`` reading renamed inputs and writing ``result``."""
+    values = {name: tensors[name].value() for name in tensors}
+    for old, new in renames.items():
+        values[old] = tensors[new].value()
+    values[op.output] = result.value()
+    bound = bind_values(instruction, values)
+    names = tuple(
+        renames.get(name, name) for name in op.inputs if _reads(bound, renames.get(name, name))
+    )
+    maps = tuple(
+        (renames.get(name, name), pairs)
+        for name, pairs in op.axis_maps
+        if renames.get(name, name) in names
+    )
+    return LoweringOp(instruction=bound, output=result.name, inputs=names, axis_maps=maps)
+
+
+def _reads(instruction: object, name: str) -> bool:
+    return any(
+        isinstance(getattr(instruction, f.name), TensorValue)
+        and getattr(instruction, f.name).name == name
+        for f in dataclasses.fields(instruction)
+        if f.name != "out"
+    )
+
+
+def _bias_add(
+    op: LoweringOp, reduced: LoweringTensor, out: LoweringTensor, bias: str
+) -> LoweringOp:
+    """``out = reduced + bias``, with the linear's bias axis map."""
+    data = [i for i, axis in enumerate(out.axes) if not axis.reduction]
+    bias_pairs = dict(op.axis_maps)[bias]
+    instruction = Binary(
+        op=BinaryOpKind.ADD,
+        out=out.value(),
+        lhs=reduced.value(),
+        rhs=TensorValue(name=bias, dtype=out.dtype, shape=(), sharding=None),
+    )
+    return LoweringOp(
+        instruction=instruction,
+        output=out.name,
+        inputs=(reduced.name, bias),
+        axis_maps=((reduced.name, tuple((i, i) for i in data)), (bias, bias_pairs)),
+    )
