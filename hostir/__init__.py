@@ -5,12 +5,6 @@ A program (:class:`HostIrContainer`) can be printed, run and inspected
 without the fusion it came from.
 """
 
-from hostir.communicator import (
-    Communicator,
-    LocalCommunicator,
-    TorchCommunicator,
-    default_communicator,
-)
 from hostir.communications import (
     COLLECTIVES,
     ROOTED,
@@ -25,6 +19,12 @@ from hostir.communications import (
     Scatter,
     SendRecv,
     Wait,
+)
+from hostir.communicator import (
+    Communicator,
+    LocalCommunicator,
+    TorchCommunicator,
+    default_communicator,
 )
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType

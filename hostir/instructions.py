@@ -191,7 +191,6 @@ class ForLoop:
 # The communication instructions live in their own module; the catalog lists them too.
 from hostir.communications import (  # noqa: E402 - after the local classes on purpose
     COLLECTIVES,
-    ROOTED,
     Allgather,
     Allreduce,
     AllToAll,

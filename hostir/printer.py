@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hostir.communications import COLLECTIVES, LocalShard, Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.instructions import (
     COMPUTE,
@@ -34,7 +35,6 @@ from hostir.instructions import (
     Sum,
     keyword,
 )
-from hostir.communications import COLLECTIVES, LocalShard, Wait
 from hostir.scalars import print_scalar
 from hostir.sharding import Mesh, MeshAxis, ReduceOp, Sharding
 from hostir.team import Team
