@@ -13,8 +13,8 @@ temporary that ``wait()`` copies back.
 
 gloo (torch 2.13) handles all of these collectives for float32, bfloat16 and
 float16, including reductions, on sub-groups; no dtype fallback is needed. Its
-``all_gather_into_tensor`` / ``reduce_scatter_tensor`` only accept the
-concatenated layout (``[n * k]`` against ``[k]``), not the stacked one
+``all_gather_single`` / ``reduce_scatter_single`` (torch 2.13's preferred names)
+only accept the concatenated layout (``[n * k]`` against ``[k]``), not the stacked one
 (``[n, k]``), so those are called on flat views.
 """
 
@@ -154,7 +154,7 @@ class TorchCommunicator(Communicator):
         device = _scratch_device()
         mine = torch.tensor([_digest_code(digest)], dtype=torch.int64, device=device)
         codes = torch.empty(self.world_size, dtype=torch.int64, device=device)
-        dist.all_gather_into_tensor(codes, mine)
+        dist.all_gather_single(codes, mine)
         by_code: dict[int, list[int]] = {}
         for rank, code in enumerate(codes.tolist()):
             by_code.setdefault(code, []).append(rank)
@@ -177,7 +177,7 @@ class TorchCommunicator(Communicator):
         direct = layout.sorted and out.is_contiguous()
         landing = out if direct else torch.empty(out.shape, dtype=out.dtype, device=out.device)
         src = inp.contiguous()
-        handle = dist.all_gather_into_tensor(
+        handle = dist.all_gather_single(
             landing.view(-1), src.view(-1), group=layout.process_group, async_op=True
         )
 
@@ -194,7 +194,7 @@ class TorchCommunicator(Communicator):
         # Chunk s of the call goes to torch group rank s: reorder team chunks.
         src = inp.contiguous() if layout.sorted else inp[layout.inverse]
         landing = _contiguous_like(out)
-        handle = dist.reduce_scatter_tensor(
+        handle = dist.reduce_scatter_single(
             landing.view(-1),
             src.view(-1),
             op=TORCH_REDUCE_OPS[op],

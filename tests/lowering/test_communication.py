@@ -373,3 +373,66 @@ def test_unplannable_resharding_names_tensors_and_shardings():
     message = str(info.value)
     assert "cannot reshard T0 @M0 {0: [x, 2]} to T1 @M1 {1: [x]}" in message
     assert "M0 = [0, 1]" in message and "M1 = [1, 2, 3, 0]" in message
+
+
+@pytest.mark.world_sizes(4)
+def test_allgather_on_a_subset_mesh_in_any_order(multidevice_test):
+    """Mesh [3, 1] on 4 ranks: ranks 0 and 2 skip; the gather follows mesh order."""
+    mesh = DeviceMesh([3, 1])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 5))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    shard(x, mesh, 0)
+    y.set_device_mesh(mesh)
+    torch.manual_seed(16)
+    full = torch.randn(4, 5)
+    check(fd, multidevice_test, [(full, x)], [full])
+    assert kinds(fd) == ["Allgather"]
+
+
+@pytest.mark.world_sizes(8)
+@pytest.mark.parametrize("axis", [ParallelType.mesh_z, ParallelType.mesh_y, ParallelType.mesh_x])
+def test_collectives_along_each_axis_of_a_3d_mesh(multidevice_test, axis):
+    """A 2x2x2 mesh: each dim of a 3-d tensor over one mesh axis; gather one of them and
+    sum over another, so an Allgather and an Allreduce run along different axes."""
+    mesh = DeviceMesh(torch.arange(8).reshape(2, 2, 2))
+    order = [ParallelType.mesh_z, ParallelType.mesh_y, ParallelType.mesh_x]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 4, 4))
+        s = fd.ops.sum(x, [order.index(axis)])
+        fd.add_output(s)
+    x.set_device_mesh(mesh)
+    for dim, parallel_type in enumerate(order):
+        x.outer_split(2 * dim, 2)
+        x.axis(2 * dim).parallelize(parallel_type)
+    s.set_device_mesh(mesh)  # replicated: the other two axes are gathered
+    torch.manual_seed(17)
+    full = torch.randn(4, 4, 4)
+    dim = order.index(axis)
+    check(fd, multidevice_test, [(full, x)], [full.sum(dim)], rtol=1e-5, atol=1e-5)
+    assert kinds(fd) == ["Allreduce", "Allgather", "Allgather"]
+    assert f"Allreduce(T2, team=M0({axis.name[-1]}), op=sum)" in str(fd.host_ir())
+
+
+@pytest.mark.world_sizes(2)
+def test_profiler_sees_the_collectives(multidevice_test):
+    """The profiler shows the host IR range and gloo's own events for an Allgather."""
+    mesh = _mesh(2)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 3))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    shard(x, mesh, 0)
+    y.set_device_mesh(mesh)
+    torch.manual_seed(18)
+    full = torch.randn(4, 3)
+    check(fd, multidevice_test, [(full, x)], [full])  # warm up: groups are created once
+    local = multidevice_test.shard_tensor(full, x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (out,) = fd.execute([local])
+    torch.testing.assert_close(out.cpu(), full)
+    names = [event.name for event in prof.events()]
+    assert names.count("hir::Allgather") == 1
+    assert names.count("hir::wait") == 1
+    assert sum(1 for n in names if n.startswith("gloo:all_gather")) == 1, sorted(set(names))
