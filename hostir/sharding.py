@@ -143,6 +143,12 @@ class Sharding:
         """By how much ``dim`` is divided: the product of its mesh axes' sizes."""
         return math.prod(self.mesh.axis_size(a) for a in self.mesh_axes_of(dim))
 
+    def replicated_axes(self) -> tuple[MeshAxis, ...]:
+        """The mesh axes that neither shard a dim nor hold partial sums."""
+        used = {a for dim in range(len(self.dims)) for a in self.mesh_axes_of(dim)}
+        used |= {p.axis for p in self.partial}
+        return tuple(a for a in self.mesh.axes() if a not in used)
+
     def is_distributed(self) -> bool:
         """Whether any dim is sharded or any axis partial."""
         return bool(self.partial) or any(self.mesh_axes_of(d) for d in range(len(self.dims)))
