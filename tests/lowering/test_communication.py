@@ -436,3 +436,23 @@ def test_profiler_sees_the_collectives(multidevice_test):
     assert names.count("hir::Allgather") == 1
     assert names.count("hir::wait") == 1
     assert sum(1 for n in names if n.startswith("gloo:all_gather")) == 1, sorted(set(names))
+
+
+@pytest.mark.world_sizes(4)
+def test_all_to_all_along_mesh_y_keeps_mesh_x(multidevice_test):
+    """On a 2x2 mesh, dim 0 over mesh_y moves to dim 1; dim 2 stays over mesh_x."""
+    mesh = _mesh_2d(4)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 6, 2))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    shard(x, mesh, 0, ParallelType.mesh_y)
+    shard(x, mesh, 3, ParallelType.mesh_x)  # loop [y, 2, 6, 2]: dim 2 is loop axis 3
+    y.set_device_mesh(mesh)
+    shard(y, mesh, 1, ParallelType.mesh_y)
+    shard(y, mesh, 3, ParallelType.mesh_x)  # loop [4, y, 3, 2]: dim 2 is loop axis 3
+    torch.manual_seed(19)
+    full = torch.randn(4, 6, 2)
+    check(fd, multidevice_test, [(full, x)], [full])
+    assert kinds(fd) == ["AllToAll"]
+    assert "team=M0(y), split_axis=1, concat_axis=0" in str(fd.host_ir())
