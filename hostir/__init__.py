@@ -12,6 +12,7 @@ from hostir.communications import (
     Allreduce,
     AllToAll,
     Broadcast,
+    CollectivePermute,
     Gather,
     LocalShard,
     Reduce,
@@ -58,7 +59,7 @@ from hostir.instructions import (
     UnaryOpKind,
 )
 from hostir.printer import print_program
-from hostir.scalars import BinaryExpr, Const, Scalar, ScalarOp, Symbol
+from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
 from hostir.sharding import (
     Mesh,
     MeshAxis,
@@ -68,6 +69,7 @@ from hostir.sharding import (
     ShardPart,
     slice_global_tensor,
 )
+from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.team import Team
 from hostir.values import RequestValue, StreamValue, TensorValue
 
@@ -78,7 +80,12 @@ __all__ = [
     "Allgather",
     "Allreduce",
     "Broadcast",
+    "CollectivePermute",
     "Gather",
+    "GetCurrentStream",
+    "MeshCoordinate",
+    "SetCurrentStream",
+    "Synchronize",
     "LocalShard",
     "Reduce",
     "ReduceScatter",

@@ -18,6 +18,7 @@ from hostir.communications import (
     Allreduce,
     AllToAll,
     Broadcast,
+    CollectivePermute,
     Gather,
     LocalShard,
     Reduce,
@@ -254,6 +255,18 @@ def run_send_recv(context: RunContext, instruction: SendRecv, operands: dict) ->
     return [out, Request(work, finish)]
 
 
+def run_collective_permute(
+    context: RunContext, instruction: CollectivePermute, operands: dict
+) -> list:
+    """Send ``src`` to one peer while receiving ``out`` from another."""
+    group = _group(context, instruction)
+    src = _need(operands["src"], instruction, "src", context)
+    out = _out_buffer(context, instruction, operands)
+    send_to, recv_from = int(operands["send_peer"]), int(operands["recv_peer"])
+    work = context.communicator.permute(out, src, group, send_to, recv_from)
+    return [out, Request(work)]
+
+
 def run_wait(context: RunContext, instruction: Wait, operands: dict) -> list:
     """Completes the request (a no-op on ranks that skipped the communication)."""
     request = operands["request"]
@@ -286,6 +299,7 @@ COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     Scatter: run_scatter,
     AllToAll: run_all_to_all,
     SendRecv: run_send_recv,
+    CollectivePermute: run_collective_permute,
     Wait: run_wait,
     LocalShard: run_local_shard,
 }

@@ -161,6 +161,23 @@ class SendRecv:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CollectivePermute:
+    """Each member sends ``src`` to the member at ``send_peer`` and receives into ``out``
+    from the member at ``recv_peer`` (both positions in its group, usually functions of a
+    loop index and the rank's coordinate); both peers self is a local copy."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "send_peer", "recv_peer")
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    send_peer: Scalar
+    recv_peer: Scalar
+    request: RequestValue
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Wait:
     """Block until the communication that defined ``request`` completed."""
 
@@ -186,7 +203,18 @@ class LocalShard:
 
 
 COLLECTIVES = frozenset(
-    {Allgather, ReduceScatter, Allreduce, Broadcast, Reduce, Gather, Scatter, AllToAll, SendRecv}
+    {
+        Allgather,
+        ReduceScatter,
+        Allreduce,
+        Broadcast,
+        Reduce,
+        Gather,
+        Scatter,
+        AllToAll,
+        SendRecv,
+        CollectivePermute,
+    }
 )
 """Instructions that communicate over a team and define a request."""
 

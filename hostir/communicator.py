@@ -205,7 +205,37 @@ class Communicator:
             return DONE
         return self._send_recv(out, inp, team, sender, receiver)
 
+    def permute(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        group: Sequence[int],
+        send_to: int,
+        recv_from: int,
+    ) -> Work:
+        """Sends ``inp`` to the member at ``send_to`` while receiving ``out`` from the
+        member at ``recv_from`` (one step of a collective permute; every member calls
+        it with its own peers). Both peers this rank is a local copy."""
+        team = self._team(group, "permute")
+        _check_position(team, send_to, "send_to", "permute")
+        _check_position(team, recv_from, "recv_from", "permute")
+        where = f"permute over {team} sending to {send_to}, receiving from {recv_from}"
+        _expect(inp, None, None, where, "inp")
+        _expect(out, tuple(inp.shape), inp.dtype, where, "out")
+        me = team.index(self.rank)
+        if (send_to == me) != (recv_from == me):
+            raise CommunicationError(f"{where}: a rank that keeps its data must also send none")
+        if send_to == me:
+            out.copy_(inp)
+            return DONE
+        return self._permute(out, inp, team, send_to, recv_from)
+
     # -- Hooks: groups of more than one rank, arguments already checked -------------
+
+    def _permute(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int
+    ) -> Work:
+        raise self._cannot_reach("permute", group)
 
     def _prepare(self, groups: list[Group]) -> None:
         if groups:

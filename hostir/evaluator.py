@@ -36,23 +36,26 @@ from hostir.instructions import (
     defined_values,
     keyword,
 )
-from hostir.scalars import BinaryExpr, Const, Symbol, evaluate_scalar
+from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.sharding import Mesh, local_extent
+from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool
 from hostir.team import Team
-from hostir.values import RequestValue, TensorValue
+from hostir.values import RequestValue, StreamValue, TensorValue
 
-RANK_SYMBOL = "rank"
+RANK_SYMBOL = RANK
 """The scalar symbol bound to this process's rank."""
 
 
 class Listener:
     """Observes execution; subclass and override what you need."""
 
-    def before(self, instruction: Instruction, context: RunContext) -> None:
-        """Called before ``instruction`` runs on this rank."""
+    def before(self, instruction: Instruction, context: RunContext, operands: dict) -> None:
+        """Called before ``instruction`` runs on this rank; ``operands`` are its resolved
+        inputs by field name (tensors, scalars, stream ids, requests)."""
 
-    def after(self, instruction: Instruction, context: RunContext) -> None:
-        """Called after ``instruction`` ran on this rank."""
+    def after(self, instruction: Instruction, context: RunContext, operands: dict) -> None:
+        """Called after ``instruction`` ran on this rank; its results are bound in
+        ``context.tensors`` by name."""
 
 
 class RunContext:
@@ -66,6 +69,8 @@ class RunContext:
         self.device = device
         self.tensors: dict[str, torch.Tensor | None] = {}
         self.scalars: dict[str, int | float | bool] = {RANK_SYMBOL: communicator.rank}
+        self.current_stream: Any = MAIN
+        self.stream_pool = evaluator.stream_pool(device)
 
     @property
     def rank(self) -> int:
@@ -138,6 +143,7 @@ def _compute_handler(run: Callable) -> Handler:
 
 HANDLERS: dict[type, Handler] = {
     **COMMUNICATION_HANDLERS,
+    **STREAM_HANDLERS,
     Allocate: _run_allocate,
     Deallocate: _run_deallocate,
     ShardByStream: _run_shard_by_stream,
@@ -171,6 +177,11 @@ class HostIrEvaluator:
         self.listeners = tuple(listeners)
         self.device = torch.device(device) if device is not None else None
         self._prepared_for: Communicator | None = None
+        self._stream_pools: dict[torch.device, StreamPool] = {}
+
+    def stream_pool(self, device: torch.device) -> StreamPool:
+        """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""
+        return self._stream_pools.setdefault(device, StreamPool(device))
 
     def run(self, inputs: Sequence[Any]) -> list[torch.Tensor | None]:
         """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs."""
@@ -186,7 +197,11 @@ class HostIrEvaluator:
         context = RunContext(self, communicator, device)
         for value, given in zip(self.program.inputs, inputs, strict=True):
             self._bind_input(context, value, given)
-        context.run_body(self.program.body)
+        try:
+            context.run_body(self.program.body)
+        finally:
+            if device.type == "cuda" and context.current_stream != MAIN:
+                torch.cuda.set_stream(context.stream_pool.get(MAIN))
         return [self._output(context, value) for value in self.program.outputs]
 
     def _prepare(self, communicator: Communicator) -> None:
@@ -231,7 +246,7 @@ class HostIrEvaluator:
             return
         operands = self._resolve_operands(instruction, context)
         for listener in self.listeners:
-            listener.before(instruction, context)
+            listener.before(instruction, context, operands)
         with torch.profiler.record_function(f"hir::{keyword(instruction)}"):
             try:
                 results = HANDLERS[type(instruction)](context, instruction, operands)
@@ -248,7 +263,7 @@ class HostIrEvaluator:
             if value.name in defined:  # a preallocated out was written, not defined
                 context.tensors[value.name] = result
         for listener in self.listeners:
-            listener.after(instruction, context)
+            listener.after(instruction, context, operands)
 
     def _resolve_operands(self, instruction: Instruction, context: RunContext) -> dict[str, Any]:
         if type(instruction) in _UNRESOLVED:
@@ -299,6 +314,10 @@ def walk_instructions(body: Sequence[Instruction]) -> Iterator[Instruction]:
 def _resolve(operand: Any, context: RunContext, optional: bool = False) -> Any:
     if operand is None:
         return None
+    if isinstance(operand, StreamValue):
+        if operand.index is not None:
+            return int(evaluate_scalar(operand.index, context.scalars))
+        return context.tensors[operand.name]
     if isinstance(operand, TensorValue | RequestValue):
         if operand.name not in context.tensors:
             raise EvaluationError(f"{operand.name} is used before it is defined")
@@ -309,7 +328,7 @@ def _resolve(operand: Any, context: RunContext, optional: bool = False) -> Any:
                 " (it lives on a mesh without this rank)"
             )
         return tensor
-    if isinstance(operand, Const | Symbol | BinaryExpr):
+    if isinstance(operand, Const | Symbol | MeshCoordinate | BinaryExpr):
         return evaluate_scalar(operand, context.scalars)
     return operand
 

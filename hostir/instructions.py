@@ -195,6 +195,7 @@ from hostir.communications import (  # noqa: E402 - after the local classes on p
     Allreduce,
     AllToAll,
     Broadcast,
+    CollectivePermute,
     Gather,
     LocalShard,
     Reduce,
@@ -203,6 +204,7 @@ from hostir.communications import (  # noqa: E402 - after the local classes on p
     SendRecv,
     Wait,
 )
+from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize  # noqa: E402
 
 COMPUTE = frozenset({Set, Unary, Binary, Cast, Sum, Linear, Matmul, BroadcastInDim, Permute})
 """Instructions that run a torch op and may write into a preallocated ``out``."""
@@ -231,7 +233,11 @@ INSTRUCTIONS: tuple[type, ...] = (
     Scatter,
     AllToAll,
     SendRecv,
+    CollectivePermute,
     Wait,
+    GetCurrentStream,
+    SetCurrentStream,
+    Synchronize,
 )
 """Every instruction class; completeness tests check each has a keyword, handler, ..."""
 
@@ -259,7 +265,11 @@ Instruction = (
     | Scatter
     | AllToAll
     | SendRecv
+    | CollectivePermute
     | Wait
+    | GetCurrentStream
+    | SetCurrentStream
+    | Synchronize
 )
 
 _KEYWORDS: dict[type, str] = {
@@ -276,6 +286,9 @@ _KEYWORDS: dict[type, str] = {
     ForLoop: "for",
     LocalShard: "local_shard",
     Wait: "wait",
+    GetCurrentStream: "get_current_stream",
+    SetCurrentStream: "set_current_stream",
+    Synchronize: "synchronize",
     # Communications are named by their kind, as in nvFuser and the profiler
     # ranges SPEC section 4 names (hir::Allgather, hir::CollectivePermute).
     **{cls: cls.__name__ for cls in COLLECTIVES},

@@ -37,8 +37,9 @@ from hostir.instructions import (
 )
 from hostir.scalars import print_scalar
 from hostir.sharding import Mesh, MeshAxis, ReduceOp, Sharding
+from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.team import Team
-from hostir.values import TensorValue
+from hostir.values import StreamValue, TensorValue
 
 INDENT = "  "
 
@@ -104,23 +105,23 @@ def print_instruction(instruction: Instruction, meshes: _MeshNames) -> list[str]
     return printer(instruction, meshes)
 
 
-def _operand(value: object) -> str:
+def _operand(value: object, meshes: _MeshNames) -> str:
     if isinstance(value, TensorValue):
         return value.name
-    return print_scalar(value)  # type: ignore[arg-type]
+    return print_scalar(value, meshes.name)  # type: ignore[arg-type]
 
 
 def _ints(values: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
 
 
-def _compute_params(instruction: Instruction) -> list[str]:
+def _compute_params(instruction: Instruction, meshes: _MeshNames) -> list[str]:
     """The operands and ``key=value`` attributes of a compute instruction."""
     if isinstance(instruction, Linear):
         ins = [instruction.input.name, instruction.weight.name]
         ins += [f"bias={instruction.bias.name}"] if instruction.bias else []
     else:
-        ins = [_operand(getattr(instruction, name)) for name in instruction.INS]
+        ins = [_operand(getattr(instruction, name), meshes) for name in instruction.INS]
     if isinstance(instruction, Sum):
         ins += [f"dims={_ints(instruction.dims)}", f"keepdim={str(instruction.keepdim).lower()}"]
     if isinstance(instruction, BroadcastInDim):
@@ -131,7 +132,7 @@ def _compute_params(instruction: Instruction) -> list[str]:
 
 
 def _print_compute(instruction: Instruction, meshes: _MeshNames) -> list[str]:
-    params = _compute_params(instruction)
+    params = _compute_params(instruction, meshes)
     out = instruction.out  # type: ignore[union-attr]
     if instruction.preallocated:  # type: ignore[union-attr]
         return [f"{keyword(instruction)}({', '.join(params + [f'out={out.name}'])})"]
@@ -148,14 +149,14 @@ def _print_deallocate(instruction: Deallocate, meshes: _MeshNames) -> list[str]:
 
 def _print_shard_by_stream(instruction: ShardByStream, meshes: _MeshNames) -> list[str]:
     out = print_declaration(instruction.out, meshes)
-    args = (
-        f"{instruction.src.name}, axis={instruction.axis}, index={print_scalar(instruction.index)}"
-    )
+    index = print_scalar(instruction.index, meshes.name)
+    args = f"{instruction.src.name}, axis={instruction.axis}, index={index}"
     return [f"{out} = shard_by_stream({args})"]
 
 
 def _print_for_loop(instruction: ForLoop, meshes: _MeshNames) -> list[str]:
-    start, stop = print_scalar(instruction.start), print_scalar(instruction.stop)
+    start = print_scalar(instruction.start, meshes.name)
+    stop = print_scalar(instruction.stop, meshes.name)
     lines = [f"for {instruction.index.name} in range({start}, {stop}) {{"]
     for inner in instruction.body:
         lines.extend(INDENT + line for line in print_instruction(inner, meshes))
@@ -175,18 +176,20 @@ _COMMUNICATION_PARAMS = (
     "root",
     "sender",
     "receiver",
+    "send_peer",
+    "recv_peer",
     "mesh_axis",
     "op",
 )
 """Attributes of communications, printed as ``key=value`` in this order when set."""
 
 
-def _param_text(value: object) -> str:
+def _param_text(value: object, meshes: _MeshNames) -> str:
     if isinstance(value, MeshAxis | ReduceOp):
         return value.value
     if isinstance(value, int):
         return str(value)
-    return print_scalar(value)  # type: ignore[arg-type]
+    return print_scalar(value, meshes.name)  # type: ignore[arg-type]
 
 
 def _communication_params(instruction: Instruction, meshes: _MeshNames) -> list[str]:
@@ -197,7 +200,7 @@ def _communication_params(instruction: Instruction, meshes: _MeshNames) -> list[
     for name in _COMMUNICATION_PARAMS:
         value = getattr(instruction, name, None)
         if value is not None:
-            params.append(f"{name}={_param_text(value)}")
+            params.append(f"{name}={_param_text(value, meshes)}")
     if getattr(instruction, "preallocated", False):
         params.append(f"out={instruction.out.name}")  # type: ignore[union-attr]
     return params
@@ -219,7 +222,25 @@ def _print_wait(instruction: Wait, meshes: _MeshNames) -> list[str]:
     return [f"wait {instruction.request.name}"]
 
 
+def print_stream(stream: StreamValue, meshes: _MeshNames) -> str:
+    """``main`` for a bound stream, ``stream(i)`` for stream ``i`` of the pool."""
+    if stream.index is None:
+        return stream.name
+    return f"stream({print_scalar(stream.index, meshes.name)})"
+
+
+def _print_get_current_stream(instruction: GetCurrentStream, meshes: _MeshNames) -> list[str]:
+    return [f"{instruction.out.name} = get_current_stream()"]
+
+
+def _print_stream_use(instruction: SetCurrentStream | Synchronize, meshes: _MeshNames) -> list[str]:
+    return [f"{keyword(instruction)}({print_stream(instruction.stream, meshes)})"]
+
+
 _PRINTERS: dict[type, Callable[..., list[str]]] = {
+    GetCurrentStream: _print_get_current_stream,
+    SetCurrentStream: _print_stream_use,
+    Synchronize: _print_stream_use,
     Wait: _print_wait,
     LocalShard: _print_communication,
     **{cls: _print_communication for cls in COLLECTIVES},

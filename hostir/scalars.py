@@ -17,6 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from hostir.errors import EvaluationError
+from hostir.mesh import Mesh, MeshAxis
+
+RANK = "rank"
+"""The symbol bound to this process's rank."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +35,14 @@ class Symbol:
     """A named value bound at run time (an extent, a loop index, the rank)."""
 
     name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshCoordinate:
+    """This rank's coordinate on ``axis`` of ``mesh`` (bound through the ``rank`` symbol)."""
+
+    mesh: Mesh
+    axis: MeshAxis
 
 
 class ScalarOp(enum.Enum):
@@ -61,12 +73,12 @@ class BinaryExpr:
     rhs: Scalar
 
 
-Scalar = Const | Symbol | BinaryExpr
+Scalar = Const | Symbol | MeshCoordinate | BinaryExpr
 
 
 def as_scalar(value: Scalar | int | float | bool) -> Scalar:
     """Wraps a Python number as a :class:`Const`; scalars pass through."""
-    if isinstance(value, Const | Symbol | BinaryExpr):
+    if isinstance(value, Const | Symbol | MeshCoordinate | BinaryExpr):
         return value
     return Const(value=value)
 
@@ -128,6 +140,11 @@ def evaluate_scalar(expr: Scalar, env: Mapping[str, int | float | bool]) -> int 
         if expr.name not in env:
             raise EvaluationError(f"scalar {expr.name} is not bound when it is used")
         return env[expr.name]
+    if isinstance(expr, MeshCoordinate):
+        coordinate = expr.mesh.coordinate(int(env[RANK]), expr.axis)
+        if coordinate is None:
+            raise EvaluationError(f"rank {env[RANK]} has no coordinate in mesh {expr.mesh}")
+        return coordinate
     lhs = evaluate_scalar(expr.lhs, env)
     rhs = evaluate_scalar(expr.rhs, env)
     if expr.op in (ScalarOp.FLOORDIV, ScalarOp.MOD) and rhs == 0:
@@ -136,9 +153,11 @@ def evaluate_scalar(expr: Scalar, env: Mapping[str, int | float | bool]) -> int 
 
 
 def symbols_of(expr: Scalar) -> set[str]:
-    """The names of the symbols ``expr`` reads."""
+    """The names of the symbols ``expr`` reads (a mesh coordinate reads ``rank``)."""
     if isinstance(expr, Symbol):
         return {expr.name}
+    if isinstance(expr, MeshCoordinate):
+        return {RANK}
     if isinstance(expr, BinaryExpr):
         return symbols_of(expr.lhs) | symbols_of(expr.rhs)
     return set()
@@ -153,21 +172,26 @@ _PRECEDENCE = {
 }
 
 
-def print_scalar(expr: Scalar) -> str:
-    """The text form of ``expr``: ``8``, ``i0``, ``(i + r) % 4``."""
+MeshNamer = Callable[[Mesh], str]
+
+
+def print_scalar(expr: Scalar, mesh_name: MeshNamer = str) -> str:
+    """The text form of ``expr``: ``8``, ``i0``, ``(i + coord(M0, x)) % 4``; ``mesh_name``
+    names meshes (the printer passes its ``M<n>`` names)."""
     if isinstance(expr, Const):
         if isinstance(expr.value, bool):
             return "true" if expr.value else "false"
         return repr(expr.value)
     if isinstance(expr, Symbol):
         return expr.name
-    return f"{_print_operand(expr.lhs, expr.op, False)} {expr.op.value} " + _print_operand(
-        expr.rhs, expr.op, True
-    )
+    if isinstance(expr, MeshCoordinate):
+        return f"coord({mesh_name(expr.mesh)}, {expr.axis.value})"
+    lhs = _print_operand(expr.lhs, expr.op, False, mesh_name)
+    return f"{lhs} {expr.op.value} {_print_operand(expr.rhs, expr.op, True, mesh_name)}"
 
 
-def _print_operand(expr: Scalar, parent: ScalarOp, is_rhs: bool) -> str:
-    text = print_scalar(expr)
+def _print_operand(expr: Scalar, parent: ScalarOp, is_rhs: bool, mesh_name: MeshNamer) -> str:
+    text = print_scalar(expr, mesh_name)
     if not isinstance(expr, BinaryExpr):
         return text
     inner, outer = _PRECEDENCE[expr.op], _PRECEDENCE[parent]

@@ -275,6 +275,22 @@ class TorchCommunicator(Communicator):
 
         return PendingWork(f"all_to_all over {group}", [handle], finish, [landing, src])
 
+    def _permute(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int
+    ) -> Work:
+        # One batched send and receive with global ranks on the default group: posted
+        # together so that every member's send meets its peer's receive (no ordering
+        # deadlock around a ring).
+        what = f"permute sending to rank {group[send_to]}, receiving from {group[recv_from]}"
+        src = inp.contiguous()
+        landing = _contiguous_like(out)
+        ops = [
+            dist.P2POp(dist.isend, src, group[send_to]),
+            dist.P2POp(dist.irecv, landing, group[recv_from]),
+        ]
+        handles = dist.batch_isend_irecv(ops)
+        return PendingWork(what, handles, _copy_back(landing, out), [src, landing])
+
     def _send_recv(
         self,
         out: torch.Tensor | None,

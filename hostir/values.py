@@ -35,9 +35,10 @@ class TensorValue:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamValue:
-    """A stream: ``index`` names stream ``index`` of the pool, None the main stream."""
+    """A stream: with ``index``, stream ``index`` of the evaluator's pool (printed
+    ``stream(i)``); without, the stream bound to ``name`` by ``get_current_stream``."""
 
-    name: str
+    name: str = "stream"
     index: Scalar | None = None
 
 

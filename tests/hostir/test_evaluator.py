@@ -228,7 +228,7 @@ def test_listeners_and_profiler_ranges_see_every_instruction():
     seen = []
 
     class Recorder(Listener):
-        def after(self, instruction, context):
+        def after(self, instruction, context, operands):
             seen.append(keyword(instruction))
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
