@@ -39,3 +39,8 @@ class MeshError(HostIrError):
 
 class CommunicationError(EvaluationError):
     """A collective failed, timed out, or the ranks disagree on the program."""
+
+
+class RaceError(EvaluationError):
+    """Two accesses to one buffer, at least one a write, on streams (or asynchronous
+    communications) that no ``synchronize`` or ``wait`` orders: a race on a GPU."""

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Iterator
 
 from hostir import Binary, BinaryOpKind, Linear, Set, TensorValue
-from lowering.emit_host_ir import bind_values
+from lowering.emitter import bind_values
 from lowering.layouts import copy_parts, local_parts, tensor_layout, without_mesh_axes
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 

@@ -7,6 +7,7 @@ Every communication is followed by its ``wait``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from hostir import (
@@ -30,24 +31,30 @@ from lowering.plan_resharding import Plan, Step, StepKind
 
 
 def emit_resharding(
-    plan: Plan, src: TensorValue, dst: TensorValue, requests: Iterator[int]
+    plan: Plan,
+    src: TensorValue,
+    dst: TensorValue,
+    requests: Iterator[int],
+    preallocated: bool = False,
 ) -> list[Instruction]:
     """The instructions that carry ``src`` to ``dst`` along ``plan``; ``requests`` numbers
-    the request values (``R<n>``) program-wide."""
+    the request values (``R<n>``) program-wide. With ``preallocated``, ``dst`` exists
+    already (a slice of a buffer) and the last step writes into it."""
     if not plan.steps:
-        return [Set(out=dst, src=src)]
+        return [Set(out=dst, src=src, preallocated=preallocated)]
     instructions: list[Instruction] = []
     current = src
     for index, step in enumerate(plan.steps):
         last = index == len(plan.steps) - 1
-        out = (
-            dst
-            if last
-            else TensorValue(
+        out = dst
+        if not last:
+            out = TensorValue(
                 name=f"{dst.name}_{index}", dtype=dst.dtype, shape=dst.shape, sharding=step.after
             )
-        )
-        instructions.extend(_emit_step(step, current, out, requests))
+        emitted = _emit_step(step, current, out, requests)
+        if last and preallocated:
+            emitted[0] = dataclasses.replace(emitted[0], preallocated=True)
+        instructions.extend(emitted)
         current = out
     return instructions
 

@@ -1,42 +1,62 @@
 """``insert_deallocations``: free each intermediate right after its last use.
 
-A communication reads its source until its ``wait``, so the source's last
-use is the wait, not the instruction that posted it.
+A tensor defined at some level of the program (the top level or a loop body)
+is freed after its last use at that level, where a loop counts as using every
+tensor its body uses; a tensor defined in a loop body and not used after the
+loop is freed inside the body (it lives one iteration). A communication reads
+its source until its ``wait``, so the source's last use is the wait.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from hostir import Deallocate, HostIrContainer, TensorValue, Wait
-from hostir.instructions import defined_values, used_values
+from hostir import Deallocate, ForLoop, HostIrContainer, TensorValue, Wait
+from hostir.instructions import Instruction, defined_values, used_values
 
 
 def insert_deallocations(program: HostIrContainer) -> HostIrContainer:
-    """Adds ``deallocate T`` after the last top-level use of every tensor the body
-    defines that is not a program output."""
+    """Adds ``deallocate T`` after the last use of every tensor the body defines that
+    is not a program output (see module docstring)."""
     keep = {v.name for v in program.outputs} | {v.name for v in program.inputs}
+    return dataclasses.replace(program, body=_with_deallocations(program.body, keep))
+
+
+def _uses(instruction: Instruction) -> set[str]:
+    """Tensor names ``instruction`` reads, loop bodies included."""
+    names = {v.name for v in used_values(instruction) if isinstance(v, TensorValue)}
+    if isinstance(instruction, ForLoop):
+        for inner in instruction.body:
+            names |= _uses(inner)
+    return names
+
+
+def _with_deallocations(body: Sequence[Instruction], keep: set[str]) -> tuple[Instruction, ...]:
     last_use: dict[str, int] = {}
     defined: dict[str, TensorValue] = {}
-    pending: dict[str, list[str]] = {}  # request -> tensors its communication reads
-    for index, instruction in enumerate(program.body):
+    pending: dict[str, set[str]] = {}  # request -> tensors its communication reads
+    for index, instruction in enumerate(body):
         for value in defined_values(instruction):
             if isinstance(value, TensorValue):
                 defined[value.name] = value
                 last_use.setdefault(value.name, index)
-        reads = [v.name for v in used_values(instruction) if isinstance(v, TensorValue)]
+        reads = _uses(instruction)
         for name in reads:
             last_use[name] = index
-        request = getattr(instruction, "request", None)
         if isinstance(instruction, Wait):
-            for name in pending.pop(instruction.request.name, []):
+            for name in pending.pop(instruction.request.name, set()):
                 last_use[name] = index
-        elif request is not None:
-            pending[request.name] = reads
-    body = []
-    for index, instruction in enumerate(program.body):
-        body.append(instruction)
+        elif getattr(instruction, "request", None) is not None:
+            pending[instruction.request.name] = reads
+    result: list[Instruction] = []
+    for index, instruction in enumerate(body):
+        if isinstance(instruction, ForLoop):
+            after = set().union(*(_uses(later) for later in body[index + 1 :]))
+            inner = _with_deallocations(instruction.body, keep | after)
+            instruction = dataclasses.replace(instruction, body=inner)
+        result.append(instruction)
         for name, value in defined.items():
             if name not in keep and last_use[name] == index:
-                body.append(Deallocate(tensor=value))
-    return dataclasses.replace(program, body=tuple(body))
+                result.append(Deallocate(tensor=value))
+    return tuple(result)

@@ -4,7 +4,8 @@ First from producers, in definition order: a tensor takes its mesh from the
 first input in priority order (linear: weight, then bias, then input; matmul:
 rhs, then lhs; other ops: inputs with more sharded axes first), then each
 input in that order lends its sharding parts to the mapped axes that are not
-sharded yet, skipping mesh axes the tensor already uses. Then from consumers, in reverse order, for
+sharded yet, skipping mesh axes the tensor already uses, and its stream split
+(so consecutive ops share one stream loop). Then from consumers, in reverse order, for
 tensors still without a mesh. A user-set mesh is final. Afterwards every
 tensor has a mesh or none does.
 """
@@ -28,6 +29,9 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
             references = _reference_inputs(op, tensors)
             if references:
                 tensors[op.output] = _inherit_all(out, references, op)
+                for reference in references:
+                    pairs = _pairs(op, reference.name)
+                    tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)
     for op in reversed(fusion.ops):
         out = tensors[op.output]
         for name, pairs in op.axis_maps:
@@ -103,3 +107,21 @@ def _inherit(
                 target.axes[target_index], source.axes[source_index], source.mesh
             )
     return dataclasses.replace(target, mesh=source.mesh, axes=tuple(axes))
+
+
+def _inherit_stream(
+    target: LoweringTensor, source: LoweringTensor, pairs: tuple[tuple[int, int], ...]
+) -> LoweringTensor:
+    """``target`` with the stream split of ``source``'s mapped axis, if it has none yet:
+    consecutive ops on mapped stream axes then share one stream loop."""
+    if any(axis.stream is not None for axis in target.axes):
+        return target
+    axes = list(target.axes)
+    for o, i in pairs:
+        source_axis = source.axes[i]
+        if source_axis.stream is not None and not axes[o].reduction:
+            axes[o] = dataclasses.replace(
+                axes[o], stream=source_axis.stream, swizzle=source_axis.swizzle
+            )
+            return dataclasses.replace(target, axes=tuple(axes))
+    return target

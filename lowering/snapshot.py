@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from frontend import exprs as fe
 from frontend.fusion import Fusion
+from frontend.iter_domain import IterDomain, Swizzle1D
 from frontend.sharding import axis_parts, tensor_sharding
 from frontend.tensor_view import TensorView
 from hostir import (
@@ -27,6 +28,7 @@ from hostir import (
     Linear,
     Matmul,
     Mesh,
+    MeshAxis,
     PartialAxis,
     Permute,
     ReduceOp,
@@ -46,11 +48,15 @@ from lowering.errors import LoweringError
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AxisLayout:
-    """One logical axis: extent, whether it is reduced, and its sharding parts."""
+    """One logical axis: extent, whether it is reduced, its sharding parts, and whether
+    its local data is split into ``stream`` chunks run by a stream loop (the chunk of
+    iteration ``i`` rotated by this rank's coordinate on ``swizzle`` if set)."""
 
     extent: Scalar
     reduction: bool
     parts: tuple[ShardPart, ...]
+    stream: int | None = None
+    swizzle: MeshAxis | None = None
 
     def mesh_axes(self) -> tuple:
         """The mesh axes sharding this axis, outer first."""
@@ -116,23 +122,62 @@ class LoweringFusion:
         raise KeyError(name)
 
 
+def _stream_split(tv: TensorView, axis: IterDomain) -> tuple[int | None, MeshAxis | None]:
+    """(chunk count, swizzle axis) of a logical axis whose loop axes include a stream one.
+
+    The stream axis must come right after the axis's mesh axes (it splits this
+    rank's local data into equal chunks), have a constant extent, and be the
+    only stream axis of the tensor.
+    """
+    leaves = axis.leaves()
+    streams = [leaf for leaf in leaves if leaf.is_stream()]
+    for leaf in leaves:
+        if isinstance(leaf.definition, Swizzle1D) and not leaf.is_stream():
+            raise LoweringError(
+                f"{tv.name} axis {leaf} is swizzled but not stream-parallel; swizzle1d"
+                " reorders the iterations of a stream loop"
+            )
+    if not streams:
+        return None, None
+    stream = streams[0]
+    if axis.is_reduction():
+        raise LoweringError(f"{tv.name}: the reduction axis {axis} cannot be stream-parallel")
+    before = leaves[: leaves.index(stream)]
+    if len(streams) > 1 or not all(leaf.is_device_dim() for leaf in before):
+        raise LoweringError(
+            f"{tv.name}: stream axis {stream} must be the outermost non-device loop axis"
+            f" derived from {axis}, and the only one; got {leaves}"
+        )
+    if not isinstance(stream.extent, Const):
+        raise LoweringError(
+            f"{tv.name}: stream axis {stream} needs a constant extent (the number of chunks)"
+        )
+    swizzle = (
+        stream.definition.parallel_type.mesh_axis()
+        if isinstance(stream.definition, Swizzle1D)
+        else None
+    )
+    return int(stream.extent.value), swizzle
+
+
 def snapshot_tensor(tv: TensorView) -> LoweringTensor:
     """The frozen form of ``tv`` (its schedule is validated on the way)."""
     tensor_sharding(tv)
-    for axis in tv.get_loop_domain():
-        if axis.is_stream():
-            raise LoweringError(
-                f"{tv.name} axis {axis} is parallelized over streams; stream loops are not"
-                " lowered yet (use serial, or a mesh parallel type)"
+    axes = []
+    for axis in tv.get_logical_domain():
+        stream, swizzle = _stream_split(tv, axis)
+        axes.append(
+            AxisLayout(
+                extent=axis.extent,
+                reduction=axis.is_reduction(),
+                parts=axis_parts(tv, axis) if tv.device_mesh is not None else (),
+                stream=stream,
+                swizzle=swizzle,
             )
-    axes = tuple(
-        AxisLayout(
-            extent=axis.extent,
-            reduction=axis.is_reduction(),
-            parts=axis_parts(tv, axis) if tv.device_mesh is not None else (),
         )
-        for axis in tv.get_logical_domain()
-    )
+    if sum(1 for axis in axes if axis.stream is not None) > 1:
+        raise LoweringError(f"{tv.name} has more than one stream-parallel axis")
+    axes = tuple(axes)
     mesh = tv.device_mesh.to_hostir() if tv.device_mesh is not None else None
     return LoweringTensor(
         name=tv.name,

@@ -21,15 +21,16 @@ def test_mesh_on_some_tensors_only_cannot_propagate():
         fd.host_ir()
 
 
-def test_stream_axes_are_refused_until_stream_lowering_exists():
-    """A stream-parallel axis is not silently run serially: lowering says so."""
+def test_swizzle_without_a_stream_axis_is_refused():
+    """swizzle1d reorders a stream loop; on a serial axis it is refused."""
     with FusionDefinition() as fd:
         x = fd.define_tensor((4, 8))
         y = fd.ops.relu(x)
         fd.add_output(y)
-    y.outer_split(0, 2)
-    y.axis(0).parallelize(ParallelType.stream)
-    with pytest.raises(LoweringError, match="T1 axis .* is parallelized over streams"):
+    y.set_device_mesh(DeviceMesh([0]))
+    y.outer_split(0, 1)
+    y.swizzle1d(0, ParallelType.mesh_x)
+    with pytest.raises(LoweringError, match="is swizzled but not stream-parallel"):
         fd.execute([torch.randn(4, 8)])
 
 

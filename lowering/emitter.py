@@ -1,0 +1,62 @@
+"""The shared state and op emission used by ``emit_host_ir`` and the stream loops."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+
+from hostir import Set, TensorValue
+from hostir.instructions import Instruction
+from lowering.emit_resharding import emit_resharding
+from lowering.plan_resharding import plan_resharding
+from lowering.snapshot import LoweringFusion, LoweringOp
+
+
+def bind_values(instruction: Instruction, values: dict[str, TensorValue]) -> Instruction:
+    """``instruction`` with every tensor field replaced by the final value of that name."""
+    changes = {
+        field.name: values[getattr(instruction, field.name).name]
+        for field in dataclasses.fields(instruction)
+        if isinstance(getattr(instruction, field.name), TensorValue)
+    }
+    return dataclasses.replace(instruction, **changes)
+
+
+def layout_of(value: TensorValue) -> object:
+    """What must match for two values to meet without communication."""
+    sharding = value.sharding
+    if sharding is None:
+        return None
+    return (
+        sharding.mesh,
+        tuple(tuple(p.axis for p in parts) for parts in sharding.dims),
+        sharding.partial,
+    )
+
+
+class Emitter:
+    """Program-wide emission state: final values, request and loop numbering."""
+
+    def __init__(self, fusion: LoweringFusion) -> None:
+        self.fusion = fusion
+        self.values = {tensor.name: tensor.value() for tensor in fusion.tensors}
+        self.requests: Iterator[int] = itertools.count()
+        self.loops: Iterator[int] = itertools.count()
+
+    def emit_op(
+        self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool = False
+    ) -> list[Instruction]:
+        """The instructions of ``op`` with its tensors bound to ``values``; with
+        ``preallocated`` its output exists already and is written in place."""
+        instruction = bind_values(op.instruction, values)
+        if isinstance(instruction, Set) and layout_of(instruction.src) != layout_of(
+            instruction.out
+        ):
+            plan = plan_resharding(instruction.src, instruction.out)
+            return emit_resharding(
+                plan, instruction.src, instruction.out, self.requests, preallocated
+            )
+        if preallocated:
+            instruction = dataclasses.replace(instruction, preallocated=True)
+        return [instruction]

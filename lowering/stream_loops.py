@@ -1,0 +1,270 @@
+"""Stream loops: consecutive ops on stream-split tensors become one host for-loop.
+
+For a run of ops whose outputs are split into the same number of stream
+chunks, the loop ``for j in range(0, count)``:
+
+- runs iteration ``j`` on ``stream(j)``, after ``synchronize(main)``; after
+  the loop, main waits for every stream;
+- handles chunk ``j`` of every stream-split tensor, or chunk
+  ``(j + coord(mesh, a)) % count`` when a tensor of the loop is swizzled over
+  mesh axis ``a``;
+- reads tensors from before the loop through ``shard_by_stream`` aliases (or
+  whole, if they are not stream-split);
+- writes tensors used after the loop into buffers allocated before it, through
+  per-iteration slices (compute with ``out=``); other tensors live one
+  iteration;
+- turns the all-gather of a tensor sharded over mesh axis ``a`` into a stream-
+  split one into one Broadcast per iteration (root ``j``), or, with the swizzle,
+  one CollectivePermute per iteration (receive from ``(r + j) % D``, send to
+  ``(r - j) % D``; iteration 0 is a local copy); other resharding inside the
+  loop is planned per chunk (e.g. one Allreduce per iteration).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hostir import (
+    Allocate,
+    Broadcast,
+    CollectivePermute,
+    Const,
+    ForLoop,
+    GetCurrentStream,
+    Mesh,
+    MeshAxis,
+    MeshCoordinate,
+    RequestValue,
+    Set,
+    SetCurrentStream,
+    ShardByStream,
+    ShardPart,
+    StreamValue,
+    Symbol,
+    Synchronize,
+    TensorValue,
+    Wait,
+)
+from hostir.instructions import Instruction
+from hostir.scalars import Scalar, add, floordiv, mod, sub
+from hostir.team import Team
+from lowering.emitter import Emitter, bind_values
+from lowering.errors import LoweringError
+from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
+
+MAIN = StreamValue(name="main")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSplit:
+    """How a tensor is split into stream chunks: data dim, chunk count, swizzle."""
+
+    dim: int
+    count: int
+    swizzle: MeshAxis | None
+    mesh: Mesh | None
+
+
+def stream_split(tensor: LoweringTensor) -> StreamSplit | None:
+    """The stream split of ``tensor``, if one of its data dims has one."""
+    data = [axis for axis in tensor.axes if not axis.reduction]
+    for dim, axis in enumerate(data):
+        if axis.stream is not None:
+            return StreamSplit(dim=dim, count=axis.stream, swizzle=axis.swizzle, mesh=tensor.mesh)
+    return None
+
+
+def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]]]:
+    """Consecutive ops whose outputs have the same stream chunk count share a loop;
+    returns (chunk count or None, ops) segments in order."""
+    tensors = {t.name: t for t in fusion.tensors}
+    segments: list[tuple[int | None, list[LoweringOp]]] = []
+    for op in fusion.ops:
+        split = stream_split(tensors[op.output])
+        count = split.count if split is not None else None
+        if segments and segments[-1][0] == count:
+            segments[-1][1].append(op)
+        else:
+            segments.append((count, [op]))
+    return segments
+
+
+def chunk_value(value: TensorValue, split: StreamSplit) -> TensorValue:
+    """One stream chunk of ``value``: its split dim divided by the chunk count (the
+    first local part of that dim is the one the stream axis splits)."""
+    shape = list(value.shape)
+    shape[split.dim] = floordiv(shape[split.dim], split.count)
+    sharding = value.sharding
+    if sharding is not None:
+        parts = list(sharding.dims[split.dim])
+        for index, part in enumerate(parts):
+            if part.axis is None:
+                parts[index] = ShardPart(axis=None, extent=floordiv(part.extent, split.count))
+                break
+        dims = list(sharding.dims)
+        dims[split.dim] = tuple(parts)
+        sharding = dataclasses.replace(sharding, dims=tuple(dims))
+    return TensorValue(
+        name=f"{value.name}_c", dtype=value.dtype, shape=tuple(shape), sharding=sharding
+    )
+
+
+class _Loop:
+    """The state of one stream loop being emitted."""
+
+    def __init__(self, emitter: Emitter, count: int, ops: list[LoweringOp], later: list) -> None:
+        self.emitter = emitter
+        self.count = count
+        self.ops = ops
+        self.tensors = {t.name: t for t in emitter.fusion.tensors}
+        self.index = Symbol(name=f"j{next(emitter.loops)}")
+        self.defined = {op.output for op in ops}
+        used_later = {name for op in later for name in op.inputs} | set(emitter.fusion.outputs)
+        self.allocated = [name for name in self.defined if name in used_later]
+        self.chunk = self._chunk_index()
+
+    def _chunk_index(self) -> Scalar:
+        names = self.defined | {n for op in self.ops for n in op.inputs}
+        swizzles = {
+            (split.swizzle, split.mesh)
+            for name in names
+            if (split := stream_split(self.tensors[name])) is not None and split.swizzle
+        }
+        if len(swizzles) > 1:
+            raise LoweringError(
+                f"the stream loop over {sorted(self.defined)} mixes swizzles {swizzles}"
+            )
+        if not swizzles:
+            return self.index
+        ((axis, mesh),) = swizzles
+        return mod(add(self.index, MeshCoordinate(mesh=mesh, axis=axis)), self.count)
+
+    def split_of(self, name: str) -> StreamSplit | None:
+        split = stream_split(self.tensors[name])
+        if split is not None and split.count != self.count:
+            raise LoweringError(
+                f"{name} is split into {split.count} stream chunks inside a loop of {self.count}"
+            )
+        return split
+
+    def emit(self) -> list[Instruction]:
+        values = self.emitter.values
+        before: list[Instruction] = [Allocate(out=values[name]) for name in self.allocated]
+        before.append(GetCurrentStream(out=MAIN))
+        body: list[Instruction] = [
+            SetCurrentStream(stream=StreamValue(index=self.index)),
+            Synchronize(stream=MAIN),
+        ]
+        chunks: dict[str, TensorValue] = {}
+        for op in self.ops:
+            body.extend(self._emit_op(op, chunks))
+        sync = Symbol(name=f"j{next(self.emitter.loops)}")
+        after = [
+            SetCurrentStream(stream=MAIN),
+            ForLoop(
+                index=sync,
+                start=Const(value=0),
+                stop=Const(value=self.count),
+                body=(Synchronize(stream=StreamValue(index=sync)),),
+            ),
+        ]
+        loop = ForLoop(
+            index=self.index, start=Const(value=0), stop=Const(value=self.count), body=tuple(body)
+        )
+        return before + [loop] + after
+
+    def _slice(self, name: str, chunks: dict[str, TensorValue]) -> list[Instruction]:
+        """A ``shard_by_stream`` alias of chunk ``self.chunk`` of ``name``."""
+        split = self.split_of(name)
+        value = chunk_value(self.emitter.values[name], split)
+        chunks[name] = value
+        return [
+            ShardByStream(
+                out=value, src=self.emitter.values[name], axis=split.dim, index=self.chunk
+            )
+        ]
+
+    def _emit_op(self, op: LoweringOp, chunks: dict[str, TensorValue]) -> list[Instruction]:
+        out: list[Instruction] = []
+        for name in op.inputs:
+            if name not in chunks and name not in self.defined and self.split_of(name):
+                out.extend(self._slice(name, chunks))
+        preallocated = op.output in self.allocated
+        if preallocated:
+            out.extend(self._slice(op.output, chunks))
+        else:
+            split = self.split_of(op.output)
+            chunks[op.output] = chunk_value(self.emitter.values[op.output], split)
+        values = {**self.emitter.values, **chunks}
+        gather = self._stream_allgather(op, values, preallocated)
+        if gather is not None:
+            return out + gather
+        return out + self.emitter.emit_op(op, values, preallocated)
+
+    def _stream_allgather(
+        self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool
+    ) -> list[Instruction] | None:
+        """Broadcast / CollectivePermute for a set from a mesh-sharded tensor into a
+        stream-split one on the same dim; None if ``op`` is not that."""
+        if not isinstance(op.instruction, Set):
+            return None
+        (name,) = op.inputs
+        src, dst = self.tensors[name], self.tensors[op.output]
+        split = self.split_of(op.output)
+        if stream_split(src) is not None or src.mesh != dst.mesh:
+            return None
+        data = [a for a in src.axes if not a.reduction]
+        parts = data[split.dim].parts
+        if len(parts) != 2 or parts[0].axis is None or parts[1].axis is not None:
+            return None
+        axis = parts[0].axis
+        team = Team(mesh=src.mesh, axes=(axis,))
+        self._check_allgather(name, op.output, team, split, data)
+        instruction = bind_values(op.instruction, values)
+        request = RequestValue(name=f"R{next(self.emitter.requests)}")
+        common = {
+            "out": instruction.out,
+            "src": instruction.src,
+            "team": team,
+            "request": request,
+            "preallocated": preallocated,
+        }
+        if split.swizzle is None:
+            comm = Broadcast(**common, root=self.index)
+        else:
+            me = MeshCoordinate(mesh=src.mesh, axis=axis)
+            comm = CollectivePermute(
+                **common,
+                send_peer=mod(sub(me, self.index), self.count),
+                recv_peer=mod(add(me, self.index), self.count),
+            )
+        return [comm, Wait(request=request)]
+
+    def _check_allgather(
+        self, src: str, dst: str, team: Team, split: StreamSplit, data: list
+    ) -> None:
+        if team.size != split.count:
+            raise LoweringError(
+                f"{dst} gathers {src} over {split.count} stream chunks, but {src} is sharded"
+                f" over {team.size} devices of mesh axis {team.axes[0].value}; they must match"
+            )
+        if split.swizzle is not None and split.swizzle != team.axes[0]:
+            raise LoweringError(
+                f"{dst} is swizzled over mesh_{split.swizzle.value}, but {src} is sharded over"
+                f" mesh_{team.axes[0].value}; swizzle1d must name the producer's mesh axis"
+            )
+        dst_data = [a for a in self.tensors[dst].axes if not a.reduction]
+        for dim, (a, b) in enumerate(zip(data, dst_data, strict=True)):
+            if dim != split.dim and [p.axis for p in a.parts] != [p.axis for p in b.parts]:
+                raise LoweringError(
+                    f"{src} and {dst} differ on dim {dim} as well as on the gathered dim"
+                    f" {split.dim}; reshard that dim separately"
+                )
+
+
+def emit_stream_loop(
+    emitter: Emitter, count: int, ops: list[LoweringOp], later: list[LoweringOp]
+) -> list[Instruction]:
+    """The instructions of one stream loop over ``ops`` (``later``: the ops after it)."""
+    return _Loop(emitter, count, ops, later).emit()
