@@ -177,6 +177,7 @@ class HostIrEvaluator:
         self.listeners = tuple(listeners)
         self.device = torch.device(device) if device is not None else None
         self._prepared_for: Communicator | None = None
+        self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
 
     def stream_pool(self, device: torch.device) -> StreamPool:
@@ -238,43 +239,71 @@ class HostIrEvaluator:
 
     def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
         """Resolves operands, calls the handler, binds the results."""
-        outs = defined_values(instruction)
-        placement = _placement(instruction)
-        if placement is not None and context.rank not in placement.devices:
-            for value in outs:
-                context.tensors[value.name] = None
+        step = self._steps.get(id(instruction))
+        if step is None:
+            step = self._steps[id(instruction)] = _Step.prepare(instruction)
+        if step.devices is not None and context.rank not in step.devices:
+            for name in step.defined:
+                context.tensors[name] = None
             return
-        operands = self._resolve_operands(instruction, context)
+        operands = step.resolve(context)
         for listener in self.listeners:
             listener.before(instruction, context, operands)
-        with torch.profiler.record_function(f"hir::{keyword(instruction)}"):
+        with torch.profiler.record_function(step.range_name):
             try:
-                results = HANDLERS[type(instruction)](context, instruction, operands)
+                results = step.handler(context, instruction, operands)
             except HostIrError:
                 raise
             except (RuntimeError, ValueError, TypeError, IndexError) as error:
                 raise EvaluationError(
-                    f"{keyword(instruction)} defining {', '.join(v.name for v in outs) or '-'}"
+                    f"{keyword(instruction)} defining {', '.join(step.defined) or '-'}"
                     f" failed on rank {context.rank}: {error}"
                 ) from error
-        defined = {value.name for value in outs}
-        for name, result in zip(instruction.OUTS, results, strict=True):
-            value = getattr(instruction, name)
-            if value.name in defined:  # a preallocated out was written, not defined
-                context.tensors[value.name] = result
+        tensors = context.tensors
+        for index, name in step.binds:
+            tensors[name] = results[index]
         for listener in self.listeners:
             listener.after(instruction, context, operands)
 
-    def _resolve_operands(self, instruction: Instruction, context: RunContext) -> dict[str, Any]:
-        if type(instruction) in _UNRESOLVED:
-            return {}
-        names = list(instruction.INS)
+
+class _Step:
+    """An instruction prepared once for fast repeated runs: its handler, the devices
+    that run it, how to resolve each operand, and which results to bind."""
+
+    __slots__ = ("handler", "devices", "defined", "binds", "range_name", "operands", "optional")
+
+    @staticmethod
+    def prepare(instruction: Instruction) -> _Step:
+        step = _Step()
+        step.handler = HANDLERS[type(instruction)]
+        placement = _placement(instruction)
+        step.devices = frozenset(placement.devices) if placement is not None else None
+        outs = defined_values(instruction)
+        step.defined = [value.name for value in outs]
+        step.binds = [
+            (index, getattr(instruction, name).name)
+            for index, name in enumerate(instruction.OUTS)
+            if getattr(instruction, name).name in step.defined
+        ]
+        step.range_name = f"hir::{keyword(instruction)}"
+        names = [] if type(instruction) in _UNRESOLVED else list(instruction.INS)
         if getattr(instruction, "preallocated", False):
             names.append("out")
+        step.operands = [(name, getattr(instruction, name)) for name in names]
         # Communications run on ranks that may not hold their source (a broadcast's
         # receivers); their handlers check what each rank needs.
-        optional = type(instruction) in COLLECTIVES or isinstance(instruction, Wait)
-        return {name: _resolve(getattr(instruction, name), context, optional) for name in names}
+        step.optional = type(instruction) in COLLECTIVES or isinstance(instruction, Wait)
+        return step
+
+    def resolve(self, context: RunContext) -> dict[str, Any]:
+        """The operands' values on this rank now."""
+        resolved = {}
+        for name, operand in self.operands:
+            if isinstance(operand, Const):
+                resolved[name] = operand.value
+            else:
+                resolved[name] = _resolve(operand, context, self.optional)
+        return resolved
 
 
 _UNRESOLVED = frozenset({Deallocate})
