@@ -25,6 +25,7 @@ from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default_communicator
 from hostir.evaluator import check_meshes_fit
 from hostir.inputs import bind_input_tensor
+from hostir.race_checker import RaceChecker, race_checking_enabled
 
 _KNOWN_OPTIONS = {"host_ir_lowering"}
 
@@ -157,7 +158,10 @@ class FusionDefinition:
         # One evaluator per program and device: it prepares process groups only once.
         evaluator = self._evaluators.get((key, str(device)))
         if evaluator is None or evaluator.communicator is not communicator:
-            evaluator = HostIrEvaluator(program, communicator=communicator, device=device)
+            listeners = [RaceChecker()] if race_checking_enabled() else []
+            evaluator = HostIrEvaluator(
+                program, communicator=communicator, device=device, listeners=listeners
+            )
             self._evaluators[(key, str(device))] = evaluator
         return evaluator.run(inputs)
 

@@ -159,3 +159,68 @@ def test_swizzle_must_name_the_producers_mesh_axis():
     ag.axis(0).parallelize(ParallelType.stream)
     with pytest.raises(LoweringError, match="swizzled over mesh_y, but T0 is sharded over mesh_x"):
         fd.host_ir()
+
+
+def test_row_parallel_with_sharded_output_reduce_scatters_each_chunk(multidevice_test):
+    """Output sharded over mesh_x on its features: one ReduceScatter per chunk."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    torch.manual_seed(2)
+    tokens, features = 2 * STREAMS, HIDDEN * d
+    x_full = torch.randn(tokens, 4 * HIDDEN * d)
+    w_full = torch.randn(features, 4 * HIDDEN * d)
+    fd, (x, w, _) = _row_parallel_sharded_output(d)
+    inputs = [multidevice_test.shard_tensor(x_full, x), multidevice_test.shard_tensor(w_full, w)]
+    (out,), events = profile(fd, inputs)
+    expected = shard_tensor(x_full @ w_full.T, fd.host_ir().outputs[0], rank)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert count(events, "hir::ReduceScatter") == STREAMS
+    assert count(events, "hir::Allreduce") == 0
+
+
+def _row_parallel_sharded_output(d: int) -> tuple[FusionDefinition, list]:
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, 4 * HIDDEN * d))
+        w = fd.define_tensor((HIDDEN * d, 4 * HIDDEN * d))
+        y = fd.ops.linear(x, w)
+        fd.add_output(y)
+    for tv in (x, w):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(1, d)
+        tv.axis(1).parallelize(ParallelType.mesh_x)
+    x.outer_split(0, STREAMS)
+    x.axis(0).parallelize(ParallelType.stream)
+    y.set_device_mesh(mesh)
+    y.outer_split(0, STREAMS)
+    y.axis(0).parallelize(ParallelType.stream)
+    y.outer_split(2, d)
+    y.axis(2).parallelize(ParallelType.mesh_x)
+    return fd, [x, w, y]
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("swizzle", [True, False], ids=["permute", "broadcast"])
+def test_stream_allgather_along_mesh_y_of_a_2d_mesh(multidevice_test, swizzle):
+    """The gathered tensor is sharded over mesh_y of a 2x2 mesh; peers are column positions."""
+    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor((4, 8))
+        ag = fd.ops.set(inp)
+        fd.add_output(fd.ops.relu(ag))
+    inp.set_device_mesh(mesh)
+    inp.outer_split(0, 2)
+    inp.axis(0).parallelize(ParallelType.mesh_y)
+    ag.set_device_mesh(mesh)
+    ag.outer_split(0, 2)
+    if swizzle:
+        ag.swizzle1d(0, ParallelType.mesh_y)
+    ag.axis(0).parallelize(ParallelType.stream)
+    torch.manual_seed(3)
+    full = torch.randn(4, 8)
+    (out,), events = profile(fd, [multidevice_test.shard_tensor(full, inp)])
+    torch.testing.assert_close(out.cpu(), torch.relu(full))
+    if swizzle:
+        assert count(events, "gloo:send") == 1
+        assert "team=M0(y), send_peer=(coord(M0, y) - j0) % 2" in str(fd.host_ir())
+    else:
+        assert count(events, "gloo:broadcast") == 2
