@@ -36,6 +36,7 @@ from hostir.errors import (
     InputError,
     MeshError,
     ParseError,
+    RaceError,
     VerifyError,
 )
 from hostir.evaluator import HostIrEvaluator, Listener, RunContext
@@ -59,6 +60,7 @@ from hostir.instructions import (
     UnaryOpKind,
 )
 from hostir.printer import print_program
+from hostir.race_checker import RaceChecker
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
 from hostir.sharding import (
     Mesh,
@@ -122,6 +124,8 @@ __all__ = [
     "MeshError",
     "ParseError",
     "PartialAxis",
+    "RaceChecker",
+    "RaceError",
     "Permute",
     "ReduceOp",
     "RunContext",

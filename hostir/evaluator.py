@@ -57,6 +57,9 @@ class Listener:
         """Called after ``instruction`` ran on this rank; its results are bound in
         ``context.tensors`` by name."""
 
+    def finish(self, context: RunContext) -> None:
+        """Called once after the body ran, before the outputs are returned."""
+
 
 class RunContext:
     """The state of one run: bound tensors and scalars, rank, device."""
@@ -200,6 +203,8 @@ class HostIrEvaluator:
             self._bind_input(context, value, given)
         try:
             context.run_body(self.program.body)
+            for listener in self.listeners:
+                listener.finish(context)
         finally:
             if device.type == "cuda" and context.current_stream != MAIN:
                 torch.cuda.set_stream(context.stream_pool.get(MAIN))

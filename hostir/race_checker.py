@@ -23,9 +23,11 @@ The model:
   every defined tensor is a view of one of its operands (``shard_by_stream``,
   ``permute`` without ``out=``, ...) touches no memory. ``allocate`` writes its
   buffer. The inputs count as written by ``main`` before the first instruction
-  (the caller produced them there). ``deallocate T`` frees T's buffer, which
-  conflicts like a write, unless another bound tensor still aliases it (then
-  no memory is released). Tensors a rank does not hold (None) are skipped.
+  (the caller produced them there); :meth:`RaceChecker.finish` reads the
+  outputs on ``main`` after the run (the caller consumes them there).
+  ``deallocate T`` frees T's buffer, which conflicts like a write, unless
+  another bound tensor still aliases it (then no memory is released). Tensors
+  a rank does not hold (None) are skipped.
 - **Communications** (instructions defining a ``request``) read ``src`` and
   write ``out`` on a virtual stream of their own, whose clock starts as a copy
   of the posting stream's; ``wait(request)`` on C joins that clock into C. So
@@ -305,6 +307,18 @@ class RaceChecker(Listener):
                 self._loops.pop()
         elif not isinstance(instruction, _NO_ACCESS):
             self._accesses(instruction, context, operands)
+
+    def finish(self, context: RunContext) -> None:
+        """At the end of a run: the caller reads the outputs on ``main``, so every
+        output must be ordered after the streams and communications that wrote it.
+        (The evaluator calls this once the body has run, where it supports it.)"""
+        self._begin(context)
+        stamp = self._tick(MAIN, context)
+        for value in context.evaluator.program.outputs:
+            tensor = context.tensors.get(value.name)
+            if isinstance(tensor, torch.Tensor):
+                access = (value.name, tensor, False, "read")
+                self._record(stamp, access, f"the caller (output {value.name})")
 
     # -- Runs, clocks and buffers ----------------------------------------------------
 

@@ -7,6 +7,7 @@ and the others must run through with the right numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -175,8 +176,8 @@ def test_main_reading_without_synchronizing_the_writers_races():
     """Main reads the whole buffer while stream(0) (then stream(1)) may still write."""
     with pytest.raises(
         RaceError,
-        match=r"race on buf_0 and buf \(overlapping views of one buffer\): written by neg into buf_0 on stream\(0\) and read by"
-        r" set defining y on main with no synchronize or wait",
+        match=r"race on buf_0 and buf \(overlapping views of one buffer\): written by neg into"
+        r" buf_0 on stream\(0\) and read by set defining y on main with no synchronize or wait",
     ):
         checked_run(_two_streams_program(()), [torch.randn(4, 4)])
     with pytest.raises(RaceError, match=r"neg into buf_1 on stream\(1\) and read by set"):
@@ -337,6 +338,37 @@ def test_stream_parallel_loop_without_synchronizing_back_races():
         checked_run(_stream_loop_program(False), [torch.randn(6, 4), torch.randn(3, 4)])
 
 
+def test_finish_checks_that_main_is_ordered_after_the_outputs_writers():
+    """The caller reads outputs on main: ``finish`` (called by the evaluator after the
+    body, where supported; by hand here) reports outputs still being written by a stream."""
+
+    class Finishing(RaceChecker):
+        def after(self, instruction, context, operands):
+            super().after(instruction, context, operands)
+            self.context = context
+
+    x, w = torch.randn(6, 4), torch.randn(3, 4)
+
+    def run_and_finish(synchronize_back: bool) -> torch.Tensor:
+        program = _stream_loop_program(synchronize_back)
+        # Return ``out`` itself instead of main's copy of it.
+        program = dataclasses.replace(
+            program, outputs=(tensor("out", 6, 3),), body=program.body[:-1]
+        )
+        checker = Finishing()
+        (out,) = checked_run(program, [x, w], checker)
+        checker.finish(checker.context)
+        return out
+
+    torch.testing.assert_close(run_and_finish(True), x @ w.T)
+    with pytest.raises(
+        RaceError,
+        match=r"race on out_i and out \(overlapping views of one buffer\): written by linear"
+        r" into out_i \(i=0\) on stream\(0\) and read by the caller \(output out\) on main",
+    ):
+        run_and_finish(False)
+
+
 def test_long_loop_keeps_few_records_and_stays_fast():
     """400 chunks over 4 streams: the checker's records stay bounded by the live regions,
     and checking costs about as much per instruction as in a short loop."""
@@ -360,3 +392,49 @@ def test_race_checking_enabled_reads_the_environment(monkeypatch):
     assert not race_checking_enabled()
     monkeypatch.delenv("HOSTIR_CHECK_RACES")
     assert not race_checking_enabled()
+
+
+def _bytes_of(view: torch.Tensor) -> set[int]:
+    """Every storage byte ``view`` covers, by brute force."""
+    itemsize = view.element_size()
+    index = torch.arange(view.untyped_storage().nbytes() // itemsize)
+    offsets = index.as_strided(view.shape, view.stride(), view.storage_offset())
+    return {int(o) * itemsize + b for o in offsets.flatten().tolist() for b in range(itemsize)}
+
+
+def test_regions_overlap_and_contain_exactly_or_conservatively():
+    """Random views of one buffer (slices, steps, transposes): overlap is never missed,
+    and exact for views without steps (slices of one layout, like stream chunks along
+    any axis); containment is never claimed wrongly."""
+    from hostir.race_checker import _contains, _overlap, _region
+
+    generator = torch.Generator().manual_seed(0)
+    base = torch.zeros(6, 8, 4)
+
+    def draw(high: int) -> int:
+        return int(torch.randint(0, high, (1,), generator=generator))
+
+    def random_view(steps: bool) -> torch.Tensor:
+        view = base
+        for dim in range(3):
+            start = draw(view.shape[dim])
+            view = view.narrow(dim, start, 1 + draw(view.shape[dim] - start))
+            if steps and draw(2):
+                view = view[(slice(None),) * dim + (slice(None, None, 2),)]
+        return view.transpose(0, 2) if draw(2) else view
+
+    for steps in (False, True):
+        for _ in range(300):
+            a, b = random_view(steps), random_view(steps)
+            bytes_a, bytes_b = _bytes_of(a), _bytes_of(b)
+            overlap = _overlap(_region(a), _region(b))
+            assert overlap or not bytes_a & bytes_b
+            if not steps:
+                assert overlap == bool(bytes_a & bytes_b)
+            if _contains(_region(a), _region(b)):
+                assert bytes_b <= bytes_a
+    # Another dtype over the same bytes: int16 halves of disjoint float columns.
+    low = base.view(torch.int16)[1:3, :, 0::2]  # the first half of every float
+    high = base.view(torch.int16)[1:3, :, 1::2]  # the second half
+    assert not _overlap(_region(low), _region(high))
+    assert _overlap(_region(low), _region(base[1:3, :, 2:3]))

@@ -1,0 +1,430 @@
+"""Stream-loop programs against hand-written ``torch.distributed`` references.
+
+Three programs, built with the frontend the way ``tests/lowering/test_stream_loops.py``
+builds them, run by a ``hostir.HostIrEvaluator`` that is created (and prepared)
+once:
+
+- ``row-parallel``: ``x @ w.T`` with the contraction over mesh_x and the tokens
+  in ``s`` stream chunks: per chunk a matmul and an Allreduce.
+- ``column-permute``: a column-parallel linear fed by a stream all-gather with
+  ``swizzle1d``: per chunk a CollectivePermute (ring shift) and a matmul.
+- ``column-broadcast``: the same without the swizzle: per chunk a Broadcast
+  (root = chunk) and a matmul.
+
+Each reference does the same chunked work on the same local data with the same
+chunk sizes in plain ``torch.distributed`` (async collective, then wait), and
+its result is checked against ours before anything is timed. Runs alternate
+ours/reference (ABBA order), each after a ``dist.barrier()``; a run's time is
+the maximum over ranks of its ``time.perf_counter()`` wall time, and the table
+reports the median over runs. ``overhead/instr`` is (ours - reference) divided
+by the number of instructions the evaluator executes per run (counted by a
+``hostir.Listener`` in a separate run).
+
+Run it with::
+
+    hostir run benchmarks/overlap.py --nproc 2
+    hostir run benchmarks/overlap.py --nproc 2 -- --sizes small,medium --runs 20
+    torchrun --nproc-per-node 2 benchmarks/overlap.py
+    python benchmarks/overlap.py --nproc 2      # starts the ranks itself
+
+Rank 0 prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+import hostir
+from hostir.communicator import CompletedWork
+from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+
+SIZES = {
+    # name: (tokens per rank, hidden); tokens = tokens per rank * d
+    "small": (8, 16),  # overhead-dominated: every tensor is a few hundred bytes
+    "medium": (512, 512),  # compute and communication dominated (tokens 1024 at d = 2)
+}
+PROGRAMS = ("row-parallel", "column-permute", "column-broadcast")
+
+
+# -- The programs (as tests/lowering/test_stream_loops.py builds them) ------------------
+
+
+def row_parallel(d: int, streams: int, hidden: int) -> tuple[FusionDefinition, list]:
+    """``x @ w.T``, x ``[t, hidden]``, w ``[hidden, hidden]``: the contraction dim over
+    mesh_x, the tokens of x and y in ``streams`` stream chunks."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, hidden))
+        w = fd.define_tensor((hidden, hidden))
+        y = fd.ops.linear(x, w)
+        fd.add_output(y)
+    for tv in (x, w):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(1, d)
+        tv.axis(1).parallelize(ParallelType.mesh_x)
+    for tv in (x, y):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(0, streams)
+        tv.axis(0).parallelize(ParallelType.stream)
+    return fd, [x, w]
+
+
+def column_parallel(d: int, swizzle: bool, hidden: int) -> tuple[FusionDefinition, list]:
+    """An all-gather of the tokens (sharded over mesh_x) in ``d`` stream chunks feeding
+    a column-parallel linear; with ``swizzle1d`` the gather is a ring of permutes."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor((-1, hidden))
+        w = fd.define_tensor((hidden, hidden))
+        ag = fd.ops.set(inp)
+        out = fd.ops.linear(ag, w)
+        fd.add_output(out)
+    for tv in (inp, w):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(0, d)
+        tv.axis(0).parallelize(ParallelType.mesh_x)
+    ag.set_device_mesh(mesh)
+    ag.outer_split(0, d)
+    if swizzle:
+        ag.swizzle1d(0, ParallelType.mesh_x)
+    ag.axis(0).parallelize(ParallelType.stream)
+    return fd, [inp, w]
+
+
+# -- The references ---------------------------------------------------------------------
+
+
+def reference_row_parallel(x: torch.Tensor, w: torch.Tensor, streams: int) -> Callable:
+    """Per chunk: matmul into the output slice, async all-reduce of that slice, wait."""
+    tokens = x.shape[0]
+    chunk = tokens // streams
+
+    def run() -> torch.Tensor:
+        out = torch.empty(tokens, w.shape[0], dtype=x.dtype)
+        wt = w.t()
+        for i in range(streams):
+            rows = slice(i * chunk, (i + 1) * chunk)
+            piece = torch.matmul(x[rows], wt, out=out[rows])
+            dist.all_reduce(piece, async_op=True).wait()
+        return out
+
+    return run
+
+
+def reference_ring(x: torch.Tensor, w: torch.Tensor, rank: int, d: int) -> Callable:
+    """Iteration i: receive chunk (r + i) % d from that rank while sending ours to
+    (r - i) % d (one batch_isend_irecv; iteration 0 a local copy), then its matmul."""
+    chunk = x.shape[0]
+
+    def run() -> torch.Tensor:
+        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
+        wt = w.t()
+        for i in range(d):
+            src = (rank + i) % d
+            buf = torch.empty_like(x)
+            if i == 0:
+                buf.copy_(x)
+            else:
+                ops = [
+                    dist.P2POp(dist.isend, x, (rank - i) % d),
+                    dist.P2POp(dist.irecv, buf, src),
+                ]
+                for work in dist.batch_isend_irecv(ops):
+                    work.wait()
+            torch.matmul(buf, wt, out=out[src * chunk : (src + 1) * chunk])
+        return out
+
+    return run
+
+
+def reference_broadcast(x: torch.Tensor, w: torch.Tensor, rank: int, d: int) -> Callable:
+    """Chunk i: async broadcast from rank i (the root sends its own shard), wait,
+    then its matmul."""
+    chunk = x.shape[0]
+
+    def run() -> torch.Tensor:
+        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
+        wt = w.t()
+        for i in range(d):
+            buf = x if i == rank else torch.empty_like(x)
+            dist.broadcast(buf, src=i, async_op=True).wait()
+            torch.matmul(buf, wt, out=out[i * chunk : (i + 1) * chunk])
+        return out
+
+    return run
+
+
+# -- Measuring --------------------------------------------------------------------------
+
+
+class InstructionCounter(hostir.Listener):
+    """Counts the instructions the evaluator executes on this rank."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def after(self, instruction, context, operands) -> None:  # noqa: D102
+        self.count += 1
+
+
+class StubCommunicator(hostir.Communicator):
+    """Pretends to be rank ``rank`` of ``world_size`` but moves no data: every
+    collective completes at once. Runs the evaluator with communication taken out."""
+
+    def _prepare(self, groups) -> None:
+        pass
+
+    def _check_same_program(self, digest: str) -> None:
+        pass
+
+    def _allreduce(self, tensor, group, op):
+        return CompletedWork()
+
+    def _broadcast(self, tensor, group, root):
+        return CompletedWork()
+
+    def _permute(self, out, inp, group, send_to, recv_from):
+        return CompletedWork()
+
+
+@dataclass
+class Row:
+    """One line of the table (times in ms, overhead in µs)."""
+
+    program: str
+    size: str
+    shape: str
+    ours_ms: float
+    reference_ms: float
+    ratio: float
+    instructions: int
+    overhead_us: float
+
+
+def max_over_ranks(times: list[float]) -> list[float]:
+    """Per run, the slowest rank's time (every rank gets the list)."""
+    local = torch.tensor(times, dtype=torch.float64)
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return torch.stack(gathered).max(dim=0).values.tolist()
+
+
+def timed(fn: Callable) -> float:
+    """Seconds ``fn`` takes on this rank, started after a barrier."""
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def compare(ours: Callable, reference: Callable, warmup: int, runs: int) -> tuple[float, float]:
+    """Median over runs of the max over ranks, in seconds: (ours, reference)."""
+    for _ in range(warmup):
+        ours()
+        reference()
+    times: dict[str, list[float]] = {"ours": [], "reference": []}
+    for run in range(runs):
+        order = (("ours", ours), ("reference", reference))
+        if run % 2:
+            order = order[::-1]  # ABBA: neither side always goes first
+        for name, fn in order:
+            times[name].append(timed(fn))
+    return (
+        statistics.median(max_over_ranks(times["ours"])),
+        statistics.median(max_over_ranks(times["reference"])),
+    )
+
+
+def build(program: str, d: int, rank: int, streams: int, tokens: int, hidden: int):
+    """(fusion, local inputs, reference function) for one program and size."""
+    torch.manual_seed(0)  # the same full tensors on every rank
+    if program == "row-parallel":
+        fd, tvs = row_parallel(d, streams, hidden)
+    else:
+        fd, tvs = column_parallel(d, program == "column-permute", hidden)
+    full = [torch.randn(tokens, hidden), torch.randn(hidden, hidden)]
+    x, w = (shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True))
+    if program == "row-parallel":
+        reference = reference_row_parallel(x, w, streams)
+    elif program == "column-permute":
+        reference = reference_ring(x, w, rank, d)
+    else:
+        reference = reference_broadcast(x, w, rank, d)
+    return fd, [x, w], reference
+
+
+def measure(program: str, size: str, args: argparse.Namespace, rank: int, d: int) -> Row:
+    """Builds, checks and times one program at one size."""
+    per_rank, hidden = SIZES[size]
+    tokens = per_rank * d
+    streams = args.streams if program == "row-parallel" else d
+    fd, inputs, reference = build(program, d, rank, streams, tokens, hidden)
+    if args.entry == "execute":
+        fd.execute(inputs)  # lowers once
+
+        def ours() -> list:
+            return fd.execute(inputs)
+
+        program_ir = fd.host_ir()
+    else:
+        program_ir = fd.host_ir()
+        evaluator = hostir.HostIrEvaluator(program_ir, communicator=hostir.default_communicator())
+
+        def ours() -> list:
+            return evaluator.run(inputs)
+
+    (result,) = ours()
+    torch.testing.assert_close(result, reference(), rtol=1e-4, atol=1e-4)
+    counter = InstructionCounter()
+    hostir.HostIrEvaluator(
+        program_ir, communicator=hostir.default_communicator(), listeners=[counter]
+    ).run(inputs)
+    runs = args.runs if args.runs is not None else (200 if size == "small" else 20)
+    ours_s, reference_s = compare(ours, reference, args.warmup, runs)
+    return Row(
+        program=program,
+        size=size,
+        shape=f"t={tokens} h={hidden} chunks={streams}",
+        ours_ms=ours_s * 1e3,
+        reference_ms=reference_s * 1e3,
+        ratio=ours_s / reference_s,
+        instructions=counter.count,
+        overhead_us=(ours_s - reference_s) / counter.count * 1e6,
+    )
+
+
+def evaluator_alone(program: str, args: argparse.Namespace, rank: int, d: int) -> tuple:
+    """(instructions, median µs per run) of the small program on a StubCommunicator:
+    the evaluator's own cost, with no data moved and (almost) no compute."""
+    per_rank, hidden = SIZES["small"]
+    streams = args.streams if program == "row-parallel" else d
+    fd, inputs, _ = build(program, d, rank, streams, per_rank * d, hidden)
+    counter = InstructionCounter()
+    hostir.HostIrEvaluator(
+        fd.host_ir(), communicator=StubCommunicator(rank, d), listeners=[counter]
+    ).run(inputs)
+    evaluator = hostir.HostIrEvaluator(fd.host_ir(), communicator=StubCommunicator(rank, d))
+    for _ in range(20):
+        evaluator.run(inputs)
+    times = []
+    for _ in range(500):
+        start = time.perf_counter()
+        evaluator.run(inputs)
+        times.append(time.perf_counter() - start)
+    return counter.count, statistics.median(times) * 1e6
+
+
+def table(rows: list[Row]) -> str:
+    """The Markdown table of ``rows``."""
+    lines = [
+        "| program | size | ours (ms) | reference (ms) | ratio | instructions"
+        " | overhead/instr (µs) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.program} | {r.size} ({r.shape}) | {r.ours_ms:.3f} | {r.reference_ms:.3f}"
+            f" | {r.ratio:.2f} | {r.instructions} | {r.overhead_us:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+# -- Command line -----------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="small,medium", help="comma-separated: small,medium")
+    parser.add_argument(
+        "--programs", default=",".join(PROGRAMS), help=f"comma-separated: {','.join(PROGRAMS)}"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=None, help="timed runs per size (default: small 200, medium 20)"
+    )
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    parser.add_argument(
+        "--streams", type=int, default=4, help="stream chunks of row-parallel (default 4)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads per rank (default 1)"
+    )
+    parser.add_argument(
+        "--entry",
+        choices=("evaluator", "execute"),
+        default="evaluator",
+        help="time HostIrEvaluator.run (default) or FusionDefinition.execute",
+    )
+    parser.add_argument("--json", help="also write the rows to this file (rank 0)")
+    parser.add_argument(
+        "--nproc", type=int, default=2, help="ranks to start when no launcher started this"
+    )
+    args = parser.parse_args(argv)
+    args.sizes = [s for s in args.sizes.split(",") if s]
+    args.programs = [p for p in args.programs.split(",") if p]
+    for name, known in (("size", SIZES), ("program", PROGRAMS)):
+        for value in getattr(args, name + "s"):
+            if value not in known:
+                parser.error(f"unknown {name} {value!r}; known: {', '.join(known)}")
+    if args.warmup < 3 or (args.runs is not None and args.runs < 10):
+        parser.error("use at least 3 warm-up runs and 10 timed runs")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
+        from hostir import launcher  # no launcher: start the ranks ourselves
+
+        return launcher.launch(__file__, args.nproc, [a for a in argv])
+    torch.set_num_threads(args.threads)
+    communicator = hostir.default_communicator()  # joins the gloo group
+    rank, d = communicator.rank, communicator.world_size
+    for size in args.sizes:
+        if args.streams < 1 or SIZES[size][0] * d % args.streams:
+            raise SystemExit(f"--streams {args.streams} must divide the {size} token count")
+    rows = [measure(p, s, args, rank, d) for s in args.sizes for p in args.programs]
+    alone = {p: evaluator_alone(p, args, rank, d) for p in args.programs}
+    if rank == 0:
+        command = "hostir run benchmarks/overlap.py --nproc {d}" + (
+            f" -- {' '.join(argv)}" if argv else ""
+        )
+        print(table(rows))
+        print()
+        print("Evaluator alone (small size, a stub communicator that moves no data, rank 0):")
+        print()
+        print("| program | instructions | µs per run | µs per instruction |")
+        print("|---|---:|---:|---:|")
+        for program, (count, us) in alone.items():
+            print(f"| {program} | {count} | {us:.0f} | {us / count:.1f} |")
+        print()
+        print(f"command: {command.format(d=d)}")
+        print(
+            f"torch {torch.__version__}, backend {dist.get_backend()}, world size {d},"
+            f" {args.threads} thread(s) per rank, {os.cpu_count()} CPU(s),"
+            f" Python {platform.python_version()}, timing {args.entry}"
+        )
+        if args.json:
+            with open(args.json, "w") as f:
+                alone_rows = [
+                    {"program": p, "instructions": n, "us_per_run": us}
+                    for p, (n, us) in alone.items()
+                ]
+                json.dump({"rows": [asdict(r) for r in rows], "alone": alone_rows}, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
