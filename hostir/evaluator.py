@@ -261,8 +261,8 @@ class HostIrEvaluator:
                 raise
             except (RuntimeError, ValueError, TypeError, IndexError) as error:
                 raise EvaluationError(
-                    f"{keyword(instruction)} defining {', '.join(step.defined) or '-'}"
-                    f" failed on rank {context.rank}: {error}"
+                    f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}:"
+                    f" {error}"
                 ) from error
         tensors = context.tensors
         for index, name in step.binds:
@@ -275,7 +275,16 @@ class _Step:
     """An instruction prepared once for fast repeated runs: its handler, the devices
     that run it, how to resolve each operand, and which results to bind."""
 
-    __slots__ = ("handler", "devices", "defined", "binds", "range_name", "operands", "optional")
+    __slots__ = (
+        "handler",
+        "devices",
+        "defined",
+        "binds",
+        "range_name",
+        "operands",
+        "optional",
+        "written",
+    )
 
     @staticmethod
     def prepare(instruction: Instruction) -> _Step:
@@ -291,6 +300,8 @@ class _Step:
             if getattr(instruction, name).name in step.defined
         ]
         step.range_name = f"hir::{keyword(instruction)}"
+        out = getattr(instruction, "out", None)
+        step.written = out.name if getattr(instruction, "preallocated", False) else None
         names = [] if type(instruction) in _UNRESOLVED else list(instruction.INS)
         if getattr(instruction, "preallocated", False):
             names.append("out")
@@ -299,6 +310,12 @@ class _Step:
         # receivers); their handlers check what each rank needs.
         step.optional = type(instruction) in COLLECTIVES or isinstance(instruction, Wait)
         return step
+
+    def describe(self) -> str:
+        """``defining T3`` or ``into T2_c``, for error messages."""
+        if self.written is not None:
+            return f"into {self.written}"
+        return f"defining {', '.join(self.defined) or '-'}"
 
     def resolve(self, context: RunContext) -> dict[str, Any]:
         """The operands' values on this rank now."""

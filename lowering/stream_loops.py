@@ -174,9 +174,11 @@ class _Loop:
         )
         return before + [loop] + after
 
-    def _slice(self, name: str, chunks: dict[str, TensorValue]) -> list[Instruction]:
+    def _slice(
+        self, name: str, chunks: dict[str, TensorValue], split: StreamSplit | None = None
+    ) -> list[Instruction]:
         """A ``shard_by_stream`` alias of chunk ``self.chunk`` of ``name``."""
-        split = self.split_of(name)
+        split = split or self.split_of(name)
         value = chunk_value(self.emitter.values[name], split)
         chunks[name] = value
         return [
@@ -185,11 +187,33 @@ class _Loop:
             )
         ]
 
+    def _input_split(self, op: LoweringOp, name: str) -> StreamSplit | None:
+        """How input ``name`` of ``op`` is read per iteration: its own stream split, or,
+        if it has none, the chunks of the dim that maps to the output's split dim when
+        both dims are sharded alike (otherwise the op reshards that dim: a gather)."""
+        split = self.split_of(name)
+        if split is not None:
+            return split
+        output = self.tensors[op.output]
+        stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
+        producer = self.tensors[name]
+        for o, i in dict(op.axis_maps).get(name, ()):
+            same = [p.axis for p in producer.axes[i].parts] == [
+                p.axis for p in output.axes[o].parts
+            ]
+            if o == stream_axis and same:
+                dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
+                return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
+        return None
+
     def _emit_op(self, op: LoweringOp, chunks: dict[str, TensorValue]) -> list[Instruction]:
         out: list[Instruction] = []
         for name in op.inputs:
-            if name not in chunks and name not in self.defined and self.split_of(name):
-                out.extend(self._slice(name, chunks))
+            if name in chunks or name in self.defined:
+                continue
+            split = self._input_split(op, name)
+            if split is not None:
+                out.extend(self._slice(name, chunks, split))
         preallocated = op.output in self.allocated
         if preallocated:
             out.extend(self._slice(op.output, chunks))

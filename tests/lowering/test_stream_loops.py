@@ -224,3 +224,20 @@ def test_stream_allgather_along_mesh_y_of_a_2d_mesh(multidevice_test, swizzle):
         assert "team=M0(y), send_peer=(coord(M0, y) - j0) % 2" in str(fd.host_ir())
     else:
         assert count(events, "gloo:broadcast") == 2
+
+
+def test_split_only_on_the_output_slices_the_input_per_chunk():
+    """An unsplit input that maps to the output's stream dim is read chunk by chunk."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 4))
+        y = fd.ops.relu(x)
+        fd.add_output(y)
+    for tv in (x, y):
+        tv.set_device_mesh(DeviceMesh([0]))
+    y.outer_split(0, 2)
+    y.axis(0).parallelize(ParallelType.stream)
+    torch.manual_seed(4)
+    full = torch.randn(8, 4)
+    (out,) = fd.execute([full])
+    torch.testing.assert_close(out, torch.relu(full))
+    assert "T0_c : float32[4, 4] @M0 = shard_by_stream(T0, axis=0, index=j0)" in str(fd.host_ir())
