@@ -26,6 +26,7 @@ from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default
 from hostir.evaluator import check_meshes_fit
 from hostir.inputs import bind_input_tensor
 from hostir.race_checker import RaceChecker, race_checking_enabled
+from hostir.round_trip import check_round_trip, round_trip_checking_enabled
 
 _KNOWN_OPTIONS = {"host_ir_lowering"}
 
@@ -169,7 +170,10 @@ class FusionDefinition:
         from lowering import lower_fusion  # only execute reaches into lowering
 
         self.lowering_count += 1
-        return lower_fusion(self._fusion)
+        program = lower_fusion(self._fusion)
+        if round_trip_checking_enabled():
+            program = check_round_trip(program)  # run the parsed copy: the text is complete
+        return program
 
     def _validate(self, inputs: list[Any], rank: int) -> None:
         """Checks inputs against their definitions and the schedule against the extents.

@@ -59,6 +59,7 @@ from hostir.instructions import (
     Unary,
     UnaryOpKind,
 )
+from hostir.parser import parse
 from hostir.printer import print_program
 from hostir.race_checker import RaceChecker
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
@@ -145,6 +146,7 @@ __all__ = [
     "UnaryOpKind",
     "VerifyError",
     "default_communicator",
+    "parse",
     "print_program",
     "slice_global_tensor",
 ]

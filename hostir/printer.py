@@ -35,8 +35,8 @@ from hostir.instructions import (
     Sum,
     keyword,
 )
-from hostir.scalars import print_scalar
-from hostir.sharding import Mesh, MeshAxis, ReduceOp, Sharding
+from hostir.scalars import Scalar, print_scalar
+from hostir.sharding import Mesh, MeshAxis, ReduceOp, Sharding, ShardPart
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.team import Team
 from hostir.values import StreamValue, TensorValue
@@ -76,18 +76,25 @@ def print_declaration(value: TensorValue | ScalarInput, meshes: _MeshNames) -> s
     shape = ", ".join(print_scalar(e) for e in value.shape)
     text = f"{value.name} : {value.dtype.value}[{shape}]"
     if value.sharding is not None:
-        text += " " + print_sharding(value.sharding, meshes)
+        text += " " + print_sharding(value.sharding, meshes, value.shape)
     return text
 
 
-def print_sharding(sharding: Sharding, meshes: _MeshNames) -> str:
-    """``@M0 {0: [x, i0 // 4]} partial{y: sum}``; replicated dims are omitted."""
+def print_sharding(
+    sharding: Sharding, meshes: _MeshNames, shape: tuple[Scalar, ...] | None = None
+) -> str:
+    """``@M0 {0: [x, i0 // 4]} partial{y: sum}``. A dim is omitted when it is one local
+    part of the dim's whole extent (replicated); with no ``shape`` given, every dim
+    without a mesh axis is omitted."""
     text = f"@{meshes.name(sharding.mesh)}"
     dims = []
     for dim, parts in enumerate(sharding.dims):
-        if all(p.axis is None for p in parts):
+        whole = (ShardPart(axis=None, extent=shape[dim]),) if shape is not None else None
+        if parts == whole or (shape is None and all(p.axis is None for p in parts)):
             continue
-        shown = ", ".join(p.axis.value if p.axis else print_scalar(p.extent) for p in parts)
+        shown = ", ".join(
+            p.axis.value if p.axis else print_scalar(p.extent, meshes.name) for p in parts
+        )
         dims.append(f"{dim}: [{shown}]")
     if dims:
         text += " {" + ", ".join(dims) + "}"

@@ -79,6 +79,16 @@ class Sharding:
         return bool(self.partial) or any(self.mesh_axes_of(d) for d in range(len(self.dims)))
 
 
+def normalized(sharding: Sharding, shape: tuple[Scalar, ...]) -> Sharding:
+    """``sharding`` with every dim that has no mesh axis written as one local part of the
+    dim's extent, so equal layouts compare and print equal."""
+    dims = tuple(
+        parts if any(p.axis is not None for p in parts) else (ShardPart(axis=None, extent=extent),)
+        for parts, extent in zip(sharding.dims, shape, strict=True)
+    )
+    return Sharding(mesh=sharding.mesh, dims=dims, partial=sharding.partial)
+
+
 def replicated(mesh: Mesh, shape: tuple[Scalar, ...]) -> Sharding:
     """The sharding of a tensor every device of ``mesh`` holds whole."""
     return Sharding(mesh=mesh, dims=tuple((ShardPart(axis=None, extent=e),) for e in shape))

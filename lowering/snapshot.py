@@ -43,6 +43,7 @@ from hostir import (
     Unary,
 )
 from hostir.instructions import Instruction
+from hostir.sharding import normalized
 from lowering.errors import LoweringError
 
 
@@ -84,7 +85,10 @@ class LoweringTensor:
                 if a.reduction
                 for axis in a.mesh_axes()
             )
-            sharding = Sharding(mesh=self.mesh, dims=tuple(a.parts for a in data), partial=partial)
+            sharding = normalized(
+                Sharding(mesh=self.mesh, dims=tuple(a.parts for a in data), partial=partial),
+                tuple(a.extent for a in data),
+            )
         return TensorValue(
             name=self.name, dtype=self.dtype, shape=tuple(a.extent for a in data), sharding=sharding
         )

@@ -48,6 +48,7 @@ from hostir import (
 )
 from hostir.instructions import Instruction
 from hostir.scalars import Scalar, add, floordiv, mod, sub
+from hostir.sharding import normalized
 from hostir.team import Team
 from lowering.emitter import Emitter, bind_values
 from lowering.errors import LoweringError
@@ -104,7 +105,7 @@ def chunk_value(value: TensorValue, split: StreamSplit) -> TensorValue:
                 break
         dims = list(sharding.dims)
         dims[split.dim] = tuple(parts)
-        sharding = dataclasses.replace(sharding, dims=tuple(dims))
+        sharding = normalized(dataclasses.replace(sharding, dims=tuple(dims)), tuple(shape))
     return TensorValue(
         name=f"{value.name}_c", dtype=value.dtype, shape=tuple(shape), sharding=sharding
     )

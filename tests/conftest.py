@@ -1,12 +1,14 @@
 """Test configuration: the multi-rank harness (see tests/multidevice.py).
 
-Every program any test executes through ``FusionDefinition.execute`` runs with
-the race checker on (``HOSTIR_CHECK_RACES=1``); it is set here, before any
-worker pool starts, so the ranks inherit it.
+Every program any test lowers through ``FusionDefinition`` is printed, parsed
+back and compared (``HOSTIR_CHECK_ROUND_TRIP=1``), and the parsed copy is what
+runs, with the race checker on (``HOSTIR_CHECK_RACES=1``). Both are set here,
+before any worker pool starts, so the ranks inherit them.
 """
 
 import os
 
 os.environ.setdefault("HOSTIR_CHECK_RACES", "1")
+os.environ.setdefault("HOSTIR_CHECK_ROUND_TRIP", "1")
 
 pytest_plugins = ["tests.multidevice"]

@@ -1,0 +1,35 @@
+"""Round-trip checks: a program printed and parsed back (and through JSON) is the same.
+
+With ``HOSTIR_CHECK_ROUND_TRIP=1`` (the test suite sets it) ``FusionDefinition``
+checks every program it lowers this way and runs the *parsed* copy, so every
+test that executes a fusion also checks that the text form is complete.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from hostir.container import HostIrContainer
+from hostir.errors import VerifyError
+from hostir.parser import parse
+
+ENVIRONMENT_VARIABLE = "HOSTIR_CHECK_ROUND_TRIP"
+
+
+def round_trip_checking_enabled() -> bool:
+    """Whether ``HOSTIR_CHECK_ROUND_TRIP`` is ``1``."""
+    return os.environ.get(ENVIRONMENT_VARIABLE) == "1"
+
+
+def check_round_trip(program: HostIrContainer) -> HostIrContainer:
+    """The program re-read from its text form; raises VerifyError if text or structure differ."""
+    text = str(program)
+    parsed = parse(text)
+    again = str(parsed)
+    if again != text:
+        diff = "\n".join(difflib.unified_diff(text.splitlines(), again.splitlines(), lineterm=""))
+        raise VerifyError(f"the printed program does not print the same after parsing:\n{diff}")
+    if parsed != program:
+        raise VerifyError(f"parsing the printed program gives a different program:\n{text}")
+    return parsed
