@@ -54,7 +54,7 @@ def parse(text: str) -> HostIrContainer:
 def _syntax_error(error: lark.UnexpectedInput, text: str) -> ParseError:
     line, col = error.line, error.column
     if isinstance(error, lark.UnexpectedToken):
-        found = repr(error.token.value) if error.token.type != "$END" else "the end of the text"
+        found = repr(error.token.value) if error.token.type != "$END" else "end of the text"
         expected = ", ".join(sorted(error.expected)[:6])
         return ParseError(f"unexpected {found}; expected one of {expected}", line, col)
     if isinstance(error, lark.UnexpectedCharacters):
