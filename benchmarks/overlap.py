@@ -18,7 +18,10 @@ ours/reference (ABBA order), each after a ``dist.barrier()``; a run's time is
 the maximum over ranks of its ``time.perf_counter()`` wall time, and the table
 reports the median over runs. ``overhead/instr`` is (ours - reference) divided
 by the number of instructions the evaluator executes per run (counted by a
-``hostir.Listener`` in a separate run).
+``hostir.Listener`` in a separate run). ``A/A`` times the reference against a
+second copy of itself the same way: how far from 1.00 a ratio strays by noise
+alone. A second table runs the evaluator alone (a stub communicator that moves
+no data, tiny tensors): its own cost per instruction.
 
 Run it with::
 
@@ -27,7 +30,8 @@ Run it with::
     torchrun --nproc-per-node 2 benchmarks/overlap.py
     python benchmarks/overlap.py --nproc 2      # starts the ranks itself
 
-Rank 0 prints a Markdown table.
+Rank 0 prints the tables; ``--help`` lists the options (``--batch K`` times K
+back-to-back calls per barrier: steady-state repetition).
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ import torch
 import torch.distributed as dist
 
 import hostir
-from hostir.communicator import CompletedWork
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from hostir.communicator import CompletedWork
 
 SIZES = {
     # name: (tokens per rank, hidden); tokens = tokens per rank * d
@@ -174,7 +178,7 @@ class InstructionCounter(hostir.Listener):
     def __init__(self) -> None:
         self.count = 0
 
-    def after(self, instruction, context, operands) -> None:  # noqa: D102
+    def after(self, instruction, context, operands) -> None:
         self.count += 1
 
 
@@ -210,6 +214,7 @@ class Row:
     ratio: float
     instructions: int
     overhead_us: float
+    aa_ratio: float | None
 
 
 def max_over_ranks(times: list[float]) -> list[float]:
@@ -220,15 +225,19 @@ def max_over_ranks(times: list[float]) -> list[float]:
     return torch.stack(gathered).max(dim=0).values.tolist()
 
 
-def timed(fn: Callable) -> float:
-    """Seconds ``fn`` takes on this rank, started after a barrier."""
+def timed(fn: Callable, batch: int) -> float:
+    """Seconds one call of ``fn`` takes on this rank: ``batch`` back-to-back calls
+    started after a barrier, divided by ``batch``."""
     dist.barrier()
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    for _ in range(batch):
+        fn()
+    return (time.perf_counter() - start) / batch
 
 
-def compare(ours: Callable, reference: Callable, warmup: int, runs: int) -> tuple[float, float]:
+def compare(
+    ours: Callable, reference: Callable, warmup: int, runs: int, batch: int
+) -> tuple[float, float]:
     """Median over runs of the max over ranks, in seconds: (ours, reference)."""
     for _ in range(warmup):
         ours()
@@ -239,7 +248,7 @@ def compare(ours: Callable, reference: Callable, warmup: int, runs: int) -> tupl
         if run % 2:
             order = order[::-1]  # ABBA: neither side always goes first
         for name, fn in order:
-            times[name].append(timed(fn))
+            times[name].append(timed(fn, batch))
     return (
         statistics.median(max_over_ranks(times["ours"])),
         statistics.median(max_over_ranks(times["reference"])),
@@ -290,8 +299,13 @@ def measure(program: str, size: str, args: argparse.Namespace, rank: int, d: int
     hostir.HostIrEvaluator(
         program_ir, communicator=hostir.default_communicator(), listeners=[counter]
     ).run(inputs)
-    runs = args.runs if args.runs is not None else (200 if size == "small" else 20)
-    ours_s, reference_s = compare(ours, reference, args.warmup, runs)
+    runs = args.runs if args.runs is not None else (300 if size == "small" else 200)
+    ours_s, reference_s = compare(ours, reference, args.warmup, runs, args.batch)
+    aa_ratio = None
+    if args.aa:  # the noise floor: the reference against a second copy of itself
+        _, _, again = build(program, d, rank, streams, tokens, hidden)
+        first_s, again_s = compare(reference, again, args.warmup, runs, args.batch)
+        aa_ratio = first_s / again_s
     return Row(
         program=program,
         size=size,
@@ -301,6 +315,7 @@ def measure(program: str, size: str, args: argparse.Namespace, rank: int, d: int
         ratio=ours_s / reference_s,
         instructions=counter.count,
         overhead_us=(ours_s - reference_s) / counter.count * 1e6,
+        aa_ratio=aa_ratio,
     )
 
 
@@ -327,20 +342,39 @@ def evaluator_alone(program: str, args: argparse.Namespace, rank: int, d: int) -
 
 def table(rows: list[Row]) -> str:
     """The Markdown table of ``rows``."""
+    aa = any(r.aa_ratio is not None for r in rows)
     lines = [
         "| program | size | ours (ms) | reference (ms) | ratio | instructions"
-        " | overhead/instr (µs) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        " | overhead/instr (µs) |" + (" A/A |" if aa else ""),
+        "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if aa else ""),
     ]
     for r in rows:
-        lines.append(
+        line = (
             f"| {r.program} | {r.size} ({r.shape}) | {r.ours_ms:.3f} | {r.reference_ms:.3f}"
             f" | {r.ratio:.2f} | {r.instructions} | {r.overhead_us:.1f} |"
         )
+        if aa:
+            line += f" {r.aa_ratio:.2f} |" if r.aa_ratio is not None else " - |"
+        lines.append(line)
     return "\n".join(lines)
 
 
 # -- Command line -----------------------------------------------------------------------
+
+
+SELF_LAUNCHED = "HOSTIR_OVERLAP_SELF_LAUNCHED"
+"""Set when ``python benchmarks/overlap.py`` started its own ranks."""
+
+
+def reproducing_command(argv: list[str], d: int) -> str:
+    """The command line that started this run, as the user would type it."""
+    script = os.path.relpath(sys.argv[0])
+    args = " ".join(argv)
+    if os.environ.get(SELF_LAUNCHED):
+        return f"python {script} {args}".rstrip()
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return f"torchrun --nproc-per-node {d} {script} {args}".rstrip()
+    return f"hostir run {script} --nproc {d}" + (f" -- {args}" if args else "")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -350,9 +384,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--programs", default=",".join(PROGRAMS), help=f"comma-separated: {','.join(PROGRAMS)}"
     )
     parser.add_argument(
-        "--runs", type=int, default=None, help="timed runs per size (default: small 200, medium 20)"
+        "--runs",
+        type=int,
+        default=None,
+        help="timed runs per size (default: small 300, medium 200)",
     )
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="calls per timed run, back to back after one barrier (default 1; >1 measures"
+        " steady-state repetition, with no barrier skew in each call)",
+    )
     parser.add_argument(
         "--streams", type=int, default=4, help="stream chunks of row-parallel (default 4)"
     )
@@ -364,6 +408,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=("evaluator", "execute"),
         default="evaluator",
         help="time HostIrEvaluator.run (default) or FusionDefinition.execute",
+    )
+    parser.add_argument(
+        "--no-aa",
+        dest="aa",
+        action="store_false",
+        help="skip the A/A column (the reference timed against a copy of itself: the noise)",
     )
     parser.add_argument("--json", help="also write the rows to this file (rank 0)")
     parser.add_argument(
@@ -378,6 +428,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 parser.error(f"unknown {name} {value!r}; known: {', '.join(known)}")
     if args.warmup < 3 or (args.runs is not None and args.runs < 10):
         parser.error("use at least 3 warm-up runs and 10 timed runs")
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
     return args
 
 
@@ -386,7 +438,8 @@ def main(argv: list[str]) -> int:
     if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
         from hostir import launcher  # no launcher: start the ranks ourselves
 
-        return launcher.launch(__file__, args.nproc, [a for a in argv])
+        os.environ[SELF_LAUNCHED] = "1"
+        return launcher.launch(sys.argv[0], args.nproc, list(argv))
     torch.set_num_threads(args.threads)
     communicator = hostir.default_communicator()  # joins the gloo group
     rank, d = communicator.rank, communicator.world_size
@@ -396,9 +449,7 @@ def main(argv: list[str]) -> int:
     rows = [measure(p, s, args, rank, d) for s in args.sizes for p in args.programs]
     alone = {p: evaluator_alone(p, args, rank, d) for p in args.programs}
     if rank == 0:
-        command = "hostir run benchmarks/overlap.py --nproc {d}" + (
-            f" -- {' '.join(argv)}" if argv else ""
-        )
+        command = reproducing_command(argv, d)
         print(table(rows))
         print()
         print("Evaluator alone (small size, a stub communicator that moves no data, rank 0):")
@@ -408,11 +459,12 @@ def main(argv: list[str]) -> int:
         for program, (count, us) in alone.items():
             print(f"| {program} | {count} | {us:.0f} | {us / count:.1f} |")
         print()
-        print(f"command: {command.format(d=d)}")
+        print(f"command: {command}")
         print(
             f"torch {torch.__version__}, backend {dist.get_backend()}, world size {d},"
             f" {args.threads} thread(s) per rank, {os.cpu_count()} CPU(s),"
-            f" Python {platform.python_version()}, timing {args.entry}"
+            f" Python {platform.python_version()}, timing {args.entry},"
+            f" {args.batch} call(s) per timed run"
         )
         if args.json:
             with open(args.json, "w") as f:

@@ -3,25 +3,42 @@
 Each subcommand is one ``add_<name>_command(subparsers)`` function that declares
 its arguments and sets ``handler``, a function ``(args) -> exit code``; adding a
 subcommand means writing one such function and listing it in ``COMMANDS``.
-Errors print a single ``hostir: error: ...`` line to stderr and exit non-zero.
+
+Errors print a single ``hostir: error: ...`` line to stderr, never a traceback:
+exit code 2 for a bad command line (unknown option, missing file), 1 for a bad
+program or script and for a failure (a HostIrError, an OSError, anything else).
+``HOSTIR_TRACEBACK=1`` re-raises instead, for debugging. Programs come from
+files through ``hostir.scripts``: a ``.py`` SCRIPT defines ``fusion(world_size)``,
+any other file is host IR text. See docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from hostir import launcher
-from hostir.errors import HostIrError
+from hostir import launcher, scripts
+from hostir.container import HostIrContainer
+from hostir.errors import HostIrError, ParseError
 
+FAILURE = 1
 USAGE_ERROR = 2
+TRACEBACK_VARIABLE = "HOSTIR_TRACEBACK"
+
+VIZ_FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
+"""Output formats of ``viz`` by file extension; ``dot`` writes the graphviz source."""
 
 
 class CommandError(Exception):
     """A bad command line (missing file, bad count): reported as one line, exit code 2."""
+
+
+class CommandFailed(Exception):
+    """A failure outside the program (a missing tool): reported as one line, exit code 1."""
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -63,7 +80,169 @@ def run_command(args: argparse.Namespace) -> int:
     return code if code >= 0 else 128 - code  # killed by signal S: exit 128 + S, like a shell
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_run_command,)
+def add_dump_command(subparsers: argparse._SubParsersAction) -> None:
+    """``dump SCRIPT|FILE.hir [--world-size N] [--json]``: print the program."""
+    parser = subparsers.add_parser(
+        "dump",
+        help="print the host IR program of a script or a .hir file",
+        description="Print the host IR program of SCRIPT (lowered here: no ranks run) or of "
+        "a host IR file.",
+    )
+    add_program_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the program as JSON")
+    parser.set_defaults(handler=dump_command)
+
+
+def dump_command(args: argparse.Namespace) -> int:
+    """Prints the program's text, or its JSON form."""
+    program = load_program(args)
+    if args.json:
+        data = program.to_json()
+        print(data if isinstance(data, str) else json.dumps(data, indent=2))
+    else:
+        print(program)
+    return 0
+
+
+def add_viz_command(subparsers: argparse._SubParsersAction) -> None:
+    """``viz SCRIPT|FILE.hir -o OUT [--traffic [--instruction K]]``: draw the program."""
+    parser = subparsers.add_parser(
+        "viz",
+        help="draw a program with graphviz",
+        description="Draw the program of SCRIPT or of a host IR file with graphviz. The "
+        "format comes from OUT's extension: .svg, .png, .pdf, or .dot (the graphviz source, "
+        "no dot program needed).",
+    )
+    add_program_arguments(parser)
+    parser.add_argument("-o", "--output", metavar="OUT", required=True, help="the file to write")
+    parser.add_argument(
+        "--traffic", action="store_true", help="draw who sends how much to whom instead"
+    )
+    parser.add_argument(
+        "--instruction",
+        metavar="K",
+        type=int,
+        help="with --traffic: only the communication at top-level instruction K",
+    )
+    parser.set_defaults(handler=viz_command)
+
+
+def viz_command(args: argparse.Namespace) -> int:
+    """Renders ``to_dot`` (or ``to_traffic_dot``) of the program to ``args.output``."""
+    extension = os.path.splitext(args.output)[1].lower()
+    if extension not in VIZ_FORMATS:
+        known = ", ".join(VIZ_FORMATS)
+        raise CommandError(f"cannot tell the format of {args.output}: use one of {known}")
+    if args.instruction is not None and not args.traffic:
+        raise CommandError("--instruction needs --traffic")
+    program = load_program(args)
+    from hostir.dot import to_dot, to_traffic_dot  # graphviz: imported only when drawing
+
+    if args.traffic:
+        graph = to_traffic_dot(program, instruction_index=args.instruction)
+    else:
+        graph = to_dot(program)
+    data = render(graph, VIZ_FORMATS[extension])
+    with open(args.output, "wb") as file:
+        file.write(data)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def render(graph, fmt: str) -> bytes:
+    """The graph in format ``fmt``: its source for ``dot``, else the output of graphviz."""
+    if fmt == "dot":
+        return graph.source.encode()
+    import graphviz
+
+    try:
+        return graph.pipe(format=fmt)
+    except graphviz.ExecutableNotFound:
+        raise CommandFailed(
+            "graphviz's 'dot' program was not found: install graphviz (e.g. apt-get install"
+            " graphviz), or write the source with -o OUT.dot"
+        ) from None
+    except graphviz.CalledProcessError as error:
+        detail = (error.stderr or b"").decode(errors="replace").strip().splitlines()
+        raise CommandFailed(
+            f"dot failed (exit code {error.returncode})" + (f": {detail[-1]}" if detail else "")
+        ) from None
+
+
+def add_check_command(subparsers: argparse._SubParsersAction) -> None:
+    """``check FILE.hir``: parse and verify host IR text."""
+    parser = subparsers.add_parser(
+        "check",
+        help="parse and verify a .hir file",
+        description="Parse and verify host IR text. Prints 'FILE: ok (N instructions)', or "
+        "'FILE:LINE:COL: message' on stderr and exits 1.",
+    )
+    parser.add_argument("file", metavar="FILE.hir", help="host IR text")
+    parser.set_defaults(handler=check_command)
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Exit code 0 if the file parses and verifies; else 1, with ``FILE:LINE:COL: message``."""
+    path = args.file
+    require_file(path)
+    if scripts.is_script(path):
+        raise CommandError(
+            f"check reads host IR text, not a script: {path} (to lower a script, use"
+            " 'hostir dump SCRIPT')"
+        )
+    try:
+        program = scripts.load_hir(path)
+    except ParseError as error:
+        print(f"{path}:{error}", file=sys.stderr)  # ParseError reads "LINE:COL: message"
+        return FAILURE
+    except HostIrError as error:  # VerifyError: no position
+        print(f"{path}: {error}", file=sys.stderr)
+        return FAILURE
+    print(f"{path}: ok ({scripts.instruction_count(program.body)} instructions)")
+    return 0
+
+
+def add_program_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of the commands that read a program: the file and ``--world-size``."""
+    parser.add_argument(
+        "program",
+        metavar="SCRIPT|FILE.hir",
+        help="a .py script defining fusion(world_size), or host IR text",
+    )
+    parser.add_argument(
+        "--world-size",
+        metavar="N",
+        type=int,
+        help="the world size passed to a script's fusion (default: its own default, else "
+        f"{scripts.DEFAULT_WORLD_SIZE}); the program must fit it",
+    )
+
+
+def load_program(args: argparse.Namespace) -> HostIrContainer:
+    """The program named by ``args.program``, checked against ``args.world_size``."""
+    require_file(args.program)
+    if args.world_size is not None and args.world_size < 1:
+        raise CommandError(f"--world-size must be at least 1, got {args.world_size}")
+    try:
+        return scripts.load_program(args.program, args.world_size)
+    except ParseError as error:
+        raise HostIrError(f"{args.program}:{error}") from error
+
+
+def require_file(path: str) -> None:
+    """Raises CommandError unless ``path`` is an existing file."""
+    if not os.path.exists(path):
+        raise CommandError(f"file not found: {path}")
+    if not os.path.isfile(path):
+        raise CommandError(f"not a file: {path}")
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    add_run_command,
+    add_dump_command,
+    add_viz_command,
+    add_check_command,
+)
 """One entry per subcommand, in the order ``--help`` lists them."""
 
 
@@ -85,7 +264,35 @@ def split_extra_args(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the ``hostir`` command line; returns the process exit code."""
+    """Runs the ``hostir`` command line; returns the process exit code.
+
+    Whatever goes wrong is one ``hostir: error:`` line, never a traceback, unless
+    ``HOSTIR_TRACEBACK=1`` asks for it.
+    """
+    try:
+        return run_main(argv)
+    except Exception as error:
+        if traceback_wanted():
+            raise
+        print_error(
+            f"internal error: {type(error).__name__}: {one_line(error)}"
+            f" (set {TRACEBACK_VARIABLE}=1 for the traceback)"
+        )
+        return FAILURE
+
+
+def traceback_wanted() -> bool:
+    """Whether ``HOSTIR_TRACEBACK`` asks errors to propagate with their traceback."""
+    return os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line."""
+    return " ".join(str(error).split()) or "(no message)"
+
+
+def run_main(argv: list[str] | None) -> int:
+    """Parses the command line and runs the handler, reporting the expected errors."""
     ours, extra = split_extra_args(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(ours)
@@ -94,14 +301,24 @@ def main(argv: list[str] | None = None) -> int:
     args.extra_args = extra
     try:
         return args.handler(args)
-    except CommandError as exc:
-        print_error(str(exc))
-        return USAGE_ERROR
-    except HostIrError as exc:
-        print_error(str(exc))
-        return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. ``hostir dump ... | head``: not worth a message
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return FAILURE
+    except (CommandError, CommandFailed, HostIrError, OSError) as error:
+        if traceback_wanted():
+            raise
+        print_error(describe(error))
+        return USAGE_ERROR if isinstance(error, CommandError) else FAILURE
+
+
+def describe(error: Exception) -> str:
+    """The one-line message for an expected error."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror}"
+    return one_line(error)
 
 
 if __name__ == "__main__":

@@ -142,26 +142,39 @@ def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands
 
 
 def run_allreduce(context: RunContext, instruction: Allreduce, operands: dict) -> list:
-    """Allreduce in place on a copy of ``src``."""
+    """Allreduce in place on ``out`` (one copy of ``src``; none more when ``out`` is
+    contiguous)."""
     group = _group(context, instruction)
     src = _need(operands["src"], instruction, "src", context)
+    out = operands.get("out") if instruction.preallocated else None
+    if out is not None and out.is_contiguous():
+        out.copy_(src)
+        return [out, Request(context.communicator.allreduce(out, group, instruction.op))]
     buffer = src.clone(memory_format=torch.contiguous_format)
     work = context.communicator.allreduce(buffer, group, instruction.op)
-    out = _out_buffer(context, instruction, operands)
-    return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
+    if out is not None:
+        return [out, Request(work, lambda: out.copy_(buffer))]
+    held = buffer if context.participates(instruction.out) else None
+    return [held, Request(work)]
 
 
 def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -> list:
-    """Broadcast from the root's ``src``; the root's own ``out`` is a copy."""
+    """Broadcast from the root's ``src``, received straight into ``out`` when it is
+    contiguous; the root's own ``out`` is a copy of its ``src``."""
     group = _group(context, instruction)
     root = int(operands["root"])
     out = _out_buffer(context, instruction, operands)
-    is_root = group[root] == context.rank
-    if is_root:
-        buffer = _need(operands["src"], instruction, "src", context).contiguous().clone()
-    else:
-        shape = context.local_shape(instruction.out)
-        buffer = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
+    if group[root] == context.rank:
+        src = _need(operands["src"], instruction, "src", context)
+        if out is not None:
+            out.copy_(src)
+        # The root only sends: its own buffer is never written by the broadcast.
+        sent = out if out is not None and out.is_contiguous() else src.contiguous()
+        return [out, Request(context.communicator.broadcast(sent, group, root))]
+    if out is not None and out.is_contiguous():
+        return [out, Request(context.communicator.broadcast(out, group, root))]
+    shape = context.local_shape(instruction.out)
+    buffer = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
     work = context.communicator.broadcast(buffer, group, root)
     return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
 

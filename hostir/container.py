@@ -33,3 +33,17 @@ class HostIrContainer:
         from hostir.printer import print_program
 
         return print_program(self)
+
+    def to_json(self) -> str:
+        """The JSON form (format ``hostir``, with its version; see ``hostir.json_format``)."""
+        from hostir.json_format import to_json
+
+        return to_json(self)
+
+    @staticmethod
+    def from_json(text: str) -> HostIrContainer:
+        """The program of a JSON document written by :meth:`to_json`; raises
+        ``JsonFormatError`` (a ``VerifyError``) naming what is wrong and where."""
+        from hostir.json_format import from_json
+
+        return from_json(text)

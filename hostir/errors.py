@@ -44,3 +44,8 @@ class CommunicationError(EvaluationError):
 class RaceError(EvaluationError):
     """Two accesses to one buffer, at least one a write, on streams (or asynchronous
     communications) that no ``synchronize`` or ``wait`` orders: a race on a GPU."""
+
+
+class JsonFormatError(VerifyError):
+    """A host IR JSON document is malformed: not JSON, another format or version, or a
+    node that does not fit the IR; the message names the JSON path (``program.body[3]``)."""

@@ -73,6 +73,7 @@ class RunContext:
         self.tensors: dict[str, torch.Tensor | None] = {}
         self.scalars: dict[str, int | float | bool] = {RANK_SYMBOL: communicator.rank}
         self.current_stream: Any = MAIN
+        self._shapes: dict[int, tuple[TensorValue, list[int]]] = {}
         self.stream_pool = evaluator.stream_pool(device)
 
     @property
@@ -81,11 +82,21 @@ class RunContext:
         return self.communicator.rank
 
     def local_shape(self, value: TensorValue) -> list[int]:
-        """The shape of this rank's shard of ``value``."""
+        """The shape of this rank's shard of ``value``.
+
+        Cached for the run: shapes depend only on the extents bound from the inputs
+        (never on loop indices), and loops ask for the same shapes every iteration.
+        """
+        cached = self._shapes.get(id(value))
+        if cached is not None and cached[0] is value:
+            return cached[1]
         if value.sharding is None:
-            return [int(evaluate_scalar(e, self.scalars)) for e in value.shape]
-        mesh = value.sharding.mesh
-        return [local_extent(parts, mesh, self.scalars) for parts in value.sharding.dims]
+            shape = [int(evaluate_scalar(e, self.scalars)) for e in value.shape]
+        else:
+            mesh = value.sharding.mesh
+            shape = [local_extent(parts, mesh, self.scalars) for parts in value.sharding.dims]
+        self._shapes[id(value)] = (value, shape)
+        return shape
 
     def participates(self, value: TensorValue) -> bool:
         """Whether this rank holds a shard of ``value``."""
@@ -254,21 +265,35 @@ class HostIrEvaluator:
         operands = step.resolve(context)
         for listener in self.listeners:
             listener.before(instruction, context, operands)
-        with torch.profiler.record_function(step.range_name):
-            try:
+        try:
+            if _profiling():
+                with _profiler_range(step.range_name):
+                    results = step.handler(context, instruction, operands)
+            else:
                 results = step.handler(context, instruction, operands)
-            except HostIrError:
-                raise
-            except (RuntimeError, ValueError, TypeError, IndexError) as error:
-                raise EvaluationError(
-                    f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}:"
-                    f" {error}"
-                ) from error
+        except HostIrError:
+            raise
+        except (RuntimeError, ValueError, TypeError, IndexError) as error:
+            raise EvaluationError(
+                f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}: {error}"
+            ) from error
         tensors = context.tensors
         for index, name in step.binds:
             tensors[name] = results[index]
         for listener in self.listeners:
             listener.after(instruction, context, operands)
+
+
+def _profiling() -> bool:
+    """Whether a torch profiler is recording (then every instruction gets a range)."""
+    return torch.autograd.profiler._is_profiler_enabled
+
+
+# ``record_function`` costs microseconds even when nothing records; the fast variant
+# gives the same ``hir::<keyword>`` events, and ranges are only opened while profiling.
+_profiler_range = getattr(torch._C._profiler, "_RecordFunctionFast", None) or (
+    torch.profiler.record_function
+)
 
 
 class _Step:

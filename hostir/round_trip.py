@@ -23,7 +23,8 @@ def round_trip_checking_enabled() -> bool:
 
 
 def check_round_trip(program: HostIrContainer) -> HostIrContainer:
-    """The program re-read from its text form; raises VerifyError if text or structure differ."""
+    """The program re-read from its text form; raises VerifyError if text or structure differ,
+    or if the program read back from its JSON form differs from it."""
     text = str(program)
     parsed = parse(text)
     again = str(parsed)
@@ -32,4 +33,19 @@ def check_round_trip(program: HostIrContainer) -> HostIrContainer:
         raise VerifyError(f"the printed program does not print the same after parsing:\n{diff}")
     if parsed != program:
         raise VerifyError(f"parsing the printed program gives a different program:\n{text}")
+    _check_json_round_trip(program)
     return parsed
+
+
+def _check_json_round_trip(program: HostIrContainer) -> None:
+    """Raises VerifyError unless ``from_json(to_json(program)) == program``."""
+    document = program.to_json()
+    decoded = HostIrContainer.from_json(document)
+    if decoded != program:
+        again = decoded.to_json()
+        lines = difflib.unified_diff(document.splitlines(), again.splitlines(), lineterm="")
+        diff = "\n".join(lines) or "(the JSON texts agree; the programs differ in a way JSON hides)"
+        raise VerifyError(
+            f"the program read back from its JSON form differs from the program:\n{diff}"
+            f"\nprogram:\n{program}"
+        )

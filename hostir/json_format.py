@@ -1,0 +1,355 @@
+"""The JSON form of a program: ``container.to_json()`` and ``HostIrContainer.from_json(text)``.
+
+A document is one object with three keys, in this order::
+
+    {"format": "hostir", "version": 1, "program": <node>}
+
+Version 1 writes values as follows:
+
+- A **node** (every IR dataclass: the container and its scalar inputs, tensor,
+  stream and request values, scalars, meshes, shardings, teams, and every class
+  in ``INSTRUCTIONS``) is an object whose first key ``"node"`` names its class,
+  followed by *every* dataclass field in declaration order, defaults included::
+
+      {"node": "Wait", "request": {"node": "RequestValue", "name": "R0"}}
+
+- An **enum** member is ``{"enum": "<enum class>", "value": <its .value>}``, e.g.
+  ``{"enum": "DType", "value": "float32"}``.
+- A **tuple** is a list (read back as a tuple); ``None`` is ``null``; bools, ints,
+  floats and strings are JSON's own. Python's ``json`` keeps ``true``, ``1`` and
+  ``1.0`` apart, so a ``Const`` comes back with the type it had.
+
+The text is deterministic: keys in the order above (never sorted) and
+``indent=1``, so documents diff line by line.
+
+Reading is strict. :func:`from_json` refuses, as :class:`JsonFormatError` (a
+``VerifyError``) naming the JSON path of the problem (``program.body[3].team.mesh``):
+text that is not JSON, a ``format`` other than ``"hostir"``, a version it does
+not read (naming the version found and those supported), an unknown ``node`` or
+``enum`` tag, a missing or an unexpected field, a value of the wrong type for
+its field (checked against the dataclass annotations), and a node its own
+constructor rejects (a mesh with repeated devices).
+
+Why not dataclasses-json all the way down: it decodes a field by its annotation,
+and most IR fields are unions of several dataclasses (``Scalar``, an operand,
+``ForLoop.body``'s instructions); it cannot tell their members apart, and the
+IR classes must not grow a mixin (nodes hold data only, serializers live
+outside). So the nodes go through the small tagged encoder and decoder below,
+driven by explicit registries, while dataclasses-json carries the envelope:
+:class:`JsonDocument` is a ``DataClassJsonMixin`` that writes the document,
+refuses unknown top-level keys (``Undefined.RAISE``), and hands its ``program``
+field to the tagged codec through ``dataclasses_json.config``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from dataclasses_json import DataClassJsonMixin, Undefined, config
+from dataclasses_json.undefined import UndefinedParameterError
+
+from hostir.container import HostIrContainer, ScalarInput
+from hostir.dtypes import DType
+from hostir.errors import HostIrError, JsonFormatError
+from hostir.instructions import INSTRUCTIONS, BinaryOpKind, Instruction, UnaryOpKind
+from hostir.mesh import Mesh, MeshAxis
+from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
+from hostir.sharding import PartialAxis, ReduceOp, Sharding, ShardPart
+from hostir.team import Team
+from hostir.values import RequestValue, StreamValue, TensorValue
+
+FORMAT = "hostir"
+"""The ``format`` every document carries."""
+
+VERSION = 1
+"""The version :func:`to_json` writes."""
+
+SUPPORTED_VERSIONS = (1,)
+"""The versions :func:`from_json` reads."""
+
+NODE_CLASSES: tuple[type, ...] = (
+    HostIrContainer,
+    ScalarInput,
+    TensorValue,
+    StreamValue,
+    RequestValue,
+    Const,
+    Symbol,
+    MeshCoordinate,
+    BinaryExpr,
+    Mesh,
+    ShardPart,
+    PartialAxis,
+    Sharding,
+    Team,
+    *INSTRUCTIONS,
+)
+"""Every dataclass a program holds; its JSON tag is its class name."""
+
+ENUM_CLASSES: tuple[type[enum.Enum], ...] = (
+    DType,
+    MeshAxis,
+    ScalarOp,
+    ReduceOp,
+    UnaryOpKind,
+    BinaryOpKind,
+)
+"""Every enum a program holds; its JSON tag is its class name."""
+
+
+def _by_name(classes: tuple[type, ...]) -> dict[str, type]:
+    table = {cls.__name__: cls for cls in classes}
+    if len(table) != len(classes):
+        raise TypeError(f"two JSON tags share a class name in {[c.__name__ for c in classes]}")
+    return table
+
+
+NODES: dict[str, type] = _by_name(NODE_CLASSES)
+ENUMS: dict[str, type[enum.Enum]] = _by_name(ENUM_CLASSES)
+
+_PRIMITIVES = (bool, int, float, str)
+
+# Unions printed by name in messages, largest first (Operand is TensorValue | Scalar).
+_NAMED_UNIONS: tuple[tuple[str, Any], ...] = (("Instruction", Instruction), ("Scalar", Scalar))
+
+
+# ----- writing -----
+
+
+def to_json(program: HostIrContainer) -> str:
+    """The JSON document of ``program`` (see the module docstring)."""
+    if not isinstance(program, HostIrContainer):
+        raise JsonFormatError(f"to_json: expected a HostIrContainer, got {type(program).__name__}")
+    return JsonDocument(program=program).to_json(indent=1)
+
+
+def encode(value: Any, path: str = "program") -> Any:
+    """``value`` as JSON-ready data: tagged objects, lists and primitives."""
+    if isinstance(value, enum.Enum):
+        if ENUMS.get(type(value).__name__) is not type(value):
+            raise JsonFormatError(f"{path}: {value!r} is not a host IR enum")
+        return {"enum": type(value).__name__, "value": value.value}
+    if value is None or type(value) in _PRIMITIVES:
+        return value
+    if isinstance(value, tuple):
+        return [encode(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    cls = type(value)
+    if NODES.get(cls.__name__) is not cls:
+        raise JsonFormatError(f"{path}: {cls.__name__} {value!r} is not a host IR node")
+    obj: dict[str, Any] = {"node": cls.__name__}
+    for name, _ in _fields_of(cls):
+        obj[name] = encode(getattr(value, name), f"{path}.{name}")
+    return obj
+
+
+# ----- reading -----
+
+
+def from_json(text: str | bytes) -> HostIrContainer:
+    """The program of a JSON document; raises JsonFormatError naming what is wrong, where."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise JsonFormatError(f"the text is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise JsonFormatError(
+            "not a host IR JSON document: expected an object with format, version and program,"
+            f" got {_describe_json(data)}"
+        )
+    _check_envelope(data)
+    try:
+        return JsonDocument.from_dict(data).program
+    except UndefinedParameterError:
+        known = [f.name for f in fields(JsonDocument)]
+        extra = ", ".join(repr(k) for k in data if k not in known)
+        raise JsonFormatError(
+            f"unexpected top-level key(s) {extra}; a document has {', '.join(known)}"
+        ) from None
+
+
+def decode(data: Any, path: str = "program") -> Any:
+    """The IR value of JSON-ready ``data`` (the inverse of :func:`encode`)."""
+    if isinstance(data, list):
+        return tuple(decode(item, f"{path}[{i}]") for i, item in enumerate(data))
+    if isinstance(data, dict):
+        if "node" in data:
+            return _decode_node(data, path)
+        if "enum" in data:
+            return _decode_enum(data, path)
+        keys = ", ".join(repr(k) for k in data)
+        raise JsonFormatError(f'{path}: an object needs a "node" or an "enum" tag, got keys {keys}')
+    return data
+
+
+def _check_envelope(data: dict[str, Any]) -> None:
+    if data.get("format") != FORMAT:
+        found = json.dumps(data["format"]) if "format" in data else "no format"
+        raise JsonFormatError(f'format: expected "{FORMAT}", got {found}')
+    supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+    if "version" not in data:
+        raise JsonFormatError(f"version: missing; this hostir reads version {supported}")
+    version = data["version"]
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+        raise JsonFormatError(
+            f"version: unsupported host IR JSON version {json.dumps(version)};"
+            f" this hostir reads version {supported}"
+        )
+    if "program" not in data:
+        raise JsonFormatError("program: missing")
+
+
+def _decode_program(data: Any) -> HostIrContainer:
+    program = decode(data, "program")
+    if not isinstance(program, HostIrContainer):
+        raise JsonFormatError(f"program: expected HostIrContainer, got {_describe_value(program)}")
+    return program
+
+
+def _decode_node(data: dict[str, Any], path: str) -> Any:
+    tag = data["node"]
+    cls = NODES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise JsonFormatError(
+            f"{path}: unknown node tag {json.dumps(tag)}; known tags: {', '.join(NODES)}"
+        )
+    declared = _fields_of(cls)
+    names = [name for name, _ in declared]
+    missing = [name for name in names if name not in data]
+    if missing:
+        raise JsonFormatError(f"{path}: {tag} lacks field(s) {', '.join(missing)}")
+    extra = [key for key in data if key != "node" and key not in names]
+    if extra:
+        raise JsonFormatError(
+            f"{path}: {tag} has no field(s) {', '.join(extra)}; its fields are {', '.join(names)}"
+        )
+    kwargs = {}
+    for name, hint in declared:
+        value = decode(data[name], f"{path}.{name}")
+        mismatch = _mismatch(value, hint, f"{path}.{name}")
+        if mismatch is not None:
+            raise JsonFormatError(mismatch)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except HostIrError as error:
+        raise JsonFormatError(f"{path}: {error}") from None
+
+
+def _decode_enum(data: dict[str, Any], path: str) -> enum.Enum:
+    tag = data["enum"]
+    cls = ENUMS.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise JsonFormatError(
+            f"{path}: unknown enum tag {json.dumps(tag)}; known tags: {', '.join(ENUMS)}"
+        )
+    if set(data) != {"enum", "value"}:
+        keys = ", ".join(repr(k) for k in data)
+        raise JsonFormatError(f'{path}: an enum object has keys "enum" and "value", got {keys}')
+    try:
+        return cls(data["value"])
+    except ValueError:
+        choices = ", ".join(json.dumps(member.value) for member in cls)
+        raise JsonFormatError(
+            f"{path}: {json.dumps(data['value'])} is not a {tag}; expected one of {choices}"
+        ) from None
+
+
+# ----- fields and their types -----
+
+
+@cache
+def _fields_of(cls: type) -> tuple[tuple[str, Any], ...]:
+    """``(name, resolved annotation)`` of each constructor field of ``cls``, in order."""
+    hints = get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in fields(cls) if f.init)
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the annotation ``hint`` (bool is not an int here)."""
+    origin = get_origin(hint)
+    if origin in (Union, UnionType):
+        return any(_conforms(value, arg) for arg in get_args(hint))
+    if origin is tuple:
+        args = get_args(hint)
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_conforms(item, args[0]) for item in value)
+        return len(args) == len(value) and all(map(_conforms, value, args))
+    if hint is NoneType:
+        return value is None
+    if hint in _PRIMITIVES:
+        return type(value) is hint
+    if hint is Any:
+        return True
+    return isinstance(value, hint)
+
+
+def _mismatch(value: Any, hint: Any, path: str) -> str | None:
+    """None if ``value`` fits ``hint``, else a message at the innermost misfit list item."""
+    if _conforms(value, hint):
+        return None
+    args = get_args(hint)
+    if get_origin(hint) is tuple and isinstance(value, tuple) and args[-1:] == (Ellipsis,):
+        for i, item in enumerate(value):
+            if not _conforms(item, args[0]):
+                return _mismatch(item, args[0], f"{path}[{i}]")
+    return f"{path}: expected {_describe_hint(hint)}, got {_describe_value(value)}"
+
+
+def _describe_hint(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin in (Union, UnionType):
+        args = list(get_args(hint))
+        parts = []
+        for name, union in _NAMED_UNIONS:
+            members = get_args(union)
+            if all(member in args for member in members):
+                args = [arg for arg in args if arg not in members]
+                parts.append(name)
+        return " | ".join(parts + [_describe_hint(arg) for arg in args])
+    if origin is tuple:
+        args = get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_describe_hint(args[0])}"
+        return f"a list of {len(args)}: {', '.join(_describe_hint(a) for a in args)}"
+    if hint is NoneType:
+        return "null"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__} {json.dumps(value.value)}"
+    if is_dataclass(value):
+        return type(value).__name__
+    if isinstance(value, tuple):
+        return f"a list of {len(value)}"
+    return _describe_json(value)
+
+
+def _describe_json(data: Any) -> str:
+    if data is None:
+        return "null"
+    if isinstance(data, dict | list):
+        return "an object" if isinstance(data, dict) else "a list"
+    return f"{type(data).__name__} {json.dumps(data)}"
+
+
+# ----- the envelope -----
+
+
+@dataclass(frozen=True, kw_only=True)
+class JsonDocument(DataClassJsonMixin):
+    """The top-level object: ``format``, ``version`` and the ``program`` node."""
+
+    dataclass_json_config = config(undefined=Undefined.RAISE)["dataclasses_json"]
+
+    format: str = FORMAT
+    version: int = VERSION
+    program: HostIrContainer = field(metadata=config(encoder=encode, decoder=_decode_program))
