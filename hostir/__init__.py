@@ -28,6 +28,7 @@ from hostir.communicator import (
     default_communicator,
 )
 from hostir.container import HostIrContainer, ScalarInput
+from hostir.dot import to_dot, to_traffic_dot
 from hostir.dtypes import DType
 from hostir.errors import (
     CommunicationError,
@@ -149,4 +150,6 @@ __all__ = [
     "parse",
     "print_program",
     "slice_global_tensor",
+    "to_dot",
+    "to_traffic_dot",
 ]

@@ -79,6 +79,11 @@ def _merge_dim(chunks: torch.Tensor, axis: int, inner: int | None) -> torch.Tens
     return moved.reshape(*body[:axis], outer * parts * inner, *body[axis + 1 :])
 
 
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same buffer."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
 def _inner(context: RunContext, instruction: Any) -> int | None:
     inner = instruction.inner
     return None if inner is None else int(evaluate_scalar(inner, context.scalars))
@@ -148,7 +153,8 @@ def run_allreduce(context: RunContext, instruction: Allreduce, operands: dict) -
     src = _need(operands["src"], instruction, "src", context)
     out = operands.get("out") if instruction.preallocated else None
     if out is not None and out.is_contiguous():
-        out.copy_(src)
+        if not _same_memory(out, src):  # partial sums written into out's buffer already
+            out.copy_(src)
         return [out, Request(context.communicator.allreduce(out, group, instruction.op))]
     buffer = src.clone(memory_format=torch.contiguous_format)
     work = context.communicator.allreduce(buffer, group, instruction.op)

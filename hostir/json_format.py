@@ -305,14 +305,14 @@ def _mismatch(value: Any, hint: Any, path: str) -> str | None:
 def _describe_hint(hint: Any) -> str:
     origin = get_origin(hint)
     if origin in (Union, UnionType):
-        args = list(get_args(hint))
-        parts = []
+        args = get_args(hint)
+        named: dict[Any, str] = {}
         for name, union in _NAMED_UNIONS:
             members = get_args(union)
-            if all(member in args for member in members):
-                args = [arg for arg in args if arg not in members]
-                parts.append(name)
-        return " | ".join(parts + [_describe_hint(arg) for arg in args])
+            if all(member in args and member not in named for member in members):
+                named.update(dict.fromkeys(members, name))
+        labels = [named.get(arg) or _describe_hint(arg) for arg in args]
+        return " | ".join(dict.fromkeys(labels))  # in declaration order, each name once
     if origin is tuple:
         args = get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:

@@ -15,6 +15,7 @@ method.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -149,9 +150,11 @@ def default_world_size(fusion: Callable[..., Any]) -> int:
 
 def call_in_script(path: str, call: Callable[[], Any]) -> Any:
     """Runs ``call`` (the script's code); reports what the script raised as one ScriptError
-    naming the script's line, and passes HostIrErrors through prefixed with the path."""
+    naming the script's line, and passes HostIrErrors through prefixed with the path.
+    What the script prints goes to stderr: stdout is the command's output."""
     try:
-        return call()
+        with contextlib.redirect_stdout(sys.stderr):
+            return call()
     except HostIrError as error:
         if isinstance(error, ScriptError):
             raise

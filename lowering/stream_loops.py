@@ -124,6 +124,7 @@ class _Loop:
         used_later = {name for op in later for name in op.inputs} | set(emitter.fusion.outputs)
         self.allocated = [name for name in self.defined if name in used_later]
         self.chunk = self._chunk_index()
+        self.preallocated_views: set[str] = set()
 
     def _chunk_index(self) -> Scalar:
         names = self.defined | {n for op in self.ops for n in op.inputs}
@@ -158,7 +159,9 @@ class _Loop:
             Synchronize(stream=MAIN),
         ]
         chunks: dict[str, TensorValue] = {}
-        for op in self.ops:
+        for index, op in enumerate(self.ops):
+            following = self.ops[index + 1] if index + 1 < len(self.ops) else None
+            self._reduce_in_place(op, following, chunks, body)
             body.extend(self._emit_op(op, chunks))
         sync = Symbol(name=f"j{next(self.emitter.loops)}")
         after = [
@@ -188,6 +191,38 @@ class _Loop:
             )
         ]
 
+    def _reduce_in_place(
+        self,
+        op: LoweringOp,
+        following: LoweringOp | None,
+        chunks: dict[str, TensorValue],
+        body: list[Instruction],
+    ) -> None:
+        """When ``op`` computes partial sums that only ``following`` reduces into a buffer
+        allocated before the loop, let ``op`` write them straight into that buffer's
+        chunk (a partial-sum view of it) so the reduction runs in place: no separate
+        partial tensor per iteration, no copy."""
+        if following is None or not isinstance(following.instruction, Set):
+            return
+        partial, out = op.output, following.output
+        value, target = self.emitter.values[partial], self.emitter.values[out]
+        if following.inputs != (partial,) or out not in self.allocated:
+            return
+        if value.sharding is None or not value.sharding.partial or target.sharding is None:
+            return
+        reduced = dataclasses.replace(value.sharding, partial=())
+        if reduced != target.sharding or partial in self.allocated:
+            return
+        if any(partial in later.inputs for later in self.ops if later is not following):
+            return
+        split = self.split_of(partial)
+        view = chunk_value(value, split)
+        chunks[partial] = view
+        self.preallocated_views.add(partial)
+        body.append(
+            ShardByStream(out=view, src=self.emitter.values[out], axis=split.dim, index=self.chunk)
+        )
+
     def _input_split(self, op: LoweringOp, name: str) -> StreamSplit | None:
         """How input ``name`` of ``op`` is read per iteration: its own stream split, or,
         if it has none, the chunks of the dim that maps to the output's split dim when
@@ -215,8 +250,10 @@ class _Loop:
             split = self._input_split(op, name)
             if split is not None:
                 out.extend(self._slice(name, chunks, split))
-        preallocated = op.output in self.allocated
-        if preallocated:
+        preallocated = op.output in self.allocated or op.output in self.preallocated_views
+        if op.output in self.preallocated_views:
+            pass  # its chunk view was created by _reduce_in_place
+        elif preallocated:
             out.extend(self._slice(op.output, chunks))
         else:
             split = self.split_of(op.output)
