@@ -1,0 +1,529 @@
+"""The JSON form: program -> JSON -> program on lowered and hand-built programs, constants
+keep their type, the text is deterministic, and malformed documents are refused clearly."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType
+from hostir import (
+    INSTRUCTIONS,
+    Allgather,
+    Allocate,
+    Allreduce,
+    AllToAll,
+    Binary,
+    BinaryExpr,
+    BinaryOpKind,
+    Broadcast,
+    BroadcastInDim,
+    Cast,
+    CollectivePermute,
+    Const,
+    Deallocate,
+    DType,
+    ForLoop,
+    Gather,
+    GetCurrentStream,
+    HostIrContainer,
+    Linear,
+    LocalShard,
+    Matmul,
+    Mesh,
+    MeshAxis,
+    MeshCoordinate,
+    PartialAxis,
+    Permute,
+    Reduce,
+    ReduceOp,
+    ReduceScatter,
+    RequestValue,
+    ScalarInput,
+    ScalarOp,
+    Scatter,
+    SendRecv,
+    Set,
+    SetCurrentStream,
+    ShardByStream,
+    Sharding,
+    ShardPart,
+    StreamValue,
+    Sum,
+    Symbol,
+    Synchronize,
+    Team,
+    Unary,
+    UnaryOpKind,
+    VerifyError,
+    Wait,
+    json_format,
+)
+from hostir.errors import JsonFormatError
+from hostir.round_trip import check_round_trip
+from tests.hostir.programs import c, tensor
+
+# ----- programs -----
+
+
+def walk(body: tuple) -> list:
+    """Every instruction of ``body``, loop bodies included."""
+    found = []
+    for instruction in body:
+        found.append(instruction)
+        if isinstance(instruction, ForLoop):
+            found.extend(walk(instruction.body))
+    return found
+
+
+def every_instruction() -> tuple:
+    """One instance (or more) of every catalog class, with varied field values."""
+    mesh = Mesh(devices=(3, 1, 0, 2), shape=(2, 2))
+    sharding = Sharding(
+        mesh=mesh,
+        dims=(
+            (
+                ShardPart(axis=MeshAxis.Y, extent=c(2)),
+                ShardPart(axis=None, extent=Symbol(name="n")),
+            ),
+            (ShardPart(axis=None, extent=c(4)),),
+        ),
+        partial=(PartialAxis(axis=MeshAxis.X, op=ReduceOp.MAX),),
+    )
+    x = tensor("x", "n", 4, sharding=sharding)
+    y = tensor("y", "n", 4, dtype=DType.BFLOAT16)
+    w = tensor("w", 3, 4, dtype=DType.INT32)
+    team = Team(mesh=mesh, axes=(MeshAxis.Y, MeshAxis.X))
+    request = RequestValue(name="R0")
+    i = Symbol(name="i")
+    coord = MeshCoordinate(mesh=mesh, axis=MeshAxis.X)
+    peer = BinaryExpr(op=ScalarOp.MOD, lhs=BinaryExpr(op=ScalarOp.ADD, lhs=coord, rhs=i), rhs=c(2))
+    back = BinaryExpr(op=ScalarOp.SUB, lhs=coord, rhs=BinaryExpr(op=ScalarOp.MUL, lhs=i, rhs=c(3)))
+    main = StreamValue(name="main")
+    comm = {"out": y, "src": x, "team": team, "request": request}
+    loop_body = (
+        SetCurrentStream(stream=StreamValue(index=i)),
+        Synchronize(stream=main),
+        ShardByStream(out=y, src=x, axis=0, index=peer),
+        ForLoop(index=Symbol(name="k"), start=i, stop=c(2), body=(Deallocate(tensor=y),)),
+    )
+    return (
+        GetCurrentStream(out=main),
+        Allocate(out=y),
+        Set(out=y, src=x, preallocated=True),
+        Allgather(**comm, axis=1, inner=Symbol(name="n")),
+        Unary(op=UnaryOpKind.RELU, out=y, src=x),
+        Unary(op=UnaryOpKind.NEG, out=y, src=x, preallocated=True),
+        Binary(op=BinaryOpKind.DIV, out=y, lhs=Const(value=0.5), rhs=x),
+        Binary(op=BinaryOpKind.SUB, out=y, lhs=x, rhs=Const(value=True)),
+        Binary(op=BinaryOpKind.ADD, out=y, lhs=x, rhs=y),
+        Binary(op=BinaryOpKind.MUL, out=y, lhs=Symbol(name="n"), rhs=x),
+        Cast(out=y, src=x),
+        Sum(out=y, src=x, dims=(0, 1), keepdim=True),
+        Linear(out=y, input=x, weight=w),
+        Linear(out=y, input=x, weight=w, bias=y, preallocated=True),
+        Matmul(out=y, lhs=x, rhs=w),
+        BroadcastInDim(out=y, src=x, broadcast_dims=(1,)),
+        Permute(out=y, src=x, dims=(1, 0)),
+        ShardByStream(out=y, src=x, axis=1, index=c(0)),
+        ForLoop(
+            index=i,
+            start=c(0),
+            stop=BinaryExpr(op=ScalarOp.FLOORDIV, lhs=Symbol(name="n"), rhs=c(2)),
+            body=loop_body,
+        ),
+        SetCurrentStream(stream=main),
+        LocalShard(out=y, src=x, axis=0, mesh_axis=MeshAxis.Z, inner=c(2)),
+        LocalShard(out=y, src=x, axis=1, mesh_axis=MeshAxis.Y),
+        ReduceScatter(**comm, axis=0, op=ReduceOp.MIN),
+        Allreduce(**comm, op=ReduceOp.PROD),
+        Broadcast(**comm, root=c(1)),
+        Reduce(**comm, root=coord),
+        Gather(**comm, root=c(0), axis=0),
+        Scatter(**comm, root=c(3), axis=1, preallocated=True),
+        AllToAll(**comm, split_axis=0, concat_axis=1),
+        SendRecv(**comm, sender=c(0), receiver=c(1)),
+        CollectivePermute(**comm, send_peer=peer, recv_peer=back),
+        Wait(request=request),
+        Synchronize(stream=StreamValue(index=c(2))),
+    )
+
+
+def hand_built() -> HostIrContainer:
+    """A program holding every catalog class (not meant to run: JSON needs no verifier)."""
+    body = every_instruction()
+    x = body[2].src
+    inputs = (x, tensor("w", 3, 4, dtype=DType.INT32), ScalarInput(name="n", dtype=DType.INT64))
+    return HostIrContainer(inputs=inputs, outputs=(body[1].out,), body=body)
+
+
+def _shard(tv, mesh: DeviceMesh, dim: int, parallel_type=ParallelType.mesh_x) -> None:
+    if tv.device_mesh is None:
+        tv.set_device_mesh(mesh)
+    tv.outer_split(dim, mesh.axis_size(parallel_type))
+    tv.axis(dim).parallelize(parallel_type)
+
+
+def local_compute() -> FusionDefinition:
+    """Every compute kind on one device, with int, float, bool and input scalars."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, 4))
+        w = fd.define_tensor((3, 4))
+        b = fd.define_tensor((3,))
+        s = fd.define_scalar(dtype=DataType.Int)
+        y = fd.ops.mul(fd.ops.linear(x, w, b), 0.5)
+        y = fd.ops.div(fd.ops.sub(2, fd.ops.add(y, s)), True)
+        y = fd.ops.cast(fd.ops.neg(fd.ops.relu(y)), DataType.Double)
+        m = fd.ops.permute(fd.ops.matmul(y, fd.ops.cast(w, DataType.Double)), [1, 0])
+        fd.add_output(fd.ops.sum(m, [1], keepdim=True))
+        fd.add_output(fd.ops.set(x))
+    return fd
+
+
+def resharding(source: tuple, target: tuple, shape=(8, 4)) -> Callable[[], FusionDefinition]:
+    """``set`` from ``(devices, sharded dim or None)`` to another such placement."""
+
+    def build() -> FusionDefinition:
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape)
+            y = fd.ops.set(x)
+            fd.add_output(y)
+        for tv, (devices, dim) in ((x, source), (y, target)):
+            mesh = DeviceMesh(devices)
+            if dim is None:
+                tv.set_device_mesh(mesh)
+            else:
+                _shard(tv, mesh, dim)
+        return fd
+
+    return build
+
+
+def reduction(target: str) -> Callable[[], FusionDefinition]:
+    """A sum over the sharded dim: replicated (Allreduce), on one device (Reduce), or
+    sharded (ReduceScatter)."""
+
+    def build() -> FusionDefinition:
+        mesh = DeviceMesh([0, 1, 2, 3])
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((8, 12, 8))
+            s = fd.ops.sum(x, [1])
+            fd.add_output(s)
+        _shard(x, mesh, 1)
+        if target == "one":
+            s.set_device_mesh(DeviceMesh([0]))
+        else:
+            s.set_device_mesh(mesh)
+        if target == "sharded":
+            _shard(s, mesh, 0)
+        return fd
+
+    return build
+
+
+def stream_allgather(swizzle: bool) -> Callable[[], FusionDefinition]:
+    """SPEC section 3: a stream-chunked all-gather feeding a column-parallel linear."""
+
+    def build() -> FusionDefinition:
+        mesh = DeviceMesh(torch.arange(4))
+        with FusionDefinition() as fd:
+            inp = fd.define_tensor((-1, 8))
+            w = fd.define_tensor((16, 8))
+            ag = fd.ops.set(inp)
+            fd.add_output(fd.ops.linear(ag, w))
+        for tv in (inp, w):
+            _shard(tv, mesh, 0)
+        ag.set_device_mesh(mesh)
+        ag.outer_split(0, 4)
+        if swizzle:
+            ag.swizzle1d(0, ParallelType.mesh_x)
+        ag.axis(0).parallelize(ParallelType.stream)
+        return fd
+
+    return build
+
+
+def mesh_2d_all_to_all() -> FusionDefinition:
+    """On a 2x2 mesh, dim 0 over mesh_y moves to dim 1; dim 2 stays over mesh_x."""
+    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 6, 2))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    _shard(x, mesh, 0, ParallelType.mesh_y)
+    _shard(x, mesh, 3, ParallelType.mesh_x)
+    y.set_device_mesh(mesh)
+    _shard(y, mesh, 1, ParallelType.mesh_y)
+    _shard(y, mesh, 3, ParallelType.mesh_x)
+    return fd
+
+
+FOUR = [0, 1, 2, 3]
+FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
+    "local_compute": local_compute,
+    "allgather": resharding((FOUR, 0), (FOUR, None)),
+    "all_to_all": resharding((FOUR, 0), (FOUR, 1)),
+    "broadcast": resharding(([2], None), (FOUR, None)),
+    "scatter": resharding(([1], None), (FOUR, 0)),
+    "gather": resharding((FOUR, 1), ([3], None)),
+    "send_recv": resharding(([0, 1], 0), ([2, 3], 0)),
+    "local_shard": resharding((FOUR, None), (FOUR, 0)),
+    "allreduce": reduction("replicated"),
+    "reduce": reduction("one"),
+    "reduce_scatter": reduction("sharded"),
+    "stream_permute": stream_allgather(swizzle=True),
+    "stream_broadcast": stream_allgather(swizzle=False),
+    "mesh_2d_all_to_all": mesh_2d_all_to_all,
+}
+
+
+def round_trip(program: HostIrContainer) -> HostIrContainer:
+    return HostIrContainer.from_json(program.to_json())
+
+
+# ----- round trips -----
+
+
+@pytest.mark.parametrize("name", FUSIONS)
+def test_lowered_program_round_trips(name):
+    """program -> JSON -> program gives an equal program, which writes the same JSON."""
+    program = FUSIONS[name]().host_ir()  # also runs check_round_trip (conftest)
+    document = program.to_json()
+    again = HostIrContainer.from_json(document)
+    assert again == program
+    assert again.to_json() == document
+    assert str(again) == str(program)
+    assert check_round_trip(program) == program
+
+
+def test_lowered_programs_cover_every_instruction():
+    """The fusions above make lowering emit every catalog class."""
+    seen = {type(i) for build in FUSIONS.values() for i in walk(build().host_ir().body)}
+    assert seen == set(INSTRUCTIONS), {c.__name__ for c in set(INSTRUCTIONS) - seen}
+
+
+def test_every_catalog_class_has_a_json_tag_and_round_trips():
+    """Catalog completeness: each instruction class is tagged by its name and comes back."""
+    instructions = every_instruction()
+    assert {type(i) for i in walk(instructions)} == set(INSTRUCTIONS)
+    for cls in INSTRUCTIONS:
+        assert json_format.NODES[cls.__name__] is cls
+    for instruction in walk(instructions):
+        program = HostIrContainer(inputs=(), outputs=(), body=(instruction,))
+        document = json.loads(program.to_json())
+        assert document["program"]["body"][0]["node"] == type(instruction).__name__
+        assert round_trip(program) == program, type(instruction).__name__
+
+
+def test_hand_built_program_round_trips():
+    """Every node, enum and scalar kind at once: meshes, teams, partial axes, loops."""
+    program = hand_built()
+    assert round_trip(program) == program
+    text = program.to_json()
+    for enum_class in json_format.ENUM_CLASSES:
+        assert f'"enum": "{enum_class.__name__}"' in text, enum_class
+
+
+def test_node_tags_do_not_collide_with_field_names():
+    """No IR class has a field named like the tags, so a tag is never mistaken for data."""
+    for cls in json_format.NODE_CLASSES:
+        assert not {f.name for f in dataclasses.fields(cls)} & {"node", "enum"}, cls
+
+
+@pytest.mark.parametrize("value", [0, 1, -7, 2**40, 1.0, 0.0, 0.5, -2.5e-3, 1e300, True, False])
+def test_constants_keep_their_type(value):
+    """``1``, ``1.0`` and ``True`` compare equal in Python; JSON keeps them apart."""
+    program = HostIrContainer(
+        inputs=(),
+        outputs=(),
+        body=(Binary(op=BinaryOpKind.MUL, out=tensor("o", 2), lhs=tensor("a", 2), rhs=c(value)),),
+    )
+    decoded = round_trip(program).body[0].rhs.value
+    assert type(decoded) is type(value) and decoded == value
+
+
+def test_lowered_constants_keep_their_type():
+    """``mul(T, 0.5)``, ``sub(2, T)`` and ``div(T, true)`` read back as float, int and bool."""
+    program = round_trip(local_compute().host_ir())
+    constants = [
+        operand.value
+        for i in program.body
+        if isinstance(i, Binary)
+        for operand in (i.lhs, i.rhs)
+        if isinstance(operand, Const)
+    ]
+    assert [type(v) for v in constants] == [float, int, bool]
+    assert constants == [0.5, 2, True]
+
+
+def test_to_json_is_deterministic():
+    """Same program, same text; two lowerings of one fusion write identical documents;
+    keys are the envelope's and then each node's fields in declaration order."""
+    program = hand_built()
+    assert program.to_json() == program.to_json()
+    build = FUSIONS["stream_permute"]
+    assert build().host_ir().to_json() == build().host_ir().to_json()
+    text = program.to_json()
+    assert text.startswith('{\n "format": "hostir",\n "version": 1,\n "program": {\n  "node"')
+    document = json.loads(text)
+    assert list(document) == ["format", "version", "program"]
+    allgather = document["program"]["body"][3]
+    assert list(allgather) == ["node"] + [f.name for f in dataclasses.fields(Allgather)]
+    assert allgather["team"]["axes"] == [
+        {"enum": "MeshAxis", "value": "y"},
+        {"enum": "MeshAxis", "value": "x"},
+    ]
+
+
+# ----- refusals -----
+
+
+def _document() -> dict:
+    return json.loads(hand_built().to_json())
+
+
+def _refusal(mutate: Callable[[dict], object]) -> str:
+    document = _document()
+    mutate(document)
+    with pytest.raises(JsonFormatError) as info:
+        HostIrContainer.from_json(json.dumps(document))
+    return str(info.value)
+
+
+def test_text_that_is_not_json_is_refused():
+    with pytest.raises(JsonFormatError, match=r"the text is not JSON: Expecting .* line 1"):
+        HostIrContainer.from_json('{"format": "hostir", ')
+    with pytest.raises(JsonFormatError, match="expected an object with format, version and"):
+        HostIrContainer.from_json("[1, 2]")
+
+
+def test_refusals_are_verify_errors():
+    """Callers that catch VerifyError (or HostIrError) catch malformed JSON too."""
+    assert issubclass(JsonFormatError, VerifyError)
+    with pytest.raises(VerifyError):
+        HostIrContainer.from_json("not json")
+
+
+def test_another_format_is_refused():
+    message = _refusal(lambda d: d.update(format="onnx"))
+    assert message == 'format: expected "hostir", got "onnx"'
+    assert _refusal(lambda d: d.pop("format")) == 'format: expected "hostir", got no format'
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", 1.0, True, None])
+def test_unknown_version_is_refused_naming_found_and_supported(version):
+    message = _refusal(lambda d: d.update(version=version))
+    assert message == (
+        f"version: unsupported host IR JSON version {json.dumps(version)};"
+        " this hostir reads version 1"
+    )
+
+
+def test_missing_version_or_program_and_extra_keys_are_refused():
+    assert _refusal(lambda d: d.pop("version")).startswith("version: missing; this hostir reads")
+    assert _refusal(lambda d: d.pop("program")) == "program: missing"
+    message = _refusal(lambda d: d.update(comment="hi"))
+    assert (
+        message == "unexpected top-level key(s) 'comment'; a document has format, version, program"
+    )
+
+
+def test_unknown_node_and_enum_tags_are_refused():
+    message = _refusal(lambda d: d["program"]["body"][3].update(node="Allgather2"))
+    assert message.startswith('program.body[3]: unknown node tag "Allgather2"; known tags: ')
+    assert "CollectivePermute" in message
+    message = _refusal(lambda d: d["program"]["body"][3]["team"]["axes"][0].update(enum="Axis"))
+    assert message.startswith('program.body[3].team.axes[0]: unknown enum tag "Axis"')
+    message = _refusal(lambda d: d["program"]["body"][3]["team"]["axes"][0].update(value="w"))
+    assert message == (
+        'program.body[3].team.axes[0]: "w" is not a MeshAxis; expected one of "x", "y", "z"'
+    )
+
+
+def test_untagged_objects_are_refused():
+    message = _refusal(lambda d: d["program"]["body"][0]["out"].pop("node"))
+    assert message == (
+        'program.body[0].out: an object needs a "node" or an "enum" tag, got keys \'name\','
+        " 'index'"
+    )
+
+
+def test_missing_and_extra_fields_are_refused():
+    body = "program.body[3]"
+    assert _refusal(lambda d: d["program"]["body"][3].pop("team")) == (
+        f"{body}: Allgather lacks field(s) team"
+    )
+    # Defaults are written too, and a document must carry them.
+    assert _refusal(lambda d: d["program"]["body"][3].pop("preallocated")) == (
+        f"{body}: Allgather lacks field(s) preallocated"
+    )
+    assert _refusal(lambda d: d["program"]["body"][3].update(root=0, tag=1)) == (
+        f"{body}: Allgather has no field(s) root, tag; its fields are out, src, team, axis,"
+        " inner, request, preallocated"
+    )
+
+
+def test_values_of_the_wrong_type_are_refused_with_their_path():
+    symbol = {"node": "Symbol", "name": "M0"}
+    message = _refusal(lambda d: d["program"]["body"][3]["team"].update(mesh=symbol))
+    assert message == "program.body[3].team.mesh: expected Mesh, got Symbol"
+    message = _refusal(lambda d: d["program"]["body"][6]["lhs"].update(value="0.5"))
+    assert message == 'program.body[6].lhs.value: expected int | float | bool, got str "0.5"'
+    message = _refusal(lambda d: d["program"]["body"][3]["team"]["mesh"].update(devices=[3, 1.0]))
+    assert message == "program.body[3].team.mesh.devices[1]: expected int, got float 1.0"
+    message = _refusal(lambda d: d["program"]["body"][3].update(axis=True))
+    assert message == "program.body[3].axis: expected int, got bool true"
+    message = _refusal(lambda d: d["program"]["body"][3].update(inner=[]))
+    assert message == "program.body[3].inner: expected Scalar | null, got a list of 0"
+    message = _refusal(lambda d: d["program"]["body"][4].update(src=copy.deepcopy(symbol)))
+    assert message == "program.body[4].src: expected TensorValue, got Symbol"
+    message = _refusal(
+        lambda d: d["program"]["body"][6].update(rhs={"node": "RequestValue", "name": "R"})
+    )
+    assert message == "program.body[6].rhs: expected TensorValue | Scalar, got RequestValue"
+    loop = 18
+    message = _refusal(lambda d: d["program"]["body"][loop]["body"].append(symbol))
+    assert message == f"program.body[{loop}].body[4]: expected Instruction, got Symbol"
+    message = _refusal(lambda d: d.update(program=symbol))
+    assert message == "program: expected HostIrContainer, got Symbol"
+
+
+def test_nodes_their_constructors_reject_are_refused_with_their_path():
+    message = _refusal(
+        lambda d: d["program"]["body"][3]["team"]["mesh"].update(devices=[0, 0, 1, 2])
+    )
+    assert message == "program.body[3].team.mesh: mesh devices must be distinct, got [0, 0, 1, 2]"
+    axis_z = {"enum": "MeshAxis", "value": "z"}
+    message = _refusal(lambda d: d["program"]["body"][3]["team"]["axes"].append(axis_z))
+    assert message == "program.body[3].team: mesh axis z does not exist in a 2-d mesh"
+
+
+def test_to_json_refuses_what_is_not_a_host_ir_node():
+    program = dataclasses.replace(hand_built(), outputs=[tensor("y", 2)])
+    with pytest.raises(
+        JsonFormatError, match=r"^program.outputs: list \[.*\] is not a host IR node"
+    ):
+        program.to_json()
+
+
+def test_check_round_trip_checks_the_json_form(monkeypatch):
+    """A JSON reader that loses something fails check_round_trip with a diff."""
+    program = FUSIONS["allgather"]().host_ir()
+    original = json_format.from_json
+
+    def lossy(text: str) -> HostIrContainer:
+        decoded = original(text)
+        return dataclasses.replace(decoded, body=decoded.body[:-1])
+
+    monkeypatch.setattr(json_format, "from_json", lossy)
+    with pytest.raises(
+        VerifyError, match="the program read back from its JSON form differs"
+    ) as info:
+        check_round_trip(program)
+    removed = [line[1:].strip() for line in str(info.value).splitlines() if line[:1] == "-"]
+    assert '"node": "Wait",' in removed
