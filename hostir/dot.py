@@ -121,7 +121,8 @@ def to_dot(program: HostIrContainer, *, title: str | None = None) -> graphviz.Di
     with graph.subgraph(name="inputs") as inputs:
         inputs.attr(rank="source")
         for k, value in enumerate(program.inputs):
-            label = f"input {print_declaration(value, drawing.meshes)}"
+            declaration = print_declaration(value, drawing.meshes).replace(" @", "\\l    @", 1)
+            label = f"input {declaration}\\l"
             inputs.node(f"in{k}", label=label, shape="note", style="filled", fillcolor="white")
             drawing.writers[value.name] = f"in{k}"
     for k in range(1, len(program.inputs)):
@@ -142,7 +143,9 @@ def to_dot(program: HostIrContainer, *, title: str | None = None) -> graphviz.Di
     return graph
 
 
-def _draw_body(graph: graphviz.Digraph, body: tuple[Instruction, ...], drawing: _ProgramDrawing):
+def _draw_body(
+    graph: graphviz.Digraph, body: tuple[Instruction, ...], drawing: _ProgramDrawing
+) -> None:
     for instruction in body:
         if isinstance(instruction, ForLoop):
             _draw_loop(graph, instruction, drawing)
