@@ -40,12 +40,34 @@ from hostir.scalars import add, mul
 from tests.hostir.programs import block_sharded, c, tensor
 
 
-def test_every_instruction_has_a_keyword_handler_and_printer():
+def test_every_instruction_has_a_keyword_handler_printer_parser_and_json_tag():
     """Catalog completeness: each instruction class is known to every table."""
+    from hostir.instruction_parsers import INSTRUCTION_PARSERS
+    from hostir.json_format import NODES
+    from hostir.parser import _Builder
+
+    statements = {"allocate", "deallocate", "wait", "for"}  # parsed as statements
     for cls in INSTRUCTIONS:
         assert cls in HANDLERS, cls
         assert cls in _PRINTERS, cls
+        assert NODES.get(cls.__name__) is cls, cls
+        name = _keyword_of(cls)
+        if name in statements:
+            assert hasattr(_Builder, f"stmt_{'for_loop' if name == 'for' else name}"), cls
+        else:
+            assert name in INSTRUCTION_PARSERS, cls
     assert keyword(Unary(op=UnaryOpKind.NEG, out=tensor("a", 1), src=tensor("b", 1))) == "neg"
+
+
+def _keyword_of(cls: type) -> str:
+    """The keyword of an instruction class (Unary/Binary: their first op's keyword)."""
+    from hostir.instructions import _KEYWORDS
+
+    if cls is Unary:
+        return UnaryOpKind.NEG.value
+    if cls is Binary:
+        return BinaryOpKind.ADD.value
+    return _KEYWORDS[cls]
 
 
 def test_chunked_loop_writes_into_preallocated_output():
