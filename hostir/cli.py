@@ -98,9 +98,10 @@ def dump_command(args: argparse.Namespace) -> int:
     program = load_program(args)
     if args.json:
         data = program.to_json()
-        print(data if isinstance(data, str) else json.dumps(data, indent=2))
+        text = data if isinstance(data, str) else json.dumps(data, indent=2)
     else:
-        print(program)
+        text = str(program)  # ends with a newline: the text of a .hir file, as written
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
@@ -116,13 +117,14 @@ def add_viz_command(subparsers: argparse._SubParsersAction) -> None:
     add_program_arguments(parser)
     parser.add_argument("-o", "--output", metavar="OUT", required=True, help="the file to write")
     parser.add_argument(
-        "--traffic", action="store_true", help="draw who sends how much to whom instead"
+        "--traffic", action="store_true", help="draw who sends what to whom, per iteration"
     )
     parser.add_argument(
         "--instruction",
         metavar="K",
         type=int,
-        help="with --traffic: only the communication at top-level instruction K",
+        help="with --traffic: the top-level instruction to draw, a communication or a loop "
+        "holding some (default: the first)",
     )
     parser.set_defaults(handler=viz_command)
 
@@ -139,9 +141,11 @@ def viz_command(args: argparse.Namespace) -> int:
     from hostir.dot import to_dot, to_traffic_dot  # graphviz: imported only when drawing
 
     if args.traffic:
-        graph = to_traffic_dot(program, instruction_index=args.instruction)
+        graph = to_traffic_dot(
+            program, instruction_index=args.instruction, world_size=args.world_size
+        )
     else:
-        graph = to_dot(program)
+        graph = to_dot(program, title=os.path.basename(args.program))
     data = render(graph, VIZ_FORMATS[extension])
     with open(args.output, "wb") as file:
         file.write(data)

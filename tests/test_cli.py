@@ -1,0 +1,342 @@
+"""The ``hostir`` console script: ``dump``, ``viz``, ``check`` and ``run``.
+
+Most tests start ``python -m hostir.cli`` (one the installed ``hostir``
+executable) from the repository root, on the files of ``tests/data/cli_*``,
+and check the exit code, the output and that errors are one line without a
+traceback. The last section calls ``cli.main`` in this process, for the
+cases that need no fresh interpreter (each one costs a second of importing
+torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hostir import cli
+from tests.multidevice import launched_by_torchrun
+from tests.test_docs import Fence, parse_markdown
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+DATA = pathlib.Path("tests/data")  # relative: messages name files as given
+SCRIPT = str(DATA / "cli_column_parallel.py")
+HIR = str(DATA / "cli_column_parallel.hir")
+BROKEN = str(DATA / "cli_broken.hir")
+NO_FUSION = str(DATA / "cli_no_fusion.py")
+TIMEOUT_S = 120
+
+pytestmark = pytest.mark.skipif(
+    launched_by_torchrun() and os.environ.get("RANK") != "0",
+    reason="starts its own processes: runs on rank 0 only",
+)
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """Ours without launcher variables (a child is a world of its own) and without the
+    variables that change the CLI's output, plus ``extra``."""
+    prefixes = ("MASTER_", "TORCHELASTIC_", "ROLE_", "GROUP_", "OMPI_COMM_WORLD_")
+    dropped = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+    dropped |= {"HOSTIR_DUMP", "HOSTIR_TRACEBACK"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(prefixes)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def hostir(*args: str, command: tuple[str, ...] | None = None, **env: str):
+    """Runs ``python -m hostir.cli ARGS`` (or ``command ARGS``) from the repository root."""
+    command = command or (sys.executable, "-m", "hostir.cli")
+    return subprocess.run(
+        [*command, *args],
+        cwd=REPO_ROOT,
+        env=environment(**env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def assert_one_line_error(done, code: int, *fragments: str) -> None:
+    """Exit code ``code`` and one ``hostir: error:`` line holding every fragment."""
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("hostir: error: ") and done.stderr.count("\n") == 1, done.stderr
+    for fragment in fragments:
+        assert fragment in done.stderr
+
+
+# ---------------------------------------------------------------------------
+# dump
+
+
+def test_dump_script_lowers_without_ranks():
+    done = hostir("dump", SCRIPT)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.startswith("%HostIrContainer {\n  mesh M0 = [0, 1]\n")  # world size 2
+    for line in ("CollectivePermute(T0, team=M0(x)", "shard_by_stream(T4", "linear(T3_c, T1"):
+        assert line in text
+    assert text.rstrip("\n").endswith("output T4\n}")
+
+
+def test_dump_script_world_size_is_passed_to_fusion():
+    done = hostir("dump", SCRIPT, "--world-size", "4")
+    assert done.returncode == 0, done.stderr
+    assert "mesh M0 = [0, 1, 2, 3]" in done.stdout and "range(0, 4)" in done.stdout
+
+
+def test_dump_hir_file_prints_the_file():
+    done = hostir("dump", HIR)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (REPO_ROOT / HIR).read_text()
+
+
+def test_dump_json_is_a_versioned_document():
+    done = hostir("dump", HIR, "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert isinstance(document, dict) and "version" in document
+
+
+def test_dump_missing_file():
+    done = hostir("dump", "tests/data/cli_no_such_file.py")
+    assert_one_line_error(done, 2, "file not found: tests/data/cli_no_such_file.py")
+
+
+def test_dump_script_without_fusion_says_what_to_add():
+    done = hostir("dump", NO_FUSION)
+    assert done.returncode == 1 and done.stdout == ""  # the script's print went to stderr
+    assert "Traceback" not in done.stderr
+    *script_output, error = done.stderr.splitlines()
+    assert script_output == ["cli_no_fusion.py imported"]
+    assert error.startswith(f"hostir: error: {NO_FUSION}: defines no function 'fusion'")
+    assert "def fusion(world_size: int) -> FusionDefinition" in error
+
+
+# ---------------------------------------------------------------------------
+# viz
+
+
+def test_viz_svg(tmp_path):
+    out = tmp_path / "program.svg"
+    done = hostir("viz", SCRIPT, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().lstrip().startswith(("<svg", "<?xml"))
+    assert "CollectivePermute" in out.read_text()
+
+
+def test_viz_traffic_svg_with_the_installed_executable(tmp_path):
+    executable = shutil.which("hostir")
+    if executable is None:
+        pytest.skip("the hostir console script is not installed (pip install -e .)")
+    out = tmp_path / "traffic.svg"
+    done = hostir("viz", HIR, "-o", str(out), "--traffic", command=(executable,))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().lstrip().startswith(("<svg", "<?xml"))
+
+
+def test_viz_without_graphviz_says_to_install_it(tmp_path):
+    done = hostir("viz", HIR, "-o", str(tmp_path / "p.svg"), PATH=str(tmp_path))  # no dot
+    assert_one_line_error(done, 1, "install graphviz")
+
+
+# ---------------------------------------------------------------------------
+# check
+
+
+def test_check_ok():
+    done = hostir("check", HIR)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{HIR}: ok (14 instructions)\n"
+
+
+def test_check_broken_file_gives_line_and_column():
+    done = hostir("check", BROKEN)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert done.stderr == f"{BROKEN}:14:5: unknown instruction linaer\n"
+
+
+# ---------------------------------------------------------------------------
+# usage errors and run
+
+
+def test_unknown_subcommand():
+    done = hostir("frobnicate")
+    assert_one_line_error(done, 2, "invalid choice: 'frobnicate'")
+
+
+def test_run_with_host_ir_dump_prints_the_program_on_rank_0_only():
+    done = hostir("run", SCRIPT, "--nproc", "2", HOSTIR_DUMP="host_ir")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("%HostIrContainer {") == 1
+    assert "mesh M0 = [0, 1]" in done.stdout
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank ")) == [
+        "rank 0/2: OK",
+        "rank 1/2: OK",
+    ]
+
+
+# ---------------------------------------------------------------------------
+# In this process: cli.main
+
+
+def main(*args: str) -> int:
+    """``cli.main(args)``; argparse's own exits become their exit code."""
+    try:
+        return cli.main(list(args))
+    except SystemExit as exit:
+        return exit.code
+
+
+@pytest.fixture
+def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative paths resolve from the repository root; no variables that change output."""
+    monkeypatch.chdir(REPO_ROOT)
+    for name in ("HOSTIR_DUMP", "HOSTIR_TRACEBACK"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["dump", HIR, "--world-size", "1"], 1, f"{HIR}: mesh [0, 1] needs device 1"),
+        (["dump", SCRIPT, "--world-size", "0"], 2, "--world-size must be at least 1, got 0"),
+        (["dump", BROKEN], 1, f"{BROKEN}:14:5: unknown instruction linaer"),
+        (["dump", "tests/data"], 2, "not a file: tests/data"),
+        (["viz", HIR, "-o", "p.jpg"], 2, "cannot tell the format of p.jpg"),
+        (["viz", HIR, "-o", "p.svg", "--instruction", "2"], 2, "--instruction needs --traffic"),
+        (["check", SCRIPT], 2, "check reads host IR text, not a script"),
+        (["check", "cli_no_such_file.hir"], 2, "file not found: cli_no_such_file.hir"),
+        (["viz", HIR], 2, "the following arguments are required: -o/--output"),
+    ],
+    ids=[
+        "world-too-small",
+        "world-size-0",
+        "parse-error",
+        "folder",
+        "viz-format",
+        "instruction-without-traffic",
+        "check-script",
+        "check-missing",
+        "viz-no-output",
+    ],
+)
+def test_errors_are_one_line(args, code, message, in_repo, capsys):
+    assert main(*args) == code
+    err = capsys.readouterr().err
+    assert err.startswith("hostir: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_viz_traffic_of_one_instruction_as_dot_source(in_repo, tmp_path, capsys):
+    out = tmp_path / "traffic.dot"
+    assert main("viz", HIR, "-o", str(out), "--traffic", "--instruction", "2") == 0
+    assert out.read_text().lstrip().startswith("digraph")
+    assert capsys.readouterr().out == f"wrote {out}\n"
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "def fusion(world_size):\n    raise ValueError('no\\nway')\n",
+            "raises.py:2: ValueError: no way",
+        ),
+        (
+            "def fusion(world_size:\n    pass\n",
+            "raises.py:1:11: syntax error: '(' was never closed",
+        ),
+        ("import sys\nsys.exit(3)\n", "exited (code 3) while being imported"),
+        ("def fusion(world_size):\n    return 3\n", "fusion(2) returned int; expected a"),
+        ("fusion = 3\n", "'fusion' is a int, not a function"),
+    ],
+    ids=["raises", "syntax", "exits", "returns-int", "not-callable"],
+)
+def test_bad_scripts_are_one_line(source, message, tmp_path, capsys):
+    script = tmp_path / "raises.py"
+    script.write_text(source)
+    assert main("dump", str(script)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"hostir: error: {script}") and err.count("\n") == 1 and message in err
+
+
+DEFAULT_WORLD_SIZE_SCRIPT = """
+from hostir import parse
+
+TEXT = "%HostIrContainer {\\n  mesh M0 = [{}]\\n  input T0 : float32[4] @M0\\n  output T0\\n}\\n"
+
+def fusion(world_size=3):  # may return a program as well as a FusionDefinition
+    return parse(TEXT.replace("{}", ", ".join(map(str, range(world_size)))))
+"""
+
+
+def test_world_size_defaults_to_the_fusion_default(tmp_path, capsys):
+    script = tmp_path / "three.py"
+    script.write_text(DEFAULT_WORLD_SIZE_SCRIPT)
+    assert main("dump", str(script)) == 0
+    assert "mesh M0 = [0, 1, 2]" in capsys.readouterr().out
+
+
+INTERNAL_BUG = """
+class Broken:
+    def host_ir(self, world_size):
+        raise RuntimeError("a bug in the lowering")
+
+def fusion(world_size):
+    return Broken()
+"""
+
+
+def test_internal_errors_are_one_line_unless_a_traceback_is_asked_for(
+    tmp_path, capsys, monkeypatch
+):
+    script = tmp_path / "bug.py"
+    script.write_text(INTERNAL_BUG)
+    monkeypatch.delenv("HOSTIR_TRACEBACK", raising=False)
+    assert main("dump", str(script)) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "hostir: error: internal error: RuntimeError: a bug in the lowering"
+        " (set HOSTIR_TRACEBACK=1 for the traceback)\n"
+    )
+    monkeypatch.setenv("HOSTIR_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="a bug in the lowering"):
+        cli.main(["dump", str(script)])
+
+
+# ---------------------------------------------------------------------------
+# docs/cli.md shows what the commands print
+
+
+def shown_output(items: list, command: str) -> str:
+    """The ```text block after the ```bash block that is exactly ``command``."""
+    for item, after in zip(items, items[1:], strict=False):
+        if isinstance(item, Fence) and item.info == "bash" and item.text.strip() == command:
+            assert isinstance(after, Fence) and after.info == "text", command
+            return after.text
+    raise AssertionError(f"docs/cli.md shows no output of {command!r}")
+
+
+def test_docs_show_what_the_commands_print(tmp_path, monkeypatch, capsys):
+    items = parse_markdown(REPO_ROOT / "docs" / "cli.md")
+    (script,) = [f for f in items if isinstance(f, Fence) and f.info.startswith("python")]
+    (tmp_path / "my_linear.py").write_text(script.text)
+    monkeypatch.chdir(tmp_path)
+    assert main("dump", "my_linear.py") == 0
+    assert capsys.readouterr().out == shown_output(items, "hostir dump my_linear.py")
+    assert main("dump", "my_linear.py", "--world-size", "4") == 0
+    (tmp_path / "linear4.hir").write_text(capsys.readouterr().out)
+    assert main("check", "linear4.hir") == 0
+    assert capsys.readouterr().out == shown_output(items, "hostir check linear4.hir")
+    assert main("dump", "linear4.hir", "--json") == 0
+    shown = shown_output(items, "hostir dump linear4.hir --json").removesuffix("...\n")
+    assert capsys.readouterr().out.startswith(shown)
+    monkeypatch.chdir(REPO_ROOT)
+    assert main("check", BROKEN) == 1
+    assert capsys.readouterr().err == shown_output(items, f"hostir check {BROKEN}")
