@@ -66,7 +66,8 @@ def main() -> int:
     ok = torch.allclose(y, expected, rtol=1e-4, atol=1e-4)
     print(
         f"rank {rank}/{d}: output {tuple(y.shape)}, max error {error:.2e},"
-        f" {'OK' if ok else 'MISMATCH'}",
+        f" {'OK' if ok else 'MISMATCH'}\n",
+        end="",  # one write: ranks share the terminal or pipe, lines must not interleave
         flush=True,
     )
     return 0 if ok else 1

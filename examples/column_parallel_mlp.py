@@ -56,7 +56,8 @@ def main() -> int:
     ok = torch.allclose(h_local, expected, rtol=1e-5, atol=1e-5)
     print(
         f"rank {rank}/{d}: local output {tuple(h_local.shape)}, max error {error:.2e},"
-        f" {'OK' if ok else 'MISMATCH'}",
+        f" {'OK' if ok else 'MISMATCH'}\n",
+        end="",  # one write: ranks share the terminal or pipe, lines must not interleave
         flush=True,
     )
     return 0 if ok else 1

@@ -58,7 +58,8 @@ def main() -> int:
     (y,) = fd.execute([shard_tensor(t, tv) for t, tv in zip((x, w, b), tvs, strict=True)])
     expected = shard_tensor(x @ w.T + b, fd.host_ir().outputs[0])
     ok = torch.allclose(y, expected, rtol=1e-4, atol=1e-4)
-    print(f"rank {rank}/{d}: {'OK' if ok else 'MISMATCH'}", flush=True)
+    # One write: the ranks share a pipe, and their lines must not interleave.
+    print(f"rank {rank}/{d}: {'OK' if ok else 'MISMATCH'}\n", end="", flush=True)
     return 0 if ok else 1
 
 
