@@ -15,6 +15,7 @@ from hostir import (
     Allreduce,
     AllToAll,
     Broadcast,
+    CollectivePermute,
     Const,
     Gather,
     Reduce,
@@ -82,6 +83,9 @@ def _emit_step(
         StepKind.REDUCE: lambda: Reduce(**common, root=root, op=step.op),
         StepKind.SEND_RECV: lambda: SendRecv(
             **common, sender=Const(value=0), receiver=Const(value=1)
+        ),
+        StepKind.PERMUTE: lambda: CollectivePermute(
+            **common, send_peer=step.send_peer, recv_peer=step.recv_peer
         ),
     }
     return [builders[step.kind](), Wait(request=request)]

@@ -1,0 +1,123 @@
+"""Resharding plans: their steps, and the builder the planning rules share."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, replace
+
+from hostir import Const, MeshAxis, ReduceOp, Sharding, ShardPart, TensorValue
+from hostir.printer import _MeshNames, print_sharding
+from hostir.scalars import Scalar, floordiv
+from hostir.team import Team
+from lowering.errors import ReshardingError
+
+
+class StepKind(enum.Enum):
+    """What one step of a plan does."""
+
+    ALLGATHER = "Allgather"
+    REDUCE_SCATTER = "ReduceScatter"
+    ALLREDUCE = "Allreduce"
+    ALL_TO_ALL = "AllToAll"
+    BROADCAST = "Broadcast"
+    SCATTER = "Scatter"
+    GATHER = "Gather"
+    REDUCE = "Reduce"
+    SEND_RECV = "SendRecv"
+    PERMUTE = "CollectivePermute"
+    LOCAL_SHARD = "local_shard"
+    COPY = "set"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One communication or local slice; ``after`` is the data's sharding once done."""
+
+    kind: StepKind
+    after: Sharding
+    team: Team | None = None
+    axis: int | None = None
+    concat_axis: int | None = None
+    mesh_axis: MeshAxis | None = None
+    root: int | None = None
+    op: ReduceOp | None = None
+    send_peer: Scalar | None = None
+    recv_peer: Scalar | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The steps from ``src`` to ``dst`` (empty when only a copy is needed)."""
+
+    src: Sharding
+    dst: Sharding
+    steps: tuple[Step, ...]
+    shape: tuple[Scalar, ...] = ()
+    itemsize: int = 4
+    notes: tuple[str, ...] = ()
+
+    def explain(self) -> str:
+        """One line per step: what runs over which team, bytes and memory per rank, why;
+        then the fusions applied or refused."""
+        from lowering.explain_plan import explain_plan  # formatting lives apart
+
+        return explain_plan(self)
+
+
+class Planner:
+    """Builds a plan step by step, tracking the current sharding."""
+
+    def __init__(self, src: TensorValue, dst: TensorValue) -> None:
+        self.src, self.dst = src, dst
+        self.shape = dst.shape
+        self.current = src.sharding
+        self.steps: list[Step] = []
+        self.notes: list[str] = []
+
+    def fail(self, why: str) -> ReshardingError:
+        """A ReshardingError naming both tensors, their shardings and the meshes."""
+        names = _MeshNames()
+        return ReshardingError(
+            f"cannot reshard {self.src.name} {print_sharding(self.src.sharding, names)} to"
+            f" {self.dst.name} {print_sharding(self.dst.sharding, names)}"
+            f" (meshes: {', '.join(f'{n} = {m}' for m, n in names.names.items())}): {why}"
+        )
+
+    def add(self, kind: StepKind, after: Sharding, **fields: object) -> None:
+        """Appends a step; the data is laid out as ``after`` once it ran."""
+        self.steps.append(Step(kind=kind, after=after, **fields))
+        self.current = after
+
+    def note(self, text: str) -> None:
+        """Records a fusion applied or refused, for ``Plan.explain``."""
+        self.notes.append(text)
+
+    # ----- block layouts -----
+    def axes(self, sharding: Sharding, dim: int) -> tuple[MeshAxis, ...]:
+        """The mesh axes of ``dim``, outer first; raises unless they come before local data."""
+        parts = sharding.dims[dim]
+        mesh_parts = [p.axis for p in parts if p.axis is not None]
+        if mesh_parts and any(p.axis is None for p in parts[: len(mesh_parts)]):
+            raise self.fail(f"dim {dim} is not laid out in blocks (mesh axes first)")
+        return tuple(mesh_parts)
+
+    def with_dim(self, sharding: Sharding, dim: int, axes: tuple[MeshAxis, ...]) -> Sharding:
+        """``sharding`` with ``dim`` laid out in blocks over ``axes``."""
+        mesh = sharding.mesh
+        factor = math.prod(mesh.axis_size(a) for a in axes)
+        parts = [ShardPart(axis=a, extent=Const(value=mesh.axis_size(a))) for a in axes]
+        local: Scalar = floordiv(self.shape[dim], factor)
+        if not (axes and local == Const(value=1)):
+            parts.append(ShardPart(axis=None, extent=local))
+        dims = list(sharding.dims)
+        dims[dim] = tuple(parts)
+        return replace(sharding, dims=tuple(dims))
+
+    def dim_of(self, sharding: Sharding, axis: MeshAxis) -> int | None:
+        """The dim ``sharding`` shards over ``axis``, if any."""
+        for dim in range(len(sharding.dims)):
+            if axis in self.axes(sharding, dim):
+                return dim
+        return None

@@ -1,0 +1,241 @@
+"""Planning rules for a resharding on one mesh (dims laid out in blocks).
+
+In order, each rule fusing what it can into one collective over a flattened
+team (a team spanning several mesh axes, outer first, so a group's rank order
+is the shard nesting order):
+
+1. A pure permutation — every device needs exactly the block another device
+   holds, as in ``S0S1 -> S1S0`` or ``RS0 -> S0R`` — is one CollectivePermute;
+   nothing is gathered.
+2. Partial sums are reduced first, while the data is smallest: the partial
+   axes a target dim appends are one ReduceScatter along it; all other
+   partial axes are one Allreduce.
+3. The axes a dim releases (beyond the target's prefix of that dim) are one
+   Allgather, unless the innermost moves to another dim next: then one AllToAll.
+4. The axes a target dim adds are local slices (no communication).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from hostir import MeshAxis, ReduceOp, Sharding
+from hostir.scalars import MeshCoordinate, Scalar, add, mul
+from hostir.team import Team
+from lowering.errors import ReshardingError
+from lowering.plan import Planner, StepKind
+
+
+def plan_same_mesh(planner: Planner, target: Sharding) -> None:
+    """Steps from ``planner.current`` to ``target`` on the same mesh."""
+    if not _permute(planner, target):
+        _reduce_partials(planner, target)
+        for dim in range(len(target.dims)):
+            _release_axes(planner, target, dim)
+        for dim in range(len(target.dims)):
+            _slice_axes(planner, target, dim)
+    layout = [planner.axes(planner.current, d) for d in range(len(target.dims))]
+    if layout != [planner.axes(target, d) for d in range(len(target.dims))]:
+        raise planner.fail("the per-dim mesh axes do not match after planning")
+
+
+def _team(planner: Planner, axes: tuple[MeshAxis, ...]) -> Team:
+    return Team(mesh=planner.current.mesh, axes=axes)
+
+
+def _in_mesh_order(planner: Planner, axes: list[MeshAxis]) -> tuple[MeshAxis, ...]:
+    return tuple(a for a in planner.current.mesh.axes() if a in axes)
+
+
+def _names(axes: tuple[MeshAxis, ...]) -> str:
+    return "(" + ", ".join(a.value for a in axes) + ")"
+
+
+# ----- rule 1: permutations -----
+def _axis_map(planner: Planner, target: Sharding) -> dict[MeshAxis, MeshAxis] | None:
+    """sigma with: the target's axes of each dim are sigma-images of the source's, in
+    order and of equal sizes, extended over the unused axes; None if there is none."""
+    mesh = planner.current.mesh
+    sigma: dict[MeshAxis, MeshAxis] = {}
+    for dim in range(len(target.dims)):
+        want, have = planner.axes(target, dim), planner.axes(planner.current, dim)
+        if len(want) != len(have):
+            return None
+        for a, b in zip(want, have, strict=True):
+            if sigma.setdefault(a, b) != b or mesh.axis_size(a) != mesh.axis_size(b):
+                return None
+    if len(set(sigma.values())) != len(sigma):
+        return None
+    free_src = [b for b in mesh.axes() if b not in sigma.values()]
+    for a in (a for a in mesh.axes() if a not in sigma):
+        match = next((b for b in free_src if mesh.axis_size(b) == mesh.axis_size(a)), None)
+        if match is None:
+            return None
+        free_src.remove(match)
+        sigma[a] = match
+    return sigma
+
+
+def _permute(planner: Planner, target: Sharding) -> bool:
+    """Rule 1: one CollectivePermute when the change is a relabelling of mesh axes."""
+    if planner.current.partial or target.partial:
+        return False
+    try:
+        sigma = _axis_map(planner, target)
+    except ReshardingError:
+        return False  # a layout that is not in blocks: the other rules report it
+    if sigma is None or all(a == b for a, b in sigma.items()):
+        return False
+    mesh = planner.current.mesh
+    axes = mesh.axes()
+    stride = {a: math.prod(mesh.axis_size(b) for b in axes[i + 1 :]) for i, a in enumerate(axes)}
+    recv: Scalar = 0
+    send: Scalar = 0
+    for a in axes:
+        recv = add(recv, mul(MeshCoordinate(mesh=mesh, axis=a), stride[sigma[a]]))
+        send = add(send, mul(MeshCoordinate(mesh=mesh, axis=sigma[a]), stride[a]))
+    after = planner.current
+    for dim in range(len(target.dims)):
+        after = planner.with_dim(after, dim, planner.axes(target, dim))
+    swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
+    planner.add(
+        StepKind.PERMUTE,
+        after,
+        team=_team(planner, axes),
+        send_peer=send,
+        recv_peer=recv,
+        reason=f"every device needs one other device's block (mesh axes {swaps}): a pure"
+        " permutation, nothing gathered",
+    )
+    planner.note("permutation: one CollectivePermute instead of gathering and re-slicing")
+    return True
+
+
+# ----- rule 2: reductions -----
+def _reduce_partials(planner: Planner, target: Sharding) -> None:
+    todo = [p for p in planner.current.partial if p not in target.partial]
+    if set(target.partial) - set(planner.current.partial):
+        raise planner.fail("the target holds partial sums the source does not")
+    for op in dict.fromkeys(p.op for p in todo):
+        axes = [p.axis for p in todo if p.op is op]
+        for dim, appended in _scatters(planner, target, axes):
+            _reduce(planner, StepKind.REDUCE_SCATTER, appended, op, dim)
+            axes = [a for a in axes if a not in appended]
+        if axes:
+            _reduce(planner, StepKind.ALLREDUCE, _in_mesh_order(planner, axes), op, None)
+
+
+def _scatters(
+    planner: Planner, target: Sharding, axes: list[MeshAxis]
+) -> list[tuple[int, tuple[MeshAxis, ...]]]:
+    """Dims the target extends by partial ``axes`` only (after the source's axes)."""
+    found = []
+    for dim in range(len(target.dims)):
+        have, want = planner.axes(planner.current, dim), planner.axes(target, dim)
+        appended = want[len(have) :]
+        if want[: len(have)] != have or not appended:
+            continue
+        if all(a in axes and planner.dim_of(planner.current, a) is None for a in appended):
+            found.append((dim, appended))
+    return found
+
+
+def _reduce(
+    planner: Planner, kind: StepKind, axes: tuple[MeshAxis, ...], op: ReduceOp, dim: int | None
+) -> None:
+    current = planner.current
+    partial = tuple(p for p in current.partial if not (p.axis in axes and p.op is op))
+    after = replace(current, partial=partial)
+    if dim is not None:
+        after = planner.with_dim(after, dim, planner.axes(current, dim) + axes)
+    where = f" along dim {dim}" if dim is not None else ""
+    planner.add(
+        kind,
+        after,
+        team=_team(planner, axes),
+        axis=dim,
+        op=op,
+        reason=f"reduce the partial sums over {_names(axes)}{where} first, while the data"
+        " is smallest",
+    )
+    if len(axes) > 1:
+        planner.note(f"fused: one {kind.value} over the flattened team {_names(axes)}")
+
+
+# ----- rule 3: releasing axes -----
+def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
+    """Gathers (or moves with AllToAll) the axes of ``dim`` beyond the target's prefix."""
+    wanted = planner.axes(target, dim)
+    while True:
+        have = planner.axes(planner.current, dim)
+        keep = _common_prefix(have, wanted)
+        if len(have) == keep:
+            return
+        if _move_innermost(planner, target, dim, have):
+            continue
+        released = have[keep:]
+        gathered = planner.with_dim(planner.current, dim, have[:keep])
+        planner.add(
+            StepKind.ALLGATHER,
+            gathered,
+            team=_team(planner, released),
+            axis=dim,
+            reason=f"dim {dim} is no longer split over {_names(released)}",
+        )
+        if len(released) > 1:
+            planner.note(
+                f"fused: one Allgather over the flattened team {_names(released)} (the"
+                f" nesting order of dim {dim})"
+            )
+
+
+def _move_innermost(planner: Planner, target: Sharding, dim: int, have: tuple) -> bool:
+    """One AllToAll when the innermost axis of ``dim`` is the next axis of another dim."""
+    axis = have[-1]
+    destination = planner.dim_of(target, axis)
+    if destination is None or destination == dim:
+        return False
+    dest_axes = planner.axes(planner.current, destination)
+    if planner.axes(target, destination)[: len(dest_axes) + 1] != dest_axes + (axis,):
+        return False
+    gathered = planner.with_dim(planner.current, dim, have[:-1])
+    after = planner.with_dim(gathered, destination, dest_axes + (axis,))
+    planner.add(
+        StepKind.ALL_TO_ALL,
+        after,
+        team=_team(planner, (axis,)),
+        axis=destination,
+        concat_axis=dim,
+        reason=f"mesh axis {axis.value} moves from dim {dim} to dim {destination}: an"
+        " all-to-all, not a gather",
+    )
+    return True
+
+
+# ----- rule 4: slices -----
+def _slice_axes(planner: Planner, target: Sharding, dim: int) -> None:
+    """Local slices for the axes the target adds to ``dim``, outer first."""
+    wanted = planner.axes(target, dim)
+    while planner.axes(planner.current, dim) != wanted:
+        have = planner.axes(planner.current, dim)
+        if wanted[: len(have)] != have:
+            raise planner.fail(f"dim {dim} is sharded in an order that cannot be sliced into")
+        axis = wanted[len(have)]
+        if planner.dim_of(planner.current, axis) is not None:
+            raise planner.fail(f"mesh axis {axis.value} is still in use by another dim")
+        after = planner.with_dim(planner.current, dim, have + (axis,))
+        planner.add(
+            StepKind.LOCAL_SHARD,
+            after,
+            axis=dim,
+            mesh_axis=axis,
+            reason=f"replicated data split over {axis.value}: a local slice, no communication",
+        )
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -1,0 +1,241 @@
+"""The resharding planner's rules: fused collectives over flattened teams, permutations
+instead of gathers, reductions before gathers; each checked as a pure plan and by running
+it against torch at 4 and 8 ranks."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from hostir import Const, DType, MeshAxis, ReduceOp, TensorValue
+from hostir.sharding import Mesh, PartialAxis, Sharding, ShardPart
+from lowering.plan import StepKind
+from lowering.plan_resharding import plan_resharding
+
+X, Y, Z = ParallelType.mesh_x, ParallelType.mesh_y, ParallelType.mesh_z
+
+
+def value(name: str, mesh: Mesh, dims: dict, partial=(), shape=(8, 8)) -> TensorValue:
+    """A float32 value whose dims are blocks over the given mesh axes (outer first)."""
+    parts = []
+    for d, extent in enumerate(shape):
+        axes = dims.get(d, ())
+        factor = 1
+        for axis in axes:
+            factor *= mesh.axis_size(axis)
+        local = (ShardPart(axis=None, extent=Const(value=extent // factor)),)
+        mesh_parts = tuple(ShardPart(axis=a, extent=Const(value=mesh.axis_size(a))) for a in axes)
+        parts.append(mesh_parts + local)
+    sharding = Sharding(
+        mesh=mesh,
+        dims=tuple(parts),
+        partial=tuple(PartialAxis(axis=a, op=ReduceOp.SUM) for a in partial),
+    )
+    return TensorValue(
+        name=name,
+        dtype=DType.FLOAT32,
+        shape=tuple(Const(value=e) for e in shape),
+        sharding=sharding,
+    )
+
+
+MESH_2x2 = Mesh(devices=(0, 1, 2, 3), shape=(2, 2))
+Xa, Ya, Za = MeshAxis.X, MeshAxis.Y, MeshAxis.Z
+
+PLANS = {
+    # name: (src dims, src partial, dst dims, dst partial, [(kind, team axes)])
+    "S0S0->RR": ({0: (Ya, Xa)}, (), {}, (), [(StepKind.ALLGATHER, (Ya, Xa))]),
+    "PP->RR": ({}, (Ya, Xa), {}, (), [(StepKind.ALLREDUCE, (Ya, Xa))]),
+    "PP->S0S0": ({}, (Ya, Xa), {0: (Ya, Xa)}, (), [(StepKind.REDUCE_SCATTER, (Ya, Xa))]),
+    "S0S1->S1S0": (
+        {0: (Ya,), 1: (Xa,)},
+        (),
+        {0: (Xa,), 1: (Ya,)},
+        (),
+        [(StepKind.PERMUTE, (Ya, Xa))],
+    ),
+    "RS0->S0R": ({0: (Xa,)}, (), {0: (Ya,)}, (), [(StepKind.PERMUTE, (Ya, Xa))]),
+    "PS0->RR": (
+        {0: (Xa,)},
+        (Ya,),
+        {},
+        (),
+        [(StepKind.ALLREDUCE, (Ya,)), (StepKind.ALLGATHER, (Xa,))],
+    ),
+    "S0R->S1R": ({0: (Ya,)}, (), {1: (Ya,)}, (), [(StepKind.ALL_TO_ALL, (Ya,))]),
+    "RR->S0S1": (
+        {},
+        (),
+        {0: (Ya,), 1: (Xa,)},
+        (),
+        [(StepKind.LOCAL_SHARD, None), (StepKind.LOCAL_SHARD, None)],
+    ),
+    "S0S0->S0R": ({0: (Ya, Xa)}, (), {0: (Ya,)}, (), [(StepKind.ALLGATHER, (Xa,))]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANS))
+def test_plan_steps(case):
+    """Each rule gives exactly the expected steps over the expected teams."""
+    src_dims, src_partial, dst_dims, dst_partial, expected = PLANS[case]
+    plan = plan_resharding(
+        value("A", MESH_2x2, src_dims, src_partial), value("B", MESH_2x2, dst_dims, dst_partial)
+    )
+    got = [(s.kind, s.team.axes if s.team is not None else None) for s in plan.steps]
+    assert got == expected, plan.explain()
+
+
+def test_explain_lists_steps_bytes_memory_and_fusions():
+    """explain() shows each step's team, bytes per rank, peak memory and the fusion applied."""
+    plan = plan_resharding(value("A", MESH_2x2, {0: (Ya, Xa)}), value("B", MESH_2x2, {}))
+    text = plan.explain()
+    assert text.splitlines()[0] == "reshard @M0 {0: [y, x, 2]} -> @M0"
+    assert "1. Allgather over M0(y, x): receives 192 B per rank, peak extra 256 B" in text
+    assert "1 collective(s), 1 step(s)" in text
+    assert "note: fused: one Allgather over the flattened team (y, x)" in text
+    permute = plan_resharding(value("A", MESH_2x2, {0: (Xa,)}), value("B", MESH_2x2, {0: (Ya,)}))
+    assert "note: permutation: one CollectivePermute instead of gathering" in permute.explain()
+
+
+# ----- running the plans -----
+def schedule(tv, mesh: DeviceMesh, dims: dict) -> None:
+    """Places ``tv`` on ``mesh`` with each dim split in blocks over its parallel types."""
+    tv.set_device_mesh(mesh)
+    position = 0
+    for dim in range(len(tv.shape_domain())):
+        for parallel_type in dims.get(dim, []):
+            tv.outer_split(position, mesh.axis_size(parallel_type))
+            tv.axis(position).parallelize(parallel_type)
+            position += 1
+        position += 1
+
+
+def run_set(multidevice_test, mesh: DeviceMesh, src: dict, dst: dict, shape=(8, 8)) -> str:
+    """Executes ``y = set(x)`` from ``src`` to ``dst``; checks the result; returns the program."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape)
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    schedule(x, mesh, src)
+    schedule(y, mesh, dst)
+    torch.manual_seed(0)
+    full = torch.randn(shape)
+    (out,) = fd.execute([multidevice_test.shard_tensor(full, x)])
+    torch.testing.assert_close(
+        out, shard_tensor(full, fd.host_ir().outputs[0], multidevice_test.rank)
+    )
+    return str(fd.host_ir())
+
+
+def run_sum(multidevice_test, mesh: DeviceMesh, reduced: list, dst: dict) -> str:
+    """Sums dim 0 of x (split over ``reduced``: partial sums) into ``dst``; checks it."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 8, 4))
+        s = fd.ops.sum(x, [0])
+        fd.add_output(s)
+    schedule(x, mesh, {0: reduced})
+    s.set_device_mesh(mesh)
+    position = 1  # loop [r, a, b]: data dims start after the reduction axis
+    for dim in range(2):
+        for parallel_type in dst.get(dim, []):
+            s.outer_split(position, mesh.axis_size(parallel_type))
+            s.axis(position).parallelize(parallel_type)
+            position += 1
+        position += 1
+    torch.manual_seed(1)
+    full = torch.randn(8, 8, 4)
+    (out,) = fd.execute([multidevice_test.shard_tensor(full, x)])
+    expected = shard_tensor(full.sum(0), fd.host_ir().outputs[0], multidevice_test.rank)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    return str(fd.host_ir())
+
+
+def kinds(text: str) -> list[str]:
+    """Communication kinds and teams in the program, in order."""
+    return re.findall(r"= (\w+)\(T\d+(?:_\d+)?, team=(M\d\([^)]*\))", text)
+
+
+def mesh_2x2() -> DeviceMesh:
+    return DeviceMesh(torch.arange(4).reshape(2, 2))
+
+
+@pytest.mark.world_sizes(4)
+def test_chained_gathers_are_one_allgather_over_the_flattened_team(multidevice_test):
+    """S0S0 -> RR: one Allgather over M0(y, x), whose rank order is the nesting order."""
+    text = run_set(multidevice_test, mesh_2x2(), {0: [Y, X]}, {})
+    assert kinds(text) == [("Allgather", "M0(y, x)")]
+
+
+@pytest.mark.world_sizes(4)
+def test_column_major_nesting_uses_a_column_major_team(multidevice_test):
+    """Dim 0 nested [x, y] (x outer): the gather's team is M0(x, y), column-major."""
+    text = run_set(multidevice_test, mesh_2x2(), {0: [X, Y]}, {})
+    assert kinds(text) == [("Allgather", "M0(x, y)")]
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("case", ["S0S1->S1S0", "RS0->S0R"])
+def test_axis_swaps_are_one_collective_permute(multidevice_test, case):
+    """A pure permutation of blocks: one CollectivePermute, no gather."""
+    src, dst = {
+        "S0S1->S1S0": ({0: [Y], 1: [X]}, {0: [X], 1: [Y]}),
+        "RS0->S0R": ({0: [X]}, {0: [Y]}),
+    }[case]
+    text = run_set(multidevice_test, mesh_2x2(), src, dst)
+    assert kinds(text) == [("CollectivePermute", "M0(y, x)")]
+
+
+@pytest.mark.world_sizes(4)
+def test_partial_on_both_axes_is_one_allreduce(multidevice_test):
+    """PP -> RR: one Allreduce over M0(y, x)."""
+    text = run_sum(multidevice_test, mesh_2x2(), [Y, X], {})
+    assert kinds(text) == [("Allreduce", "M0(y, x)")]
+
+
+@pytest.mark.world_sizes(4)
+def test_partial_to_nested_shards_is_one_reduce_scatter(multidevice_test):
+    """PP -> S0S0: one ReduceScatter over M0(y, x) along dim 0."""
+    text = run_sum(multidevice_test, mesh_2x2(), [Y, X], {0: [Y, X]})
+    assert kinds(text) == [("ReduceScatter", "M0(y, x)")]
+
+
+@pytest.mark.world_sizes(4)
+def test_reduction_comes_before_the_gather(multidevice_test):
+    """PS0 -> RR: Allreduce over y on the sharded data, then the Allgather over x."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 8, 4))
+        s = fd.ops.sum(x, [0])
+        fd.add_output(s)
+    mesh = mesh_2x2()
+    schedule(x, mesh, {0: [Y], 1: [X]})
+    s.set_device_mesh(mesh)
+    torch.manual_seed(2)
+    full = torch.randn(4, 8, 4)
+    (out,) = fd.execute([multidevice_test.shard_tensor(full, x)])
+    torch.testing.assert_close(out, full.sum(0), rtol=1e-5, atol=1e-5)
+    assert kinds(str(fd.host_ir())) == [("Allreduce", "M0(y)"), ("Allgather", "M0(x)")]
+
+
+@pytest.mark.world_sizes(8)
+@pytest.mark.parametrize("shape", [(2, 2, 2), (2, 4)])
+def test_non_adjacent_axes_fuse_on_8_ranks(multidevice_test, shape):
+    """2x2x2: dim 0 over [z, x] (non-adjacent axes) gathers in one collective over M0(z, x);
+    2x4: the 8 devices' blocks of dim 0 over [y, x] gather in one Allgather."""
+    mesh = DeviceMesh(torch.arange(8).reshape(shape))
+    nesting = [Z, X] if len(shape) == 3 else [Y, X]
+    text = run_set(multidevice_test, mesh, {0: nesting}, {}, shape=(8, 4))
+    team = "M0(z, x)" if len(shape) == 3 else "M0(y, x)"
+    assert kinds(text) == [("Allgather", team)]
+
+
+@pytest.mark.world_sizes(8)
+def test_three_axis_permutation_on_8_ranks(multidevice_test):
+    """2x2x2: dims over z, y, x become x, z, y: one CollectivePermute over the whole mesh."""
+    mesh = DeviceMesh(torch.arange(8).reshape(2, 2, 2))
+    text = run_set(
+        multidevice_test, mesh, {0: [Z], 1: [Y], 2: [X]}, {0: [X], 1: [Z], 2: [Y]}, shape=(4, 4, 4)
+    )
+    assert kinds(text) == [("CollectivePermute", "M0(z, y, x)")]
