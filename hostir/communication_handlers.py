@@ -113,13 +113,18 @@ def _group(context: RunContext, instruction: Any) -> tuple[int, ...]:
 
 
 def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -> list:
-    """Allgather: gather every member's chunk, then unpack along ``axis``."""
+    """Allgather: gather every member's chunk, then unpack along ``axis`` (straight into
+    ``out`` when the gathered chunks are its outermost blocks: no extra buffer)."""
     group = _group(context, instruction)
     src = _need(operands["src"], instruction, "src", context).contiguous()
     out = _out_buffer(context, instruction, operands)
+    inner = _inner(context, instruction)
+    blocks = instruction.axis == 0 and inner in (None, src.shape[0] if src.ndim else None)
+    if blocks and out is not None and out.is_contiguous():
+        chunks = out.view(len(group), *src.shape)
+        return [out, Request(context.communicator.allgather(chunks, src, group))]
     buffer = torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
     work = context.communicator.allgather(buffer, src, group)
-    inner = _inner(context, instruction)
 
     def finish() -> None:
         if out is not None:
@@ -136,6 +141,12 @@ def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands
     packed = packed.contiguous()
     out = _out_buffer(context, instruction, operands)
     chunk = packed.shape[1:]
+    if out is not None and out.is_contiguous():  # reduce straight into out
+        result = out.view(chunk)
+        return [
+            out,
+            Request(context.communicator.reduce_scatter(result, packed, group, instruction.op)),
+        ]
     result = torch.empty(chunk, dtype=src.dtype, device=src.device)
     work = context.communicator.reduce_scatter(result, packed, group, instruction.op)
 
@@ -239,9 +250,13 @@ def run_all_to_all(context: RunContext, instruction: AllToAll, operands: dict) -
     group = _group(context, instruction)
     src = _need(operands["src"], instruction, "src", context)
     packed = _split_dim(src, instruction.split_axis, None, len(group)).contiguous()
+    out = _out_buffer(context, instruction, operands)
+    if instruction.concat_axis == 0 and out is not None and out.is_contiguous():
+        # Member q's chunk is out's q-th block of rows: receive in place.
+        received = out.view(packed.shape)
+        return [out, Request(context.communicator.all_to_all(received, packed, group))]
     received = torch.empty_like(packed)
     work = context.communicator.all_to_all(received, packed, group)
-    out = _out_buffer(context, instruction, operands)
 
     def finish() -> None:
         if out is not None:

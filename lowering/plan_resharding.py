@@ -15,6 +15,7 @@ shards pairwise with SendRecv. Anything else raises ReshardingError.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from hostir import Mesh, MeshAxis, Sharding, ShardPart, TensorValue
@@ -25,8 +26,10 @@ from lowering.plan_same_mesh import plan_same_mesh
 __all__ = ["Plan", "Step", "StepKind", "plan_resharding"]
 
 
+@functools.lru_cache(maxsize=1024)
 def plan_resharding(src: TensorValue, dst: TensorValue) -> Plan:
-    """The plan that reshards ``src`` into ``dst`` (see module docstring)."""
+    """The plan that reshards ``src`` into ``dst`` (see module docstring). Plans are
+    cached by (source, target): values carry shape, dtype and sharding."""
     planner = Planner(src, dst)
     s, d = src.sharding, dst.sharding
     if s is None or d is None:

@@ -239,3 +239,25 @@ def test_three_axis_permutation_on_8_ranks(multidevice_test):
         multidevice_test, mesh, {0: [Z], 1: [Y], 2: [X]}, {0: [X], 1: [Z], 2: [Y]}, shape=(4, 4, 4)
     )
     assert kinds(text) == [("CollectivePermute", "M0(z, y, x)")]
+
+
+def test_plans_are_cached_by_source_and_target():
+    """The same (source, target) gives the very same plan object."""
+    src, dst = value("A", MESH_2x2, {0: (Ya, Xa)}), value("B", MESH_2x2, {})
+    assert plan_resharding(src, dst) is plan_resharding(src, dst)
+
+
+def test_uneven_shapes_are_refused_clearly():
+    """7 rows over 2 devices: a schedule error naming the tensor, extent and factor."""
+    from frontend import ScheduleError
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((7, 4))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    schedule(x, DeviceMesh([0]), {})
+    x.outer_split(0, 1)  # fine: 1 divides 7
+    y.set_device_mesh(DeviceMesh([0]))
+    y.outer_split(0, 2)
+    with pytest.raises(ScheduleError, match=r"T1: outer_split .* extent 7 .* by factor 2"):
+        fd.execute([torch.randn(7, 4)])
