@@ -15,6 +15,7 @@ any other file is host IR text. See docs/cli.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -241,11 +242,37 @@ def require_file(path: str) -> None:
         raise CommandError(f"not a file: {path}")
 
 
+def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
+    """``plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR``: explain a redistribution plan."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="show a redistribution plan and its cost",
+        description="Explain the plan that reshards a tensor between two distributions: one "
+        "placement per mesh dim, outer first (S<dim>, R, P), e.g. --from S0S0 --to RR.",
+    )
+    parser.add_argument("--mesh", required=True, help="mesh shape, e.g. 2x2 or 2x2x2")
+    parser.add_argument("--shape", required=True, help="tensor shape, e.g. 8x8")
+    parser.add_argument("--from", dest="source", required=True, help="source, e.g. S0S0")
+    parser.add_argument("--to", dest="target", required=True, help="target, e.g. RR")
+    parser.add_argument("--dtype", default="float32", help="element type (default float32)")
+    parser.set_defaults(handler=plan_command)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """Prints the plan's explanation."""
+    # SPEC section 2: the command line may reach into lowering; importing it by name keeps
+    # the hostir package free of lowering imports.
+    plan_text = importlib.import_module("lowering.plan_command").plan_text
+    print(plan_text(args.mesh, args.shape, args.source, args.target, args.dtype))
+    return 0
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     add_run_command,
     add_dump_command,
     add_viz_command,
     add_check_command,
+    add_plan_command,
 )
 """One entry per subcommand, in the order ``--help`` lists them."""
 

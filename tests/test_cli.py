@@ -340,3 +340,30 @@ def test_docs_show_what_the_commands_print(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO_ROOT)
     assert main("check", BROKEN) == 1
     assert capsys.readouterr().err == shown_output(items, f"hostir check {BROKEN}")
+
+
+# ---------------------------------------------------------------------------
+# plan
+
+
+def test_plan_explains_a_fused_gather():
+    """`hostir plan` prints the plan: one Allgather over the flattened team."""
+    done = hostir("plan", "--mesh", "2x2", "--shape", "8x8", "--from", "S0S0", "--to", "RR")
+    assert done.returncode == 0, done.stderr
+    assert "1. Allgather over M0(y, x): receives 192 B per rank, peak extra 256 B" in done.stdout
+    assert "1 collective(s), 1 step(s)" in done.stdout
+
+
+def test_plan_explains_a_permutation_and_a_reduction_first():
+    """S0S1 -> S1S0 is one CollectivePermute; PS0 -> RR reduces before it gathers."""
+    done = hostir("plan", "--mesh", "2x2", "--shape", "8x8", "--from", "S0S1", "--to", "S1S0")
+    assert "1. CollectivePermute over M0(y, x)" in done.stdout
+    done = hostir("plan", "--mesh", "2x2", "--shape", "8x8", "--from", "PS0", "--to", "RR")
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("1. Allreduce over M0(y)") and lines[2].startswith("2. Allgather")
+
+
+def test_plan_refuses_uneven_shapes_in_one_line():
+    """An extent that does not split evenly: one error line, exit 1."""
+    done = hostir("plan", "--mesh", "2x2", "--shape", "7x8", "--from", "S0S0", "--to", "RR")
+    assert_one_line_error(done, 1, "dim 0 of extent 7 does not split evenly over 4 devices")
