@@ -99,12 +99,12 @@ class Distribution:
             if axis not in self.mesh.axes():
                 raise ReshardingError(
                     f"mesh axis {axis.value} does not exist in the {self.mesh.ndim}-d mesh"
-                    f" {self.mesh} (distribution {self})"
+                    f" {self.mesh} (distribution {self._raw()})"
                 )
         repeated = sorted({a.value for a in used if used.count(a) > 1})
         if repeated:
             raise ReshardingError(
-                f"mesh axis {', '.join(repeated)} is used more than once in {self}: a mesh"
+                f"mesh axis {', '.join(repeated)} is used more than once in {self._raw()}: a mesh"
                 " axis shards one dim or holds partial values, not both"
             )
 
@@ -149,15 +149,16 @@ class Distribution:
         """Whether every dim nests its mesh axes outer mesh dim first (DTensor's default)."""
         return all(list(dims) == sorted(dims) for dims in self.shard_order().values())
 
-    def __str__(self) -> str:
+    def _raw(self) -> str:
+        """The fields as text (``__str__`` needs a valid distribution)."""
         dims = ", ".join(
             f"{d}: [{', '.join(a.value for a in axes)}]" for d, axes in enumerate(self.dims) if axes
         )
         partial = ", ".join(f"{p.axis.value}: {p.op.value}" for p in self.partial)
-        text = "{" + dims + "}"
-        if partial:
-            text += " partial{" + partial + "}"
-        return f"{text} on {self.mesh}"
+        return "{" + dims + "}" + (" partial{" + partial + "}" if partial else "")
+
+    def __str__(self) -> str:
+        return f"{self.notation()} (a {self.ndim}-d tensor on {self.mesh})"
 
     # ----- host IR shardings -----
     @staticmethod
@@ -341,7 +342,7 @@ def _read_placements(
     split_factors: dict[int, int] = {}
     partial = []
     for mesh_dim, placement in enumerate(placements):
-        if isinstance(placement, Shard):  # _StridedShard is a Shard too
+        if isinstance(placement, Shard | _StridedShard):
             dim = placement.dim + ndim if placement.dim < 0 else placement.dim
             if not 0 <= dim < ndim:
                 raise ReshardingError(
@@ -430,8 +431,8 @@ def fusion_for(
     """
     if src.ndim != dst.ndim or len(shape) != src.ndim:
         raise ReshardingError(
-            f"src {src} and dst {dst} must describe the same {len(shape)}-d tensor"
-            f" (shape {tuple(shape)})"
+            f"src {src} and dst {dst} must both describe the {len(shape)}-d tensor of shape"
+            f" {tuple(shape)}"
         )
     src.local_shape(shape)
     dst.local_shape(shape)

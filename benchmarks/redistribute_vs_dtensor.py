@@ -1,0 +1,441 @@
+"""Redistribution against DTensor: our resharding programs and ``DTensor.redistribute``.
+
+For each mesh and each ``source -> target`` case (compact notation of
+``lowering.distribution``: one placement per mesh dim, outer first, ``S<d>``
+shard, ``R`` replicate, ``P`` partial sum, ``[m,..]`` a non-default shard
+order), both sides redistribute the same local data in the same process:
+
+- ours: ``lowering.distribution.program_for(src, dst, shape)`` — the host IR
+  program of ``fusion_for(...)`` (one ``set``; for a partial source the
+  fusion's local ``sum`` over the partial values is dropped, so the program
+  takes each rank's partial value as DTensor does) — run by one
+  ``hostir.HostIrEvaluator`` (what ``fd.execute`` runs) that is created once;
+- DTensor: ``DTensor.from_local(local, mesh, src.to_placements())`` then
+  ``.redistribute(mesh, dst.to_placements()).to_local()``.
+
+Before anything is measured every rank checks that ours, DTensor's and the
+single-device reference agree exactly (integer-valued floats: any summation
+order gives the same result), and that ``fd.execute`` of the whole fusion
+(local sum included) gives the same result as the program.
+
+What is reported per case (the maximum over ranks where it differs by rank):
+
+- **collectives**: ours as written in the program (communication
+  instructions; a CollectivePermute is one), and for both sides as seen by
+  the profiler: the ``gloo:*`` events one call produces on a rank, where a
+  ``gloo:send`` and a ``gloo:recv`` posted together (one point-to-point swap)
+  count as one: collectives = other gloo events + max(sends, receives).
+- **bytes**: the bytes of the tensors handed to gloo as data to send or reduce
+  (the input of every ``gloo:*`` event except ``gloo:recv``, from
+  ``record_shapes``), per rank. Both sides go through the same gloo entry
+  points, so this is the same measure for both.
+- **peak extra**: from ``torch.profiler(profile_memory=True)``: every CPU
+  allocation and free during one call, on every thread that runs it (the
+  caller and gloo's worker threads), ordered by time; the peak of the running
+  sum. It counts the output and every temporary (including gloo's own
+  staging tensors), not the input, which the caller holds; in parentheses the
+  same without the allocations made inside the backend, i.e. inside
+  ``c10d::*`` process-group calls and ``gloo:*`` work items (gloo's
+  all-gather, for one, stages its whole output in temporaries of its own; its
+  reduce-scatter all-reduces a copy of the whole input): what the caller's own
+  code (our evaluator, DTensor) allocates.
+  ``max(in, out)`` is the bound SPEC §6 asks for: the larger of the local
+  input and output. The maximum of three profiled calls is reported (when
+  gloo's threads allocate and free varies a little from call to call).
+- **ms**: the median over ``--runs`` timed runs of the maximum over ranks of
+  one call's ``time.perf_counter()`` wall time, each run after a barrier,
+  ours and DTensor's alternating (ABBA); ``ratio`` is ours / DTensor.
+
+Run it with::
+
+    hostir run benchmarks/redistribute_vs_dtensor.py --nproc 4     # 2x2
+    hostir run benchmarks/redistribute_vs_dtensor.py --nproc 8     # 2x2x2 and 2x4
+    python benchmarks/redistribute_vs_dtensor.py --nproc 4          # starts the ranks itself
+
+Rank 0 prints one Markdown table per mesh; ``--help`` lists the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+from torch.profiler import ProfilerActivity, profile
+
+import hostir
+from frontend import FusionDefinition, shard_tensor
+from hostir import COLLECTIVES, HostIrEvaluator, Mesh
+from lowering.distribution import (
+    fusion_for,
+    parse_notation,
+    program_for,
+    reference_local,
+)
+
+MESHES = {4: [(2, 2)], 8: [(2, 2, 2), (2, 4)]}
+"""The mesh shapes run at each world size."""
+
+CASES = {
+    2: [
+        ("S0S0", "RR"),  # chained gathers: one Allgather over the flattened team
+        ("PP", "RR"),  # one Allreduce over both axes
+        ("PP", "S0S0"),  # one ReduceScatter over both axes
+        ("S0S1", "S1S0"),  # an axis swap: one CollectivePermute
+        ("RS0", "S0R"),  # one CollectivePermute
+        ("PS0", "RR"),  # reduce first, then gather
+        ("S0R", "RR"),
+        ("RR", "S0S1"),  # local slices only
+        ("S0R", "S1R"),  # one AllToAll
+        ("PR", "RR"),
+        ("PR", "S0R"),
+        ("S0S1", "RR"),
+        ("S1S0", "S0S1"),
+        ("S0S0[1,0]", "S0S0"),  # shard order [x, y] -> [y, x]
+        ("S0S0[1,0]", "RR"),
+        ("S0S0", "S0R"),
+        ("PS1", "S0S1"),
+        ("S0S0", "S1S1"),
+    ],
+    3: [
+        ("S0S0S0", "RRR"),
+        ("PPP", "RRR"),
+        ("PPP", "S0S0S0"),
+        ("S0S1R", "S1S0R"),
+        ("RRS0", "S0RR"),
+        ("PS0R", "RRR"),
+        ("S0RS0", "RRR"),  # non-adjacent mesh axes: team M0(z, x)
+        ("PRP", "RRR"),
+        ("S0S1S1", "RRR"),
+        ("RRR", "S0S1S0"),
+        ("S0RR", "S1RR"),
+        ("PRS0", "S0RS0"),
+        ("S0S0S1", "S1S1S0"),
+        ("S0S0S0[2,1,0]", "S0S0S0"),
+        ("PPR", "S0S0R"),
+    ],
+}
+"""Cases by mesh rank (each a source and a target distribution in compact notation)."""
+
+SHAPE = (16, 16)
+
+BACKEND_EVENTS = ("c10d::", "gloo:")
+"""Profiler events of the backend: process-group entry points and gloo's work items."""
+
+
+@dataclass
+class Measured:
+    """One side of one case on one rank."""
+
+    collectives: int
+    sent_bytes: int
+    peak_bytes: int
+    peak_outside_backend: int
+
+
+@dataclass
+class Row:
+    """One case's results (maxima over ranks)."""
+
+    mesh: str
+    case: str
+    ours_program_collectives: int
+    ours: Measured
+    dtensor: Measured
+    bound_bytes: int
+    ours_ms: float
+    dtensor_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """Ours / DTensor wall time."""
+        return self.ours_ms / self.dtensor_ms
+
+
+def _walk(events: list, in_backend: bool = False) -> Iterator[tuple[object, bool]]:
+    """Every event of a profiler tree, with whether it runs inside the backend: a
+    ``c10d::*`` process-group call or a ``gloo:*`` work item."""
+    for event in events:
+        yield event, in_backend
+        inside = in_backend or event.name.startswith(BACKEND_EVENTS)
+        yield from _walk(event.children, inside)
+
+
+def _bytes(metadata: object) -> int:
+    if isinstance(metadata, list):
+        return sum(_bytes(m) for m in metadata)
+    sizes = getattr(metadata, "sizes", None)
+    if sizes is None:
+        return 0
+    return math.prod(sizes) * torch.empty((), dtype=metadata.dtype).element_size()
+
+
+def profiled(call: Callable[[], object]) -> Measured:
+    """Collectives, bytes handed to gloo and peak extra memory of one ``call`` (see the
+    module docstring)."""
+    gc.collect()
+    activities = [ProfilerActivity.CPU]
+    with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
+        result = call()
+    del result
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    allocations, sent, counts = [], 0, {"send": 0, "recv": 0, "other": 0}
+    for event, in_backend in _walk(tree):
+        fields = event.extra_fields
+        if type(fields).__name__ == "_ExtraFields_Allocation":
+            allocations.append((event.start_time_ns, fields.alloc_size, in_backend))
+        elif event.name.startswith("gloo:"):
+            kind = event.name[len("gloo:") :]
+            counts[kind if kind in ("send", "recv") else "other"] += 1
+            if kind != "recv":
+                sent += sum(_bytes(i) for i in getattr(fields, "inputs", []))
+    collectives = counts["other"] + max(counts["send"], counts["recv"])
+    return Measured(
+        collectives=collectives,
+        sent_bytes=sent,
+        peak_bytes=_peak(allocations),
+        peak_outside_backend=_peak([a for a in allocations if not a[2]]),
+    )
+
+
+def _peak(allocations: list[tuple[int, int, bool]]) -> int:
+    """The peak of the running sum of allocations (+) and frees (-) in time order."""
+    live = peak = 0
+    for _, size, _ in sorted(allocations):
+        live += size
+        peak = max(peak, live)
+    return peak
+
+
+def _worst(measures: Iterator[Measured]) -> Measured:
+    """The field-wise maximum of several profiled calls (gloo's threads make the timing
+    of allocations, hence the peak, vary a little from call to call)."""
+    rows = [dataclasses.astuple(m) for m in measures]
+    return Measured(*(max(column) for column in zip(*rows, strict=True)))
+
+
+def timed(call: Callable[[], object]) -> float:
+    """One call's wall time in ms, the maximum over ranks, after a barrier."""
+    dist.barrier()
+    start = time.perf_counter()
+    result = call()
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    del result
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed) * 1e3
+
+
+def _max_over_ranks(values: list[int]) -> list[int]:
+    tensor = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [int(v) for v in tensor.tolist()]
+
+
+def _integers(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(-8, 8, shape, generator=generator).to(torch.float32)
+
+
+def measure(
+    mesh_shape: tuple[int, ...], dmesh: object, src_text: str, dst_text: str, seed: int, runs: int
+) -> Row:
+    """Checks and measures one case on this rank; returns the maxima over ranks."""
+    rank = dist.get_rank()
+    mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
+    src, dst = parse_notation(src_text, mesh), parse_notation(dst_text, mesh)
+    fd = fusion_for(src, dst, SHAPE)
+    program = program_for(src, dst, SHAPE)
+    parts = math.prod(mesh.axis_size(p.axis) for p in src.partial)
+    values = _integers((parts, *SHAPE) if src.partial else SHAPE, seed)
+    full = values.sum(0) if src.partial else values
+    fusion_input = shard_tensor(values, fd.host_ir().inputs[0], rank)
+    local = fusion_input.squeeze(0) if src.partial else fusion_input
+    evaluator = HostIrEvaluator(program, communicator=hostir.default_communicator())
+    dtensor = DTensor.from_local(
+        local, dmesh, src.to_placements(), run_check=False, shape=full.shape, stride=full.stride()
+    )
+    placements = dst.to_placements()
+
+    def ours() -> torch.Tensor:
+        return evaluator.run([local])[0]
+
+    def theirs() -> torch.Tensor:
+        return dtensor.redistribute(dmesh, placements).to_local()
+
+    expected = reference_local(full, dst, rank)
+    (via_fusion,) = fd.execute([fusion_input])
+    results = {"ours": ours(), "DTensor": theirs(), "fusion": via_fusion}
+    for name, result in results.items():
+        if not torch.equal(result, expected):
+            raise AssertionError(
+                f"{src_text} -> {dst_text} on {mesh_shape}, rank {rank}: {name} differs from the"
+                f" single-device reference:\n{result}\nexpected\n{expected}"
+            )
+    del results, via_fusion
+    mine, other = (
+        _worst(profiled(ours) for _ in range(3)),
+        _worst(profiled(theirs) for _ in range(3)),
+    )
+    times: dict[str, list[float]] = {"ours": [], "DTensor": []}
+    for run in range(runs):
+        order = [("ours", ours), ("DTensor", theirs)]
+        for name, call in order if run % 2 == 0 else reversed(order):
+            times[name].append(timed(call))
+    bound = max(local.numel(), expected.numel()) * local.element_size()
+    fields = [dataclasses.astuple(mine), dataclasses.astuple(other)]
+    maxima = _max_over_ranks([*fields[0], *fields[1], bound])
+    n = len(fields[0])
+    written = sum(isinstance(i, tuple(COLLECTIVES)) for i in program.body)
+    return Row(
+        mesh="x".join(map(str, mesh_shape)),
+        case=f"{src_text} → {dst_text}",
+        ours_program_collectives=written,
+        ours=Measured(*maxima[:n]),
+        dtensor=Measured(*maxima[n : 2 * n]),
+        bound_bytes=maxima[2 * n],
+        ours_ms=statistics.median(times["ours"]),
+        dtensor_ms=statistics.median(times["DTensor"]),
+    )
+
+
+def table(rows: list[Row]) -> str:
+    """The Markdown table of one mesh's rows."""
+    lines = [
+        "| mesh | case | ours coll. (program / gloo) | DTensor coll. | ours bytes"
+        " | DTensor bytes | ours peak extra (outside backend)"
+        " | DTensor peak extra (outside backend)"
+        " | max(in, out) | ours ms"
+        " | DTensor ms | ours/DTensor |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.mesh} | {r.case} | {r.ours_program_collectives} / {r.ours.collectives}"
+            f" | {r.dtensor.collectives} | {r.ours.sent_bytes} | {r.dtensor.sent_bytes}"
+            f" | {r.ours.peak_bytes} ({r.ours.peak_outside_backend})"
+            f" | {r.dtensor.peak_bytes} ({r.dtensor.peak_outside_backend}) | {r.bound_bytes}"
+            f" | {r.ours_ms:.3f} | {r.dtensor_ms:.3f} | {r.ratio:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def findings(rows: list[Row]) -> list[str]:
+    """One line per case where ours issues more collectives or bytes than DTensor, peaks
+    higher than DTensor, or exceeds the memory bound; empty when there are none."""
+    notes = []
+    for r in rows:
+        ours, theirs = r.ours, r.dtensor
+        why = []
+        if ours.collectives > theirs.collectives:
+            why.append(f"{ours.collectives} collectives against {theirs.collectives}")
+        if ours.sent_bytes > theirs.sent_bytes:
+            why.append(f"{ours.sent_bytes} bytes to gloo against {theirs.sent_bytes}")
+        if ours.peak_bytes > theirs.peak_bytes:
+            why.append(f"peak extra {ours.peak_bytes} B against {theirs.peak_bytes} B")
+        if ours.peak_bytes > r.bound_bytes:
+            why.append(
+                f"peak extra {ours.peak_bytes} B ({ours.peak_outside_backend} B outside the"
+                f" backend) over max(in, out) = {r.bound_bytes} B"
+            )
+        if why:
+            notes.append(f"{r.mesh} {r.case}: " + "; ".join(why))
+    return notes
+
+
+def fusion(world_size: int = 4) -> FusionDefinition:
+    """For ``hostir dump``/``viz``: the first case on the first mesh of ``world_size``."""
+    shape = MESHES.get(world_size, [(world_size,)])[0]
+    mesh = Mesh(devices=tuple(range(math.prod(shape))), shape=shape)
+    src, dst = CASES[len(shape)][0] if len(shape) in CASES else ("S0", "R")
+    return fusion_for(parse_notation(src, mesh), parse_notation(dst, mesh), SHAPE)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=21, help="timed runs per case and side")
+    parser.add_argument(
+        "--cases", default="", help="comma-separated 'SRC->DST' cases (default: all for the mesh)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument(
+        "--nproc", type=int, default=4, help="ranks to start when no launcher started this"
+    )
+    return parser.parse_args(argv)
+
+
+def _quiet() -> None:
+    """DTensor warns on every multi-step redistribution; the table says it all."""
+    for name in ("torch.distributed.tensor._redistribute", "torch._logging._internal"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("torch.distributed.tensor").setLevel(logging.ERROR)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if "RANK" not in os.environ:
+        from hostir import launcher  # no launcher: start the ranks ourselves
+
+        return launcher.launch(sys.argv[0], args.nproc, list(argv))
+    torch.set_num_threads(args.threads)
+    _quiet()
+    communicator = hostir.default_communicator()  # joins the gloo group
+    rank, world = communicator.rank, communicator.world_size
+    if world not in MESHES:
+        raise SystemExit(f"run at world size 4 or 8 (meshes {MESHES}), not {world}")
+    wanted = [tuple(c.split("->")) for c in args.cases.split(",") if c]
+    started = time.perf_counter()
+    tables = []
+    for mesh_shape in MESHES[world]:
+        dmesh = init_device_mesh("cpu", mesh_shape)
+        cases = wanted or CASES[len(mesh_shape)]
+        rows = [
+            measure(mesh_shape, dmesh, src, dst, seed, args.runs)
+            for seed, (src, dst) in enumerate(cases)
+        ]
+        tables.append((mesh_shape, rows))
+    if rank == 0:
+        for mesh_shape, rows in tables:
+            print(f"Mesh {'x'.join(map(str, mesh_shape))}, float32 {list(SHAPE)}:")
+            print()
+            print(table(rows))
+            print()
+            notes = findings(rows)
+            print(
+                "Ours worse than DTensor or over the bound:"
+                if notes
+                else "No case where ours"
+                " issues more collectives or bytes than DTensor or exceeds max(in, out)."
+            )
+            for note in notes:
+                print(f"- {note}")
+            print()
+        print(
+            f"command: hostir run benchmarks/redistribute_vs_dtensor.py --nproc {world}"
+            + (f" -- {' '.join(argv)}" if argv else "")
+        )
+        print(
+            f"torch {torch.__version__}, backend {dist.get_backend()}, world size {world},"
+            f" {args.threads} thread(s) per rank, {os.cpu_count()} CPU(s),"
+            f" Python {platform.python_version()}, {args.runs} timed runs per side,"
+            f" {time.perf_counter() - started:.0f} s"
+        )
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
