@@ -12,6 +12,7 @@ is the shard nesting order):
    partial axes are one Allreduce.
 3. The axes a dim releases (beyond the target's prefix of that dim) are one
    Allgather, unless the innermost moves to another dim next: then one AllToAll.
+   Inner dims go first, so the outermost dim's gather writes the output in place.
 4. The axes a target dim adds are local slices (no communication).
 """
 
@@ -31,7 +32,9 @@ def plan_same_mesh(planner: Planner, target: Sharding) -> None:
     """Steps from ``planner.current`` to ``target`` on the same mesh."""
     if not _permute(planner, target):
         _reduce_partials(planner, target)
-        for dim in range(len(target.dims)):
+        # Inner dims first, on the smaller data: the last gather is then the outermost
+        # dim's, which lands straight in the output buffer (no packing temporary).
+        for dim in reversed(range(len(target.dims))):
             _release_axes(planner, target, dim)
         for dim in range(len(target.dims)):
             _slice_axes(planner, target, dim)
