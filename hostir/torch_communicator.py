@@ -1,11 +1,11 @@
 """The ``torch.distributed`` communicator: collectives of real runs (gloo on CPU, nccl on CUDA).
 
-torch orders the ranks of a process group by global rank (``dist.new_group``
-sorts them), while our groups are in team order. So each collective works in
-torch's *sorted* order and permutes at the edges: input chunks are put in
-sorted order before the call, and outputs that arrive in sorted order land in
-a temporary that ``wait()`` permutes into the caller's buffer. Rooted
-collectives and point-to-point calls take global ranks, which need no permuting.
+Our groups are in team order (a column-major team lists its devices
+column-major). Each is created with ``sort_ranks=False``, so a torch group's
+ranks are the team positions and collectives land straight in the caller's
+buffers; the world in rank order is the default group. (``Layout`` still maps
+team positions to torch group ranks, and permutes at the edges if the two ever
+differ.) Rooted collectives and point-to-point calls take global ranks.
 
 Every call is issued with ``async_op=True``; compute overlaps until ``wait()``.
 torch needs contiguous buffers, so a non-contiguous output gets a contiguous
@@ -41,7 +41,7 @@ TORCH_REDUCE_OPS = {
 
 
 class GroupCache:
-    """Process groups by sorted member tuple, for one default group.
+    """Process groups by member tuple in team order, for one default group.
 
     Shared by every TorchCommunicator of this process: the evaluator makes a
     communicator per run, and a per-instance cache would create (and leak) new
@@ -129,15 +129,17 @@ class TorchCommunicator(Communicator):
         cache = GROUPS.current()
         world = tuple(range(self.world_size))
         for group in groups:
-            key = tuple(sorted(group))
+            key = tuple(group)
             if key == world or key in cache:
                 continue
             # Collective over the whole world: every rank reaches this line for
-            # the same keys in the same order (non-members get a placeholder).
-            cache[key] = dist.new_group(list(key), timeout=DEFAULT_TIMEOUT)
+            # the same keys in the same order (non-members get a placeholder). The
+            # group keeps the team's order (sort_ranks=False), so its torch ranks are
+            # the team positions and no collective needs reordering copies.
+            cache[key] = dist.new_group(list(key), timeout=DEFAULT_TIMEOUT, sort_ranks=False)
 
     def _layout(self, group: Group, what: str) -> Layout:
-        key = tuple(sorted(group))
+        key = tuple(group)
         if key == tuple(range(self.world_size)):
             process_group = None  # the default group
         elif key in GROUPS.current():
