@@ -175,9 +175,11 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
         keep = _common_prefix(have, wanted)
         if len(have) == keep:
             return
+        released = have[keep:]
+        if _move_suffix(planner, target, dim, have, released):
+            continue
         if _move_innermost(planner, target, dim, have):
             continue
-        released = have[keep:]
         gathered = planner.with_dim(planner.current, dim, have[:keep])
         planner.add(
             StepKind.ALLGATHER,
@@ -191,6 +193,35 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
                 f"fused: one Allgather over the flattened team {_names(released)} (the"
                 f" nesting order of dim {dim})"
             )
+
+
+def _move_suffix(
+    planner: Planner, target: Sharding, dim: int, have: tuple, released: tuple
+) -> bool:
+    """One AllToAll over the flattened team of ``released`` when another dim takes exactly
+    those axes next, in the same nesting order (``S0S0 -> S1S1``)."""
+    if len(released) < 2:
+        return False
+    for destination in range(len(target.dims)):
+        if destination == dim:
+            continue
+        dest_axes = planner.axes(planner.current, destination)
+        if planner.axes(target, destination) != dest_axes + released:
+            continue
+        gathered = planner.with_dim(planner.current, dim, have[: len(have) - len(released)])
+        after = planner.with_dim(gathered, destination, dest_axes + released)
+        planner.add(
+            StepKind.ALL_TO_ALL,
+            after,
+            team=_team(planner, released),
+            axis=destination,
+            concat_axis=dim,
+            reason=f"mesh axes {_names(released)} move from dim {dim} to dim {destination}"
+            " together: one all-to-all over their flattened team",
+        )
+        planner.note(f"fused: one AllToAll over the flattened team {_names(released)}")
+        return True
+    return False
 
 
 def _move_innermost(planner: Planner, target: Sharding, dim: int, have: tuple) -> bool:

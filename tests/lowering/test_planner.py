@@ -74,6 +74,7 @@ PLANS = {
         [(StepKind.LOCAL_SHARD, None), (StepKind.LOCAL_SHARD, None)],
     ),
     "S0S0->S0R": ({0: (Ya, Xa)}, (), {0: (Ya,)}, (), [(StepKind.ALLGATHER, (Xa,))]),
+    "S0S0->S1S1": ({0: (Ya, Xa)}, (), {1: (Ya, Xa)}, (), [(StepKind.ALL_TO_ALL, (Ya, Xa))]),
 }
 
 
@@ -261,3 +262,10 @@ def test_uneven_shapes_are_refused_clearly():
     y.outer_split(0, 2)
     with pytest.raises(ScheduleError, match=r"T1: outer_split .* extent 7 .* by factor 2"):
         fd.execute([torch.randn(7, 4)])
+
+
+@pytest.mark.world_sizes(4)
+def test_moving_both_axes_to_another_dim_is_one_all_to_all(multidevice_test):
+    """S0S0 -> S1S1: one AllToAll over M0(y, x), not a gather and slices."""
+    text = run_set(multidevice_test, mesh_2x2(), {0: [Y, X]}, {1: [Y, X]})
+    assert kinds(text) == [("AllToAll", "M0(y, x)")]
