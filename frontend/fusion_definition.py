@@ -23,8 +23,8 @@ from frontend.sharding import tensor_sharding, validate_schedule
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default_communicator
-from hostir.evaluator import check_meshes_fit
 from hostir.inputs import bind_input_tensor
+from hostir.program_info import check_meshes_fit
 from hostir.race_checker import RaceChecker, race_checking_enabled
 from hostir.round_trip import check_round_trip, round_trip_checking_enabled
 

@@ -13,7 +13,7 @@ elsewhere its output is bound to None.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from hostir.communicator import Communicator, default_communicator
 from hostir.compute import COMPUTE_HANDLERS
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
-from hostir.errors import EvaluationError, HostIrError, InputError, MeshError, VerifyError
+from hostir.errors import EvaluationError, HostIrError, InputError, VerifyError
 from hostir.inputs import bind_input_tensor
 from hostir.instructions import (
     INSTRUCTIONS,
@@ -36,10 +36,10 @@ from hostir.instructions import (
     defined_values,
     keyword,
 )
+from hostir.program_info import check_meshes_fit, program_teams
 from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.sharding import Mesh, local_extent
 from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool
-from hostir.team import Team
 from hostir.values import RequestValue, StreamValue, TensorValue
 
 RANK_SYMBOL = RANK
@@ -369,24 +369,6 @@ def _placement(instruction: Instruction) -> Mesh | None:
     return None
 
 
-def program_teams(program: HostIrContainer) -> list[Team]:
-    """Every team the program communicates over, in program order, without repeats."""
-    teams: dict[Team, None] = {}
-    for instruction in walk_instructions(program.body):
-        team = getattr(instruction, "team", None)
-        if team is not None:
-            teams.setdefault(team, None)
-    return list(teams)
-
-
-def walk_instructions(body: Sequence[Instruction]) -> Iterator[Instruction]:
-    """Every instruction of ``body``, loop bodies included, in program order."""
-    for instruction in body:
-        yield instruction
-        if isinstance(instruction, ForLoop):
-            yield from walk_instructions(instruction.body)
-
-
 def _resolve(operand: Any, context: RunContext, optional: bool = False) -> Any:
     if operand is None:
         return None
@@ -428,32 +410,3 @@ def _device_of(inputs: Sequence[Any]) -> torch.device:
         if isinstance(given, torch.Tensor):
             return given.device
     return torch.device("cpu")
-
-
-def program_meshes(program: HostIrContainer) -> list[Mesh]:
-    """Every mesh the program's tensors live on, in order of first appearance."""
-    meshes: dict[Mesh, None] = {}
-
-    def visit(value: Any) -> None:
-        if isinstance(value, TensorValue) and value.sharding is not None:
-            meshes.setdefault(value.sharding.mesh, None)
-
-    for value in program.inputs:
-        visit(value)
-    for instruction in walk_instructions(program.body):
-        for name in instruction.OUTS + instruction.INS:
-            visit(getattr(instruction, name))
-        team = getattr(instruction, "team", None)
-        if team is not None:
-            meshes.setdefault(team.mesh, None)
-    return list(meshes)
-
-
-def check_meshes_fit(program: HostIrContainer, world_size: int) -> None:
-    """Raises MeshError if a mesh names a device the world does not have."""
-    for mesh in program_meshes(program):
-        if max(mesh.devices) >= world_size:
-            raise MeshError(
-                f"mesh {mesh} needs device {max(mesh.devices)}, but the world has"
-                f" {world_size} rank(s) (0..{world_size - 1})"
-            )

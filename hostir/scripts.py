@@ -26,9 +26,9 @@ from typing import Any
 
 from hostir.container import HostIrContainer
 from hostir.errors import HostIrError
-from hostir.evaluator import check_meshes_fit
 from hostir.instructions import ForLoop, Instruction
 from hostir.parser import parse
+from hostir.program_info import check_meshes_fit
 from hostir.verify import verify_program
 
 DEFAULT_WORLD_SIZE = 2
