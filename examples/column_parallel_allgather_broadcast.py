@@ -1,15 +1,13 @@
 """A column-parallel linear fed by a stream-parallel all-gather, as one Broadcast per chunk.
 
-The activations ``x`` arrive sharded over their tokens; the linear ``x @ w.T +
-b`` is column-parallel (``w`` and ``b`` sharded over their output features),
-so it needs the whole ``x``. Instead of one Allgather before the matmul, the
-gathered tensor is split into one stream chunk per rank: iteration ``j`` of the
-stream loop broadcasts rank ``j``'s shard to its team (root ``j``) and
-multiplies that chunk, so the matmul of one chunk overlaps the broadcast of
-the next. Every rank computes the chunks in the same order; the variant with
-``swizzle1d`` (examples/column_parallel_allgather_permute.py) rotates the
-order per rank and sends ``d - 1`` point-to-point messages instead. See
-docs/streams.md. Run on 4 local CPU ranks with::
+The same fusion as examples/column_parallel_allgather_permute.py without
+``swizzle1d``: ``x`` is sharded over its tokens and ``w``, ``b`` over the output
+features; the gathered tensor is split into one stream chunk per rank, and
+iteration ``j`` of the stream loop broadcasts rank ``j``'s shard to its team
+(root ``j``) and multiplies that chunk, so the matmul of one chunk overlaps the
+broadcast of the next. Every rank computes the chunks in the same order; the
+swizzled variant rotates the order per rank and sends ``d - 1`` point-to-point
+messages instead. See docs/streams.md. Run on 4 local CPU ranks with::
 
     hostir run examples/column_parallel_allgather_broadcast.py --nproc 4
 
@@ -22,56 +20,8 @@ from __future__ import annotations
 
 import sys
 
-import torch
-
-from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir import default_communicator
-
-HIDDEN, FFN, TOKENS = 16, 32, 8
-
-
-def define(d: int) -> tuple[FusionDefinition, list]:
-    """The linear and its stream all-gather, over a 1-d mesh of ``d`` devices."""
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, HIDDEN))  # tokens: symbolic
-        w = fd.define_tensor((FFN, HIDDEN))
-        b = fd.define_tensor((FFN,))
-        gathered = fd.ops.set(x)  # the all-gather of x, one chunk per stream iteration
-        fd.add_output(fd.ops.linear(gathered, w, b))  # not scheduled: inherits
-    for tv in (x, w, b):
-        tv.set_device_mesh(mesh)
-        tv.outer_split(0, d)  # x over tokens; w and b over output features
-        tv.axis(0).parallelize(ParallelType.mesh_x)
-    gathered.set_device_mesh(mesh)
-    gathered.outer_split(0, d)  # [tokens] -> [d, tokens/d]: one chunk per rank
-    gathered.axis(0).parallelize(ParallelType.stream)
-    return fd, [x, w, b]
-
-
-def main() -> int:
-    """Runs the example on this rank; returns the exit status."""
-    world = default_communicator()  # joins the launcher's process group, if any
-    d, rank = world.world_size, world.rank
-    torch.manual_seed(0)  # the same full tensors on every rank
-    shapes = [(TOKENS, HIDDEN), (FFN, HIDDEN), (FFN,)]
-    full = [torch.randn(shape) for shape in shapes]
-    fd, tvs = define(d)
-    (y,) = fd.execute([shard_tensor(t, tv) for t, tv in zip(full, tvs, strict=True)])
-    if rank == 0:
-        print(fd.host_ir())
-    x, w, b = full
-    expected = shard_tensor(x @ w.T + b, fd.host_ir().outputs[0])  # this rank's columns
-    error = (y - expected).abs().max().item()
-    ok = torch.allclose(y, expected, rtol=1e-4, atol=1e-4)
-    print(
-        f"rank {rank}/{d}: output {tuple(y.shape)}, max error {error:.2e},"
-        f" {'OK' if ok else 'MISMATCH'}\n",
-        end="",  # one write: ranks share the terminal or pipe, lines must not interleave
-        flush=True,
-    )
-    return 0 if ok else 1
-
+# The script's own folder is on sys.path, however it is launched.
+from column_parallel_allgather_permute import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(swizzle=False))

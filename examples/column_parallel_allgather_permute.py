@@ -29,8 +29,9 @@ from hostir import default_communicator
 HIDDEN, FFN, TOKENS = 16, 32, 8
 
 
-def define(d: int) -> tuple[FusionDefinition, list]:
-    """The linear and its swizzled stream all-gather, over a 1-d mesh of ``d`` devices."""
+def define(d: int, swizzle: bool = True) -> tuple[FusionDefinition, list]:
+    """The linear and its stream all-gather (swizzled unless ``swizzle`` is False), over a
+    1-d mesh of ``d`` devices."""
     mesh = DeviceMesh(torch.arange(d))
     with FusionDefinition() as fd:
         x = fd.define_tensor((-1, HIDDEN))  # tokens: symbolic
@@ -44,19 +45,20 @@ def define(d: int) -> tuple[FusionDefinition, list]:
         tv.axis(0).parallelize(ParallelType.mesh_x)
     gathered.set_device_mesh(mesh)
     gathered.outer_split(0, d)  # [tokens] -> [d, tokens/d]: one chunk per rank
-    gathered.swizzle1d(0, ParallelType.mesh_x)  # iteration j: chunk (j + r) % d
+    if swizzle:
+        gathered.swizzle1d(0, ParallelType.mesh_x)  # iteration j: chunk (j + r) % d
     gathered.axis(0).parallelize(ParallelType.stream)
     return fd, [x, w, b]
 
 
-def main() -> int:
+def main(swizzle: bool = True) -> int:
     """Runs the example on this rank; returns the exit status."""
     world = default_communicator()  # joins the launcher's process group, if any
     d, rank = world.world_size, world.rank
     torch.manual_seed(0)  # the same full tensors on every rank
     shapes = [(TOKENS, HIDDEN), (FFN, HIDDEN), (FFN,)]
     full = [torch.randn(shape) for shape in shapes]
-    fd, tvs = define(d)
+    fd, tvs = define(d, swizzle)
     (y,) = fd.execute([shard_tensor(t, tv) for t, tv in zip(full, tvs, strict=True)])
     if rank == 0:
         print(fd.host_ir())

@@ -19,6 +19,7 @@ subclass (:class:`~hostir.torch_communicator.TorchCommunicator`) implements.
 
 from __future__ import annotations
 
+import abc
 import datetime
 import os
 from collections.abc import Sequence
@@ -37,12 +38,12 @@ Group = tuple[int, ...]
 """Global ranks in team order."""
 
 
-class Work:
+class Work(abc.ABC):
     """A communication in flight: ``wait()`` returns once this rank's results are in place."""
 
+    @abc.abstractmethod
     def wait(self) -> None:
         """Blocks until the communication is done and its outputs are written."""
-        raise NotImplementedError
 
 
 class CompletedWork(Work):

@@ -365,7 +365,7 @@ class RaceChecker(Listener):
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
-            return None
+            return None  # tensor subclasses without a plain storage: nothing to track
         key = (tensor.device, storage.data_ptr())
         buffer = self._buffers.get(key)
         if buffer is not None and buffer.ref() is storage:
