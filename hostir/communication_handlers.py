@@ -17,6 +17,7 @@ from hostir.communications import (
     Allgather,
     Allreduce,
     AllToAll,
+    AllToAllV,
     Broadcast,
     CollectivePermute,
     Gather,
@@ -113,8 +114,8 @@ def _group(context: RunContext, instruction: Any) -> tuple[int, ...]:
 
 
 def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -> list:
-    """Allgather: gather every member's chunk, then unpack along ``axis`` (straight into
-    ``out`` when the gathered chunks are its outermost blocks: no extra buffer)."""
+    """Allgather: every member's chunk lands straight in its place in ``out`` (a strided
+    view of ``out`` when the gathered dim is not outermost: no staging buffer of ours)."""
     group = _group(context, instruction)
     src = _need(operands["src"], instruction, "src", context).contiguous()
     out = _out_buffer(context, instruction, operands)
@@ -123,22 +124,66 @@ def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -
     if blocks and out is not None and out.is_contiguous():
         chunks = out.view(len(group), *src.shape)
         return [out, Request(context.communicator.allgather(chunks, src, group))]
+    if out is not None:
+        chunks = _chunk_views(out, instruction.axis, inner, len(group))
+        if chunks is not None:
+            chunk_shape = chunks.shape[1:]
+            work = context.communicator.allgather(chunks, src.reshape(chunk_shape), group)
+            return [out, Request(work)]
     buffer = torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
     work = context.communicator.allgather(buffer, src, group)
 
     def finish() -> None:
         if out is not None:
-            out.copy_(_merge_dim(buffer, instruction.axis, inner))
+            _unpack_into(out, buffer, instruction.axis, inner)
 
     return [out, Request(work, finish)]
 
 
+def _chunk_views(
+    out: torch.Tensor, axis: int, inner: int | None, parts: int
+) -> torch.Tensor | None:
+    """``out`` as ``[parts, ..., outer, inner, ...]``: chunk ``p`` is the elements of dim
+    ``axis`` whose parts digit is ``p`` (a strided view), or None if ``out``'s strides do
+    not allow one."""
+    size = out.shape[axis]
+    inner = size // parts if inner is None else inner
+    outer = size // (parts * inner)
+    split = (*out.shape[:axis], outer, parts, inner, *out.shape[axis + 1 :])
+    try:
+        return out.view(split).movedim(axis + 1, 0)
+    except RuntimeError:
+        return None
+
+
+def _unpack_into(out: torch.Tensor, chunks: torch.Tensor, axis: int, inner: int | None) -> None:
+    """``out.copy_(_merge_dim(chunks, axis, inner))`` without the merged temporary: the
+    chunks are copied through a view of ``out`` split like them, where ``out``'s strides
+    allow one."""
+    parts, body = chunks.shape[0], chunks.shape[1:]
+    size = body[axis]
+    inner = size if inner is None else inner
+    outer = size // inner
+    split = (*body[:axis], outer, parts, inner, *body[axis + 1 :])
+    try:
+        target = out.view(split)
+    except RuntimeError:  # strides that cannot be split: go through a merged copy
+        out.copy_(_merge_dim(chunks, axis, inner))
+        return
+    target.copy_(
+        chunks.reshape(parts, *split[:axis], outer, inner, *split[axis + 3 :]).movedim(0, axis + 1)
+    )
+
+
 def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands: dict) -> list:
-    """ReduceScatter: pack the chunks along ``axis`` first, reduce-scatter, copy out."""
+    """ReduceScatter: the chunks along ``axis`` (strided views of ``src``, no packing copy)
+    are reduced and scattered, straight into ``out`` when it is contiguous."""
     group = _group(context, instruction)
     src = _need(operands["src"], instruction, "src", context)
-    packed = _split_dim(src, instruction.axis, _inner(context, instruction), len(group))
-    packed = packed.contiguous()
+    inner = _inner(context, instruction)
+    packed = _chunk_views(src, instruction.axis, inner, len(group))
+    if packed is None:  # strides that cannot be split: pack a copy
+        packed = _split_dim(src, instruction.axis, inner, len(group)).contiguous()
     out = _out_buffer(context, instruction, operands)
     chunk = packed.shape[1:]
     if out is not None and out.is_contiguous():  # reduce straight into out
@@ -323,6 +368,9 @@ def run_local_shard(context: RunContext, instruction: LocalShard, operands: dict
     return [piece.contiguous()]
 
 
+# AllToAllV's handler lives in its own module, which builds on the helpers above.
+from hostir.all_to_all_v import run_all_to_all_v  # noqa: E402
+
 COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     Allgather: run_allgather,
     ReduceScatter: run_reduce_scatter,
@@ -332,6 +380,7 @@ COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     Gather: run_gather,
     Scatter: run_scatter,
     AllToAll: run_all_to_all,
+    AllToAllV: run_all_to_all_v,
     SendRecv: run_send_recv,
     CollectivePermute: run_collective_permute,
     Wait: run_wait,

@@ -146,6 +146,29 @@ class AllToAll:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AllToAllV:
+    """MPI's alltoallv, driven by the block layouts of ``src`` and ``out`` (same mesh).
+
+    Every member's ``out`` block receives, from the members whose ``src`` block
+    overlaps it, the overlapping boxes of the global tensor; among replicas of a
+    ``src`` block the member agreeing with the receiver on every team axis that
+    neither shards ``src`` nor is reduced sends it. With ``op``, ``src`` may be
+    partial over team axes ``out`` is not partial over: the pieces of the
+    partial sums are combined with ``op`` in member order (replicas stay bitwise
+    equal). See :mod:`hostir.blocks` for the pattern, :mod:`hostir.all_to_all_v`
+    for the run time."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    request: RequestValue
+    op: ReduceOp | None = None
+    preallocated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SendRecv:
     """The member at ``sender`` sends ``src`` to the member at ``receiver``."""
 
@@ -212,6 +235,7 @@ COLLECTIVES = frozenset(
         Gather,
         Scatter,
         AllToAll,
+        AllToAllV,
         SendRecv,
         CollectivePermute,
     }

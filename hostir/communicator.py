@@ -95,7 +95,8 @@ class Communicator:
     # -- Collectives --------------------------------------------------------------
 
     def allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
-        """``out[p]`` becomes ``inp`` of member ``p``; ``out`` is ``[len(group), *inp.shape]``."""
+        """``out[p]`` becomes ``inp`` of member ``p``; ``out`` is ``[len(group), *inp.shape]``
+        (any strides: a strided ``out`` receives in place, without a staging copy of ours)."""
         team = self._team(group, "allgather")
         _expect(out, (len(team), *inp.shape), inp.dtype, f"allgather over {team}", "out")
         if len(team) == 1:
@@ -106,7 +107,8 @@ class Communicator:
     def reduce_scatter(
         self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int], op: ReduceOp
     ) -> Work:
-        """Member ``p`` gets the ``op``-reduction over all members of their ``inp[p]``."""
+        """Member ``p`` gets the ``op``-reduction over all members of their ``inp[p]``
+        (``inp`` may be strided: the chunks are then handed over without a packing copy)."""
         team = self._team(group, "reduce_scatter")
         _expect(inp, (len(team), *out.shape), out.dtype, f"reduce_scatter over {team}", "inp")
         if len(team) == 1:
@@ -176,6 +178,49 @@ class Communicator:
             out.copy_(inp)
             return DONE
         return self._all_to_all(out, inp, team)
+
+    def all_to_all_v(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        out_splits: Sequence[int],
+        in_splits: Sequence[int],
+        group: Sequence[int],
+    ) -> Work:
+        """MPI's alltoallv on flat buffers: member ``p`` sends the ``in_splits[q]`` elements
+        of ``inp`` after the first ``sum(in_splits[:q])`` to member ``q``, and receives
+        ``out_splits[q]`` elements from member ``q`` at offset ``sum(out_splits[:q])`` of
+        ``out``. Counts are per member in group order; a member's ``in_splits[q]`` must be
+        member ``q``'s ``out_splits[p]``. ``out`` and ``inp`` are 1-d contiguous tensors."""
+        team = self._team(group, "all_to_all_v")
+        where = f"all_to_all_v over {team}"
+        _expect(inp, None, None, where, "inp")
+        _expect(out, None, inp.dtype, where, "out")
+        for name, tensor, splits in (("inp", inp, in_splits), ("out", out, out_splits)):
+            if tensor.ndim != 1 or not tensor.is_contiguous():
+                raise CommunicationError(
+                    f"{where}: {name} must be a flat contiguous tensor, got shape"
+                    f" {list(tensor.shape)} with strides {list(tensor.stride())}"
+                )
+            if len(splits) != len(team) or any(int(n) < 0 for n in splits):
+                raise CommunicationError(
+                    f"{where}: {name} splits {list(splits)} must be {len(team)} counts >= 0"
+                )
+            if sum(splits) != tensor.numel():
+                raise CommunicationError(
+                    f"{where}: {name} splits {list(splits)} add up to {sum(splits)}, but {name}"
+                    f" has {tensor.numel()} elements"
+                )
+        if len(team) == 1:
+            if out.numel() != inp.numel():
+                raise CommunicationError(
+                    f"{where}: a rank alone sends itself {inp.numel()} elements, but expects"
+                    f" {out.numel()}"
+                )
+            out.copy_(inp)
+            return DONE
+        out_counts, in_counts = [int(n) for n in out_splits], [int(n) for n in in_splits]
+        return self._all_to_all_v(out, inp, out_counts, in_counts, team)
 
     def send_recv(
         self,
@@ -272,6 +317,16 @@ class Communicator:
 
     def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
         raise self._cannot_reach("all_to_all", group)
+
+    def _all_to_all_v(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        out_splits: list[int],
+        in_splits: list[int],
+        group: Group,
+    ) -> Work:
+        raise self._cannot_reach("all_to_all_v", group)
 
     def _send_recv(
         self,

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 
 import graphviz
 
+from hostir.blocks import Operand, all_to_all_v_pieces, print_box
 from hostir.communications import (
     COLLECTIVES,
     Allgather,
     Allreduce,
     AllToAll,
+    AllToAllV,
     Broadcast,
     CollectivePermute,
     Gather,
@@ -435,6 +437,26 @@ def _all_pairs(c: Instruction, group: tuple[int, ...], env: Mapping[str, int]):
     ]
 
 
+def _pieces(c: AllToAllV, group: tuple[int, ...], env: Mapping[str, int]):
+    """The boxes an AllToAllV moves (``T0 [0:4, 2:4]``); every pair when its shapes are
+    not constant, since the pattern needs the global extents."""
+    if c.src.sharding is None or c.out.sharding is None:
+        return _all_pairs(c, group, env)
+    try:
+        src, out = (
+            Operand(v.name, v.sharding, tuple(int(evaluate_scalar(e, env)) for e in v.shape))
+            for v in (c.src, c.out)
+        )
+        pattern = all_to_all_v_pieces(src, out, c.team, group, c.op is not None)
+    except HostIrError:
+        return _all_pairs(c, group, env)
+    suffix = f" ({c.op.value})" if c.op is not None else ""
+    return [
+        (group[p.source], group[p.destination], f"{c.src.name} {print_box(p.box)}{suffix}")
+        for p in pattern.pieces
+    ]
+
+
 _TRAFFIC: dict[type, Callable[..., list[Transfer]]] = {
     CollectivePermute: _permute,
     SendRecv: _send_recv,
@@ -444,6 +466,7 @@ _TRAFFIC: dict[type, Callable[..., list[Transfer]]] = {
     Reduce: _to_root,
     Allgather: _all_pairs,
     AllToAll: _all_pairs,
+    AllToAllV: _pieces,
     Allreduce: _all_pairs,
     ReduceScatter: _all_pairs,
 }

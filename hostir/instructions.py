@@ -194,6 +194,7 @@ from hostir.communications import (  # noqa: E402 - after the local classes on p
     Allgather,
     Allreduce,
     AllToAll,
+    AllToAllV,
     Broadcast,
     CollectivePermute,
     Gather,
@@ -232,6 +233,7 @@ INSTRUCTIONS: tuple[type, ...] = (
     Gather,
     Scatter,
     AllToAll,
+    AllToAllV,
     SendRecv,
     CollectivePermute,
     Wait,
@@ -264,6 +266,7 @@ Instruction = (
     | Gather
     | Scatter
     | AllToAll
+    | AllToAllV
     | SendRecv
     | CollectivePermute
     | Wait

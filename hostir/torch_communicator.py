@@ -15,7 +15,9 @@ gloo (torch 2.13) handles all of these collectives for float32, bfloat16 and
 float16, including reductions, on sub-groups; no dtype fallback is needed. Its
 ``all_gather_single`` / ``reduce_scatter_single`` (torch 2.13's preferred names)
 only accept the concatenated layout (``[n * k]`` against ``[k]``), not the stacked one
-(``[n, k]``), so those are called on flat views.
+(``[n, k]``), so those are called on flat views. Its ``all_to_all_single`` takes
+uneven ``output_split_sizes`` / ``input_split_sizes`` (zeros included: alltoallv),
+which ``all_to_all_v`` relies on.
 """
 
 from __future__ import annotations
@@ -176,6 +178,16 @@ class TorchCommunicator(Communicator):
 
     def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
         layout = self._layout(group, "allgather")
+        if not out.is_contiguous():
+            # Strided chunks (a gather along an inner dim): the list form lands each
+            # member's chunk in its view; the backend stages the gather itself (gloo
+            # always does), so no second staging buffer of ours.
+            src = inp.contiguous()
+            chunks = list(out.unbind(0))
+            handle = dist.all_gather(
+                [chunks[p] for p in layout.inverse], src, group=layout.process_group, async_op=True
+            )
+            return PendingWork(f"allgather over {group}", [handle], None, [out, src])
         direct = layout.sorted and out.is_contiguous()
         landing = out if direct else torch.empty(out.shape, dtype=out.dtype, device=out.device)
         src = inp.contiguous()
@@ -193,9 +205,23 @@ class TorchCommunicator(Communicator):
         self, out: torch.Tensor, inp: torch.Tensor, group: Group, op: ReduceOp
     ) -> Work:
         layout = self._layout(group, "reduce_scatter")
+        landing = _contiguous_like(out)
+        if not inp.is_contiguous():
+            # Strided chunks (a reduce-scatter along an inner dim): the list form packs
+            # them itself (gloo flattens its inputs anyway), so no packing copy of ours.
+            chunks = list(inp.unbind(0))
+            handle = dist.reduce_scatter(
+                landing,
+                [chunks[p] for p in layout.inverse],
+                op=TORCH_REDUCE_OPS[op],
+                group=layout.process_group,
+                async_op=True,
+            )
+            return PendingWork(
+                f"reduce_scatter over {group}", [handle], _copy_back(landing, out), [landing, inp]
+            )
         # Chunk s of the call goes to torch group rank s: reorder team chunks.
         src = inp.contiguous() if layout.sorted else inp[layout.inverse]
-        landing = _contiguous_like(out)
         handle = dist.reduce_scatter_single(
             landing.view(-1),
             src.view(-1),
@@ -276,6 +302,48 @@ class TorchCommunicator(Communicator):
                 out.copy_(landing[layout.order])  # sorted order -> team order
 
         return PendingWork(f"all_to_all over {group}", [handle], finish, [landing, src])
+
+    def _all_to_all_v(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        out_splits: list[int],
+        in_splits: list[int],
+        group: Group,
+    ) -> Work:
+        layout = self._layout(group, "all_to_all_v")
+        what = f"all_to_all_v over {group}"
+        if layout.sorted:  # torch's ranks are the team positions: the buffers go as they are
+            handle = dist.all_to_all_single(
+                out,
+                inp,
+                output_split_sizes=out_splits,
+                input_split_sizes=in_splits,
+                group=layout.process_group,
+                async_op=True,
+            )
+            return PendingWork(what, [handle], None, [out, inp])
+        # Torch rank s is team position inverse[s]: reorder the chunks both ways.
+        torch_in = [in_splits[p] for p in layout.inverse]
+        torch_out = [out_splits[p] for p in layout.inverse]
+        chunks = inp.split(in_splits)
+        src = torch.cat([chunks[p] for p in layout.inverse])
+        landing = torch.empty_like(out)
+        handle = dist.all_to_all_single(
+            landing,
+            src,
+            output_split_sizes=torch_out,
+            input_split_sizes=torch_in,
+            group=layout.process_group,
+            async_op=True,
+        )
+
+        def finish() -> None:
+            targets = out.split(out_splits)
+            for s, received in enumerate(landing.split(torch_out)):
+                targets[layout.inverse[s]].copy_(received)
+
+        return PendingWork(what, [handle], finish, [landing, src])
 
     def _permute(
         self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int

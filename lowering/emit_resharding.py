@@ -1,8 +1,16 @@
 """``emit_resharding``: host IR instructions for a resharding plan.
 
-Each step becomes one instruction whose output is a fresh intermediate
+Each step becomes one instruction whose output is an intermediate
 (``<dst>_<k>``) with the step's sharding, the last one writing ``dst`` itself.
 Every communication is followed by its ``wait``.
+
+Plans that end in all-gathers are built inside the output buffer (as in Rink
+et al.'s memory-efficient redistributions): ``dst`` is allocated first, and
+the input of each trailing Allgather is a ``shard_by_stream`` alias of this
+rank's slot of that gather's output (index: the rank's position in the
+gather's team), so the steps before write straight into the output and every
+gather runs in place. No intermediate of a gathered size is ever held next to
+the output: the temporaries stay within ``max(local input, local output)``.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from hostir import (
     Allgather,
     Allreduce,
     AllToAll,
+    AllToAllV,
     Broadcast,
     CollectivePermute,
     Const,
@@ -23,10 +32,12 @@ from hostir import (
     Scatter,
     SendRecv,
     Set,
+    ShardByStream,
     TensorValue,
 )
 from hostir.communications import LocalShard, Wait
-from hostir.instructions import Instruction
+from hostir.instructions import Allocate, Instruction
+from hostir.scalars import MeshCoordinate, Scalar, add, mul
 from hostir.values import RequestValue
 from lowering.plan_resharding import Plan, Step, StepKind
 
@@ -44,20 +55,46 @@ def emit_resharding(
     if not plan.steps:
         return [Set(out=dst, src=src, preallocated=preallocated)]
     instructions: list[Instruction] = []
+    outs = _step_outputs(plan, dst)
+    head = plan.in_output_from()
+    if head < len(plan.steps) - 1:
+        if not preallocated:
+            instructions.append(Allocate(out=dst))
+        for k in reversed(range(head, len(plan.steps) - 1)):
+            gather = plan.steps[k + 1]
+            instructions.append(
+                ShardByStream(
+                    out=outs[k], src=outs[k + 1], axis=gather.axis, index=_team_index(gather)
+                )
+            )
     current = src
     for index, step in enumerate(plan.steps):
-        last = index == len(plan.steps) - 1
-        out = dst
-        if not last:
-            out = TensorValue(
-                name=f"{dst.name}_{index}", dtype=dst.dtype, shape=dst.shape, sharding=step.after
-            )
-        emitted = _emit_step(step, current, out, requests)
-        if last and preallocated:
+        emitted = _emit_step(step, current, outs[index], requests)
+        writes_existing = index >= head and (index < len(plan.steps) - 1 or head < index)
+        if writes_existing or (index == len(plan.steps) - 1 and preallocated):
             emitted[0] = dataclasses.replace(emitted[0], preallocated=True)
         instructions.extend(emitted)
-        current = out
+        current = outs[index]
     return instructions
+
+
+def _step_outputs(plan: Plan, dst: TensorValue) -> list[TensorValue]:
+    """The value each step writes: ``<dst>_<k>`` for all but the last, ``dst``."""
+    outs = [
+        TensorValue(name=f"{dst.name}_{k}", dtype=dst.dtype, shape=dst.shape, sharding=s.after)
+        for k, s in enumerate(plan.steps[:-1])
+    ]
+    return [*outs, dst]
+
+
+def _team_index(step: Step) -> Scalar:
+    """This rank's position in ``step``'s team (outer axis first): the slot of the
+    gathered dim its chunk fills."""
+    mesh = step.team.mesh
+    index: Scalar = 0
+    for axis in step.team.axes:
+        index = add(mul(index, mesh.axis_size(axis)), MeshCoordinate(mesh=mesh, axis=axis))
+    return index
 
 
 def _emit_step(
@@ -87,5 +124,6 @@ def _emit_step(
         StepKind.PERMUTE: lambda: CollectivePermute(
             **common, send_peer=step.send_peer, recv_peer=step.recv_peer
         ),
+        StepKind.ALL_TO_ALL_V: lambda: AllToAllV(**common, op=step.op),
     }
     return [builders[step.kind](), Wait(request=request)]

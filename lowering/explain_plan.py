@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from hostir import Sharding
 from hostir.printer import _MeshNames, print_sharding, print_team
 from hostir.scalars import Const, Scalar, floordiv, mul, print_scalar, sub
-from lowering.plan import Plan, Step, StepKind
-
-
-def local_elements(sharding: Sharding, shape: tuple[Scalar, ...]) -> Scalar:
-    """Elements of one device's shard (a scalar expression for symbolic shapes)."""
-    total: Scalar = Const(value=1)
-    for dim, extent in enumerate(shape):
-        factor = sharding.shard_factor(dim)
-        total = _times(total, floordiv(extent, factor))
-    return total
+from lowering.exchange_cost import exchange_received
+from lowering.plan import Plan, StepKind, local_elements
+from lowering.plan_memory import memory_bound, peak_temporaries, step_temporaries
 
 
 def _times(a: Scalar, b: Scalar | int) -> Scalar:
@@ -27,9 +19,13 @@ def _bytes(elements: Scalar, itemsize: int, names: _MeshNames) -> str:
     return f"{print_scalar(elements, names.name)} x {itemsize} B"
 
 
-def _received(step: Step, before: Scalar, after: Scalar) -> Scalar:
-    """Elements a rank receives in ``step``, at the lower bound of what it lacks."""
+def _received(plan: Plan, k: int, before: Scalar, after: Scalar) -> Scalar:
+    """Elements a rank receives in step ``k``, at the lower bound of what it lacks."""
+    step = plan.steps[k]
     size = step.team.size if step.team is not None else 1
+    if step.kind is StepKind.ALL_TO_ALL_V:
+        exact = exchange_received(plan, k)
+        return exact if exact is not None else after
     if step.kind is StepKind.ALLGATHER or step.kind is StepKind.GATHER:
         return _minus(after, before)
     if step.kind is StepKind.REDUCE_SCATTER:
@@ -48,8 +44,9 @@ def _minus(a: Scalar, b: Scalar) -> Scalar:
 
 
 def explain_plan(plan: Plan) -> str:
-    """Each step with its team, bytes received and peak extra memory per rank, and why;
-    then the fusions applied or refused."""
+    """Each step with its team, bytes received and temporaries per rank (besides the
+    input and the output; ``lowering.plan_memory``), and why; then the plan's peak against
+    SPEC §6's bound and the fusions applied or refused."""
     names = _MeshNames()
     shape = plan.shape
     lines = [
@@ -58,6 +55,7 @@ def explain_plan(plan: Plan) -> str:
     ]
     current = plan.src
     collectives = 0
+    temporaries = step_temporaries(plan)
     for index, step in enumerate(plan.steps, 1):
         before = local_elements(current, shape)
         after = local_elements(step.after, shape)
@@ -66,12 +64,17 @@ def explain_plan(plan: Plan) -> str:
             collectives += 1
         lines.append(
             f"{index}. {step.kind.value}{team}: receives"
-            f" {_bytes(_received(step, before, after), plan.itemsize, names)} per rank,"
-            f" peak extra {_bytes(after, plan.itemsize, names)}"
+            f" {_bytes(_received(plan, index - 1, before, after), plan.itemsize, names)} per"
+            " rank,"
+            f" temporaries {_bytes(temporaries[index - 1], plan.itemsize, names)}"
             + (f" -- {step.reason}" if step.reason else "")
         )
         current = step.after
-    lines.append(f"{collectives} collective(s), {len(plan.steps)} step(s)")
+    lines.append(
+        f"{collectives} collective(s), {len(plan.steps)} step(s), peak temporaries"
+        f" {_bytes(peak_temporaries(plan), plan.itemsize, names)} (bound max(in, out)"
+        f" = {_bytes(memory_bound(plan), plan.itemsize, names)})"
+    )
     lines.extend(f"note: {note}" for note in plan.notes)
     meshes = ", ".join(f"{name} = {mesh}" for mesh, name in names.names.items())
     lines.append(f"meshes: {meshes}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from hostir import Const, MeshAxis, ReduceOp, Sharding, ShardPart, TensorValue
 from hostir.printer import _MeshNames, print_sharding
-from hostir.scalars import Scalar, floordiv
+from hostir.scalars import Scalar, floordiv, mul
 from hostir.team import Team
 from lowering.errors import ReshardingError
 
@@ -26,8 +26,24 @@ class StepKind(enum.Enum):
     REDUCE = "Reduce"
     SEND_RECV = "SendRecv"
     PERMUTE = "CollectivePermute"
+    ALL_TO_ALL_V = "AllToAllV"
     LOCAL_SHARD = "local_shard"
     COPY = "set"
+
+
+WRITES_INTO_OUT = frozenset(
+    {
+        StepKind.ALLGATHER,
+        StepKind.REDUCE_SCATTER,
+        StepKind.ALLREDUCE,
+        StepKind.ALL_TO_ALL,
+        StepKind.ALL_TO_ALL_V,
+        StepKind.PERMUTE,
+        StepKind.LOCAL_SHARD,
+        StepKind.COPY,
+    }
+)
+"""Step kinds whose instruction can write into an existing (preallocated) ``out``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,12 +74,35 @@ class Plan:
     itemsize: int = 4
     notes: tuple[str, ...] = ()
 
+    def in_output_from(self) -> int:
+        """The first step of the trailing run that is built inside the output buffer: every
+        later step is an Allgather on one mesh whose input is this rank's slot of its
+        output, so the steps from here on write straight into ``dst`` (or a view of it).
+        ``len(steps) - 1`` when there is no such run (the last step alone writes ``dst``)."""
+        head = len(self.steps) - 1
+        while (
+            head > 0
+            and self.steps[head].kind is StepKind.ALLGATHER
+            and self.steps[head - 1].kind in WRITES_INTO_OUT
+            and self.steps[head - 1].after.mesh == self.steps[head].after.mesh
+        ):
+            head -= 1
+        return head
+
     def explain(self) -> str:
         """One line per step: what runs over which team, bytes and memory per rank, why;
         then the fusions applied or refused."""
         from lowering.explain_plan import explain_plan  # formatting lives apart
 
         return explain_plan(self)
+
+
+def local_elements(sharding: Sharding, shape: tuple[Scalar, ...]) -> Scalar:
+    """Elements of one device's shard (a scalar expression for symbolic shapes)."""
+    total: Scalar = Const(value=1)
+    for dim, extent in enumerate(shape):
+        total = mul(total, floordiv(extent, sharding.shard_factor(dim)))
+    return total
 
 
 class Planner:

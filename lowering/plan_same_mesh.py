@@ -14,6 +14,13 @@ is the shard nesting order):
    Allgather, unless the innermost moves to another dim next: then one AllToAll.
    Inner dims go first, so the outermost dim's gather writes the output in place.
 4. The axes a target dim adds are local slices (no communication).
+
+When these rules would communicate and then slice away part of what arrived
+(axes of different sizes trading places, as ``S0S1 -> S1S0`` on a 2x4 mesh,
+or a partial sum that must land in another nesting order), the whole change
+is instead one AllToAllV over the mesh axes it involves: each rank receives
+exactly the pieces of its target block it lacks, summed on arrival for a
+partial source, and never holds more than its own block.
 """
 
 from __future__ import annotations
@@ -22,14 +29,21 @@ import math
 from dataclasses import replace
 
 from hostir import MeshAxis, ReduceOp, Sharding
-from hostir.scalars import MeshCoordinate, Scalar, add, mul
+from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul
 from hostir.team import Team
 from lowering.errors import ReshardingError
-from lowering.plan import Planner, StepKind
+from lowering.plan import Plan, Planner, Step, StepKind
+from lowering.plan_memory import memory_bound, peak_temporaries
 
 
 def plan_same_mesh(planner: Planner, target: Sharding) -> None:
     """Steps from ``planner.current`` to ``target`` on the same mesh."""
+    start, source, notes = len(planner.steps), planner.current, len(planner.notes)
+    _plan_by_rules(planner, target)
+    _exchange_instead(planner, target, (start, notes), source)
+
+
+def _plan_by_rules(planner: Planner, target: Sharding) -> None:
     if not _permute(planner, target):
         _reduce_partials(planner, target)
         # Inner dims first, on the smaller data: the last gather is then the outermost
@@ -53,6 +67,78 @@ def _in_mesh_order(planner: Planner, axes: list[MeshAxis]) -> tuple[MeshAxis, ..
 
 def _names(axes: tuple[MeshAxis, ...]) -> str:
     return "(" + ", ".join(a.value for a in axes) + ")"
+
+
+# ----- the exchange: one AllToAllV instead of gathering and slicing -----
+def _exchange_instead(
+    planner: Planner, target: Sharding, since: tuple[int, int], source: Sharding
+) -> None:
+    """Replaces the rule steps (and notes) since ``since`` by one AllToAllV when they slice
+    data they communicated (so they moved data no rank keeps) or hold more temporaries
+    than SPEC §6's bound, and the AllToAllV holds fewer."""
+    start, notes = since
+    steps = planner.steps[start:]
+    communicated = [k for k, s in enumerate(steps) if s.kind is not StepKind.LOCAL_SHARD]
+    if not communicated:
+        return
+    sliced_after = any(
+        s.kind is StepKind.LOCAL_SHARD and k > communicated[0] for k, s in enumerate(steps)
+    )
+    rules = _sub_plan(planner, source, target, tuple(steps))
+    over_bound = _exceeds(peak_temporaries(rules), memory_bound(rules))
+    if not (sliced_after or over_bound):
+        return
+    reduced = [p for p in source.partial if p not in target.partial]
+    ops = {p.op for p in reduced}
+    if len(ops) > 1:
+        planner.note("no AllToAllV: partial sums with different reduce ops")
+        return
+    mesh = source.mesh
+    involved = tuple(
+        a
+        for a in mesh.axes()
+        if planner.dim_of(source, a) is not None
+        or planner.dim_of(target, a) is not None
+        or any(p.axis == a for p in (*source.partial, *target.partial))
+    )
+    exchange = Step(
+        kind=StepKind.ALL_TO_ALL_V,
+        after=target,
+        team=_team(planner, involved),
+        op=next(iter(ops)) if ops else None,
+        reason=(
+            "the rules would gather data and slice part of it away"
+            if sliced_after
+            else "the rules would hold more temporaries than max(in, out)"
+        )
+        + "; one all-to-all with uneven splits sends each rank just the pieces of its block"
+        " it lacks" + (" (partial sums combined on arrival)" if ops else ""),
+    )
+    single = _sub_plan(planner, source, target, (exchange,))
+    if _exceeds(peak_temporaries(single), peak_temporaries(rules), strictly=False):
+        planner.note("no AllToAllV: it would hold as many temporaries as the rules")
+        return
+    del planner.steps[start:]
+    del planner.notes[notes:]
+    planner.steps.append(exchange)
+    planner.current = target
+    planner.note(
+        f"exchange: one AllToAllV over {_names(involved)} instead of {len(communicated)}"
+        " collective(s)" + (" followed by local slices" if sliced_after else "")
+    )
+
+
+def _sub_plan(
+    planner: Planner, source: Sharding, target: Sharding, steps: tuple[Step, ...]
+) -> Plan:
+    return Plan(src=source, dst=target, steps=steps, shape=planner.shape)
+
+
+def _exceeds(a: Scalar, b: Scalar, strictly: bool = True) -> bool:
+    """``a > b`` (``a >= b`` unless ``strictly``) for constants; False when symbolic."""
+    if isinstance(a, Const) and isinstance(b, Const):
+        return a.value > b.value if strictly else a.value >= b.value
+    return False
 
 
 # ----- rule 1: permutations -----

@@ -178,6 +178,46 @@ def test_all_to_all(multidevice_test):
         check(out, expected, f"all_to_all {group} {dtype}")
 
 
+def v_counts(n: int, salt: int) -> list[list[int]]:
+    """``counts[p][q]``: how many elements position p sends to q (zeros included)."""
+    return [[(p + 2 * q + salt) % 3 for q in range(n)] for p in range(n)]
+
+
+def check_all_to_all_v(comm: Communicator, group, salt: int, dtype) -> None:
+    n, p = len(group), group.index(comm.rank)
+    counts = v_counts(n, salt)
+    inp = data(comm.rank, salt, dtype, (sum(counts[p]),))
+    out = blank((sum(row[p] for row in counts),), dtype)
+    column = [row[p] for row in counts]
+    comm.all_to_all_v(out, inp, column, counts[p], group).wait()
+    expected = []
+    for q, member in enumerate(group):  # member q's chunk for p, after its chunks for 0..p-1
+        start = sum(counts[q][:p])
+        expected.append(data(member, salt, dtype, (sum(counts[q]),))[start : start + counts[q][p]])
+    check(out, torch.cat(expected), f"all_to_all_v {group} {dtype}")
+
+
+def test_all_to_all_v(multidevice_test):
+    """Uneven counts, some zero, on every team: chunk q of p's input lands at p's offset
+    for q in q's output."""
+    comm = make_communicator(multidevice_test)
+    for salt, group, dtype in cases(comm):
+        check_all_to_all_v(comm, group, salt, dtype)
+
+
+@pytest.mark.world_sizes(4)
+def test_all_to_all_v_reorders_when_torch_ranks_differ(multidevice_test):
+    """A group whose torch ranks are not its team positions (not made by prepare: the
+    world reversed, run on the default group) has its chunks reordered both ways."""
+    comm = make_communicator(multidevice_test)
+    group = (3, 1, 0, 2)
+    # Torch rank s of the default group is global rank s, at team position group.index(s).
+    layout = torch_communicator.Layout(None, list(group), [group.index(s) for s in range(4)])
+    assert not layout.sorted
+    with mock.patch.object(TorchCommunicator, "_layout", return_value=layout):
+        check_all_to_all_v(comm, group, 5, torch.float32)
+
+
 def test_send_recv_between_every_pair_of_positions(multidevice_test):
     comm = make_communicator(multidevice_test)
     for salt, group, dtype in cases(comm, dtypes=(torch.float32,)):
@@ -297,3 +337,12 @@ def test_arguments_are_checked_before_any_communication(multidevice_test):
         stand_in.allreduce(x, (0,), ReduceOp.SUM)
     with pytest.raises(CommunicationError, match="cannot reach other ranks"):
         stand_in.allgather(torch.empty(2, *SHAPE), x, (1, 0))
+    flat = torch.ones(3)
+    with pytest.raises(CommunicationError, match=r"inp splits \[2\] add up to 2, but inp has 3"):
+        comm.all_to_all_v(flat, flat, [3], [2], (0,))
+    with pytest.raises(CommunicationError, match="out must be a flat contiguous tensor"):
+        comm.all_to_all_v(torch.ones(3, 1), flat, [3], [3], (0,))
+    with pytest.raises(CommunicationError, match="alone sends itself 3 elements, but expects 2"):
+        comm.all_to_all_v(torch.ones(2), flat, [2], [3], (0,))
+    with pytest.raises(CommunicationError, match="cannot reach other ranks"):
+        stand_in.all_to_all_v(flat, flat, [1, 2], [2, 1], (1, 0))

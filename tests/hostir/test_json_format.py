@@ -18,6 +18,7 @@ from hostir import (
     Allocate,
     Allreduce,
     AllToAll,
+    AllToAllV,
     Binary,
     BinaryExpr,
     BinaryOpKind,
@@ -147,6 +148,8 @@ def every_instruction() -> tuple:
         Gather(**comm, root=c(0), axis=0),
         Scatter(**comm, root=c(3), axis=1, preallocated=True),
         AllToAll(**comm, split_axis=0, concat_axis=1),
+        AllToAllV(**comm),
+        AllToAllV(**comm, op=ReduceOp.MAX, preallocated=True),
         SendRecv(**comm, sender=c(0), receiver=c(1)),
         CollectivePermute(**comm, send_peer=peer, recv_peer=back),
         Wait(request=request),
@@ -301,10 +304,16 @@ def test_lowered_program_round_trips(name):
     assert check_round_trip(program) == program
 
 
+NOT_LOWERED_YET = frozenset({AllToAllV})
+"""Catalog classes the planner does not emit yet (hand-built programs cover them, in
+test_all_to_all_v.py); once a fusion above lowers to one, drop it from here."""
+
+
 def test_lowered_programs_cover_every_instruction():
     """The fusions above make lowering emit every catalog class."""
     seen = {type(i) for build in FUSIONS.values() for i in walk(build().host_ir().body)}
-    assert seen == set(INSTRUCTIONS), {c.__name__ for c in set(INSTRUCTIONS) - seen}
+    missing = set(INSTRUCTIONS) - seen
+    assert missing <= NOT_LOWERED_YET, {c.__name__ for c in missing}
 
 
 def test_every_catalog_class_has_a_json_tag_and_round_trips():

@@ -63,6 +63,7 @@ def test_program_with_every_instruction_kind(multidevice_test):
         torch.cat([cols(t16, rank), cols(t16, rank)], 0),
         t16 if rank == 1 else None,
         cols(t16, other),
+        t16[rank : rank + 1],
     ]
     assert len(outputs) == len(expected)
     for index, (got, want) in enumerate(zip(outputs, expected, strict=True)):

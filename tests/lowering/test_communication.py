@@ -412,7 +412,7 @@ def test_collectives_along_each_axis_of_a_3d_mesh(multidevice_test, axis):
     dim = order.index(axis)
     check(fd, multidevice_test, [(full, x)], [full.sum(dim)], rtol=1e-5, atol=1e-5)
     assert kinds(fd) == ["Allreduce", "Allgather", "Allgather"]
-    assert f"Allreduce(T2, team=M0({axis.name[-1]}), op=sum)" in str(fd.host_ir())
+    assert f"Allreduce(T2, team=M0({axis.name[-1]}), op=sum, out=T1_0)" in str(fd.host_ir())
 
 
 @pytest.mark.world_sizes(2)

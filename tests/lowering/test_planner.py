@@ -90,12 +90,14 @@ def test_plan_steps(case):
 
 
 def test_explain_lists_steps_bytes_memory_and_fusions():
-    """explain() shows each step's team, bytes per rank, peak memory and the fusion applied."""
+    """explain() shows each step's team, bytes per rank, temporaries, the plan's peak against
+    max(in, out) and the fusion applied."""
     plan = plan_resharding(value("A", MESH_2x2, {0: (Ya, Xa)}), value("B", MESH_2x2, {}))
     text = plan.explain()
     assert text.splitlines()[0] == "reshard @M0 {0: [y, x, 2]} -> @M0"
-    assert "1. Allgather over M0(y, x): receives 192 B per rank, peak extra 256 B" in text
-    assert "1 collective(s), 1 step(s)" in text
+    # gloo stages the gathered 256 B; the chunks land in the output itself.
+    assert "1. Allgather over M0(y, x): receives 192 B per rank, temporaries 256 B" in text
+    assert "1 collective(s), 1 step(s), peak temporaries 256 B (bound max(in, out) = 256 B)" in text
     assert "note: fused: one Allgather over the flattened team (y, x)" in text
     permute = plan_resharding(value("A", MESH_2x2, {0: (Xa,)}), value("B", MESH_2x2, {0: (Ya,)}))
     assert "note: permutation: one CollectivePermute instead of gathering" in permute.explain()
@@ -269,3 +271,143 @@ def test_moving_both_axes_to_another_dim_is_one_all_to_all(multidevice_test):
     """S0S0 -> S1S1: one AllToAll over M0(y, x), not a gather and slices."""
     text = run_set(multidevice_test, mesh_2x2(), {0: [Y, X]}, {1: [Y, X]})
     assert kinds(text) == [("AllToAll", "M0(y, x)")]
+
+
+# ----- the memory bound: building in the output, one AllToAllV instead of gather + slice -----
+@pytest.mark.world_sizes(4)
+def test_reduce_then_gather_is_built_inside_the_output(multidevice_test):
+    """PS0 -> RR: the output is allocated first; the Allreduce writes this rank's slot of it
+    (a shard_by_stream alias indexed by its x coordinate) and the gather runs in place."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 8, 4))
+        s = fd.ops.sum(x, [0])
+        fd.add_output(s)
+    mesh = mesh_2x2()
+    schedule(x, mesh, {0: [Y], 1: [X]})
+    s.set_device_mesh(mesh)
+    torch.manual_seed(3)
+    full = torch.randn(4, 8, 4)
+    (out,) = fd.execute([multidevice_test.shard_tensor(full, x)])
+    torch.testing.assert_close(out, full.sum(0), rtol=1e-5, atol=1e-5)
+    text = str(fd.host_ir())
+    out_name = fd.host_ir().outputs[0].name
+    assert f"allocate {out_name} : float32[8, 4] @M0" in text
+    assert re.search(
+        rf"{out_name}_0 : float32\[8, 4\] @M0 {{0: \[x, 4\]}} = shard_by_stream\({out_name},"
+        r" axis=0, index=coord\(M0, x\)\)",
+        text,
+    )
+    assert re.search(rf"Allreduce\(T\d+, team=M0\(y\), op=sum, out={out_name}_0\)", text)
+    assert f"Allgather({out_name}_0, team=M0(x), axis=0, out={out_name})" in text
+
+
+@pytest.mark.world_sizes(8)
+@pytest.mark.parametrize(
+    "case",
+    [
+        "2x4 S0S1->S1S0",
+        "2x4 S1S0->S0S1",
+        "2x4 RS0->S0R",
+        "2x4 S0S0[1,0]->S0S0",
+        "2x2x2 S0S0S1->S1S1S0",
+    ],
+)
+def test_axes_of_different_sizes_trade_places_in_one_all_to_all_v(multidevice_test, case):
+    """Where the rules would gather and then slice most of it away (axes of unequal sizes
+    trading places), one AllToAllV moves just the pieces each rank lacks."""
+    shape_text, change = case.split()
+    src_text, dst_text = change.split("->")
+    mesh_shape = tuple(int(n) for n in shape_text.split("x"))
+    mesh = DeviceMesh(torch.arange(8).reshape(mesh_shape))
+    src, dst = (_dims(t, len(mesh_shape)) for t in (src_text, dst_text))
+    text = run_set(multidevice_test, mesh, src, dst, shape=(16, 16))
+    team = "M0(z, y, x)" if len(mesh_shape) == 3 else "M0(y, x)"
+    assert kinds(text) == [("AllToAllV", team)]
+
+
+def _dims(notation: str, mesh_rank: int) -> dict:
+    """``S0S1``-style placements (outer mesh dim first; ``[m,..]`` a shard order) as
+    ``{tensor dim: [parallel types, outer first]}``."""
+    types = [Z, Y, X][3 - mesh_rank :]
+    placements = re.findall(r"S\d|R", notation.split("[")[0])
+    order = (
+        [int(m) for m in notation.split("[")[1].rstrip("]").split(",")]
+        if "[" in notation
+        else list(range(mesh_rank))
+    )
+    dims: dict = {}
+    for m in order:
+        if placements[m] != "R":
+            dims.setdefault(int(placements[m][1]), []).append(types[m])
+    return dims
+
+
+@pytest.mark.world_sizes(8)
+def test_partial_into_another_nesting_order_is_one_all_to_all_v(multidevice_test):
+    """2x2x2 PRS0 -> S0RS0: the partial sums over z land in dim 0 outside x; the rules
+    would all-reduce, gather and slice; one AllToAllV with op=sum sends each rank the
+    partial pieces of its block, summed on arrival."""
+    mesh = DeviceMesh(torch.arange(8).reshape(2, 2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((2, 16, 16))
+        s = fd.ops.sum(x, [0])
+        fd.add_output(s)
+    schedule(x, mesh, {0: [Z], 1: [X]})
+    s.set_device_mesh(mesh)
+    s.outer_split(1, 2)
+    s.axis(1).parallelize(Z)
+    s.outer_split(2, 2)
+    s.axis(2).parallelize(X)
+    torch.manual_seed(4)
+    full = torch.randn(2, 16, 16)
+    (out,) = fd.execute([multidevice_test.shard_tensor(full, x)])
+    expected = shard_tensor(full.sum(0), fd.host_ir().outputs[0], multidevice_test.rank)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    text = str(fd.host_ir())
+    assert kinds(text) == [("AllToAllV", "M0(z, x)")]
+    assert "op=sum" in text
+
+
+MESH_2x4 = Mesh(devices=tuple(range(8)), shape=(2, 4))
+MESH_2x2x2 = Mesh(devices=tuple(range(8)), shape=(2, 2, 2))
+
+
+@pytest.mark.parametrize(
+    "mesh, src, dst, partial",
+    [
+        (MESH_2x2, {0: (Xa,)}, {}, (Ya,)),  # PS0 -> RR: in the output
+        (MESH_2x2, {0: (Ya,), 1: (Xa,)}, {}, ()),  # S0S1 -> RR
+        (MESH_2x2, {0: (Ya,)}, {1: (Ya,)}, ()),  # S0R -> S1R: the AllToAll packs its input
+        (MESH_2x4, {0: (Ya,), 1: (Xa,)}, {0: (Xa,), 1: (Ya,)}, ()),  # AllToAllV
+        (MESH_2x4, {0: (Xa, Ya)}, {0: (Ya, Xa)}, ()),
+        (MESH_2x2x2, {0: (Za, Ya), 1: (Xa,)}, {0: (Xa,), 1: (Za, Ya)}, ()),
+        (MESH_2x2x2, {0: (Xa,)}, {0: (Za, Xa)}, (Za,)),
+    ],
+)
+def test_modelled_temporaries_stay_within_max_in_out(mesh, src, dst, partial):
+    """The plan's modelled temporaries (gloo's staging included) stay within SPEC §6's
+    bound, and explain() says so (the benchmark measures the same with the profiler)."""
+    from lowering.plan_memory import memory_bound, peak_temporaries
+
+    plan = plan_resharding(
+        value("A", mesh, src, partial, shape=(16, 16)), value("B", mesh, dst, shape=(16, 16))
+    )
+    peak, bound = peak_temporaries(plan), memory_bound(plan)
+    assert peak.value <= bound.value, plan.explain()
+    assert f"peak temporaries {peak.value * 4} B (bound max(in, out) = {bound.value * 4} B)" in (
+        plan.explain()
+    )
+
+
+def test_explain_an_all_to_all_v():
+    """explain() gives an AllToAllV's exact bytes received (from its piece pattern), its
+    temporaries and why the rules were not used."""
+    plan = plan_resharding(
+        value("A", MESH_2x4, {0: (Ya,), 1: (Xa,)}, shape=(16, 16)),
+        value("B", MESH_2x4, {0: (Xa,), 1: (Ya,)}, shape=(16, 16)),
+    )
+    text = plan.explain()
+    # Each rank's [4, 8] target block: two [4, 4] pieces, both from other ranks.
+    assert "1. AllToAllV over M0(y, x): receives 128 B per rank, temporaries 128 B" in text
+    assert "the rules would gather data and slice part of it away" in text
+    assert "note: exchange: one AllToAllV over (y, x) instead of 2 collective(s)" in text

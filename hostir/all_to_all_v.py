@@ -1,0 +1,223 @@
+"""The evaluator handler of ``AllToAllV``: one alltoallv moving boxes between block layouts.
+
+The pattern (who sends which box to whom) comes from
+:func:`hostir.blocks.all_to_all_v_pieces`; this module moves the data. The
+point of the instruction is a redistribution whose temporaries stay below the
+larger of the local input and output, so:
+
+- the piece a rank keeps (source and destination itself) is never sent to
+  another rank: it is copied locally, or, where that turns a packed buffer
+  into a plain view (a kept row slab between two sent ones), passed through
+  the alltoallv as the rank's chunk to itself, which the backend copies;
+- the send buffer is a flat view of ``src`` when the pieces it sends, in
+  destination order, are consecutive contiguous ranges of ``src``'s memory (row
+  slabs, say); otherwise they are packed with one ``torch.cat``;
+- the receive buffer is a flat view of ``out`` when there is no ``op`` and the
+  pieces it receives, in source order, are consecutive contiguous ranges of
+  ``out``; otherwise one flat temporary, unpacked at ``wait``.
+
+With an ``op``, each region of ``out`` is combined from its pieces in member
+order of their sources (the first copied, the others combined), so every
+replica of the result is bitwise identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from hostir.blocks import Box, Operand, Pattern, all_to_all_v_pieces, relative, volume
+from hostir.communication_handlers import Request, _need, _out_buffer
+from hostir.communications import AllToAllV
+from hostir.errors import EvaluationError
+from hostir.scalars import evaluate_scalar
+from hostir.sharding import ReduceOp
+from hostir.values import TensorValue
+
+if TYPE_CHECKING:
+    from hostir.evaluator import RunContext
+
+
+def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict) -> list:
+    """AllToAllV on this rank: the piece it keeps copied locally (or passed through the
+    call), the others through one alltoallv of the group; ``out`` and its request."""
+    group = instruction.team.group_of(context.rank)
+    me = group.index(context.rank)
+    src = _need(operands["src"], instruction, "src", context)
+    out = _need(_out_buffer(context, instruction, operands), instruction, "out", context)
+    pattern = all_to_all_v_pieces(
+        operand(context, instruction.src),
+        operand(context, instruction.out),
+        instruction.team,
+        group,
+        instruction.op is not None,
+    )
+    src_box, out_box = pattern.src_boxes[me], pattern.out_boxes[me]
+    _check_local(src, src_box, instruction.src, context)
+    _check_local(out, out_box, instruction.out, context)
+    op = instruction.op
+    # What this rank keeps of its own src, as (source, data, box) like received pieces.
+    kept = [
+        (me, src[relative(p.box, src_box)], p.box)
+        for p in pattern.pieces
+        if p.source == me == p.destination
+    ]
+    if not pattern.communicates:
+        # No member of the group sends anything (all compute the same pattern).
+        _combine(out, out_box, kept, op)
+        return [out, Request(None)]
+    sends, receives, kept = _route(pattern, me, (src, src_box), (out, out_box), kept, op)
+    in_splits = _splits(pattern, sends, lambda p: p.destination)
+    out_splits = _splits(pattern, receives, lambda p: p.source)
+    send_views = [src[relative(p.box, src_box)] for p in sends]
+    sent = _flat_run(src, send_views)
+    if sent is None:
+        sent = _packed(send_views, src)
+    receive_views = [out[relative(p.box, out_box)] for p in receives]
+    landing = _flat_run(out, receive_views) if op is None else None
+    direct = landing is not None
+    if landing is None:
+        landing = torch.empty(sum(out_splits), dtype=out.dtype, device=out.device)
+    work = context.communicator.all_to_all_v(landing, sent, out_splits, in_splits, group)
+
+    def finish() -> None:
+        received = _unflattened(landing, receives)
+        if op is None:
+            if not direct:
+                for view, data in zip(receive_views, received, strict=True):
+                    view.copy_(data)
+            return
+        parts = [(p.source, data, p.box) for p, data in zip(receives, received, strict=True)]
+        _combine(out, out_box, parts + kept, op)
+
+    return [out, Request(work, finish)]
+
+
+def _route(
+    pattern: Pattern, me: int, src: tuple, out: tuple, kept: list, op: ReduceOp | None
+) -> tuple[list, list, list]:
+    """What this rank sends and receives through the alltoallv (destination and source
+    order), and what it keeps aside: the kept piece goes through the call only where that
+    makes a buffer a plain view; otherwise it is copied now (no op: out's regions are
+    disjoint) or combined at ``wait`` (with op, in member order)."""
+    # Pieces are listed in (source, destination) order.
+    sends = [p for p in pattern.pieces if p.source == me]
+    receives = [p for p in pattern.pieces if p.destination == me]
+    if op is None and _through_buffers(*src, *out, sends, receives):
+        return sends, receives, []
+    sends = [p for p in sends if p.destination != me]
+    receives = [p for p in receives if p.source != me]
+    if op is None:
+        _combine(out[0], out[1], kept, None)
+    return sends, receives, kept
+
+
+def _through_buffers(
+    src: torch.Tensor, src_box: Box, out: torch.Tensor, out_box: Box, sends: list, receives: list
+) -> bool:
+    """Whether the piece a rank keeps should travel through the alltoallv (the backend
+    copies it locally) rather than be copied beside it: when that makes more of the
+    send and receive buffers plain views of ``src`` and ``out`` (a kept piece between two
+    sent row slabs otherwise forces packing). Each rank decides alone: only its own
+    counts for itself change."""
+    if not any(p.source == p.destination for p in sends):
+        return False
+
+    def views(tensor: torch.Tensor, box: Box, pieces: list, keep: bool) -> list:
+        return [tensor[relative(p.box, box)] for p in pieces if keep or p.source != p.destination]
+
+    def direct(keep: bool) -> int:
+        send = _flat_run(src, views(src, src_box, sends, keep)) is not None
+        receive = _flat_run(out, views(out, out_box, receives, keep)) is not None
+        return send + receive
+
+    return direct(True) > direct(False)
+
+
+def operand(context: RunContext, value: TensorValue) -> Operand:
+    """``value``'s name, sharding and global shape evaluated as the evaluator does."""
+    if value.sharding is None:
+        raise EvaluationError(
+            f"AllToAllV: {value.name} has no sharding; AllToAllV moves blocks of values on a mesh"
+        )
+    shape = tuple(int(evaluate_scalar(e, context.scalars)) for e in value.shape)
+    return Operand(value.name, value.sharding, shape)
+
+
+def _check_local(tensor: torch.Tensor, box: Box, value: TensorValue, context: RunContext) -> None:
+    """The block layout, the declared local shape and the bound tensor agree."""
+    expected = [extent for _, extent in box]
+    declared = context.local_shape(value)
+    for what, shape in (("declared", list(declared)), ("bound", list(tensor.shape))):
+        if shape != expected:
+            raise EvaluationError(
+                f"AllToAllV: the {what} local shape of {value.name} on rank {context.rank} is"
+                f" {shape}, but its block of the global tensor has shape {expected}"
+            )
+
+
+def _splits(pattern: Pattern, pieces: Sequence, member) -> list[int]:
+    """Element counts per member in group order (0 for members without a piece)."""
+    splits = [0] * len(pattern.group)
+    for piece in pieces:
+        splits[member(piece)] += volume(piece.box)
+    return splits
+
+
+def _flat_run(base: torch.Tensor, views: list[torch.Tensor]) -> torch.Tensor | None:
+    """A flat view of ``base``'s memory holding ``views`` one after the other, if each
+    is a contiguous range starting where the previous one ends; else None."""
+    if not views:
+        return None
+    start = position = views[0].storage_offset()
+    for view in views:
+        if not view.is_contiguous() or view.storage_offset() != position:
+            return None
+        position += view.numel()
+    return base.as_strided((position - start,), (1,), start)
+
+
+def _packed(views: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """``views`` flattened and concatenated into one new buffer (each copied straight into
+    its place: ``reshape`` of a strided view would copy it once more), or an empty one."""
+    total = sum(view.numel() for view in views)
+    flat = torch.empty(total, dtype=like.dtype, device=like.device)
+    offset = 0
+    for view in views:
+        flat[offset : offset + view.numel()].view(view.shape).copy_(view)
+        offset += view.numel()
+    return flat
+
+
+def _unflattened(flat: torch.Tensor, pieces: list) -> list[torch.Tensor]:
+    """The received pieces as views of ``flat``, each in its box's shape."""
+    views, offset = [], 0
+    for piece in pieces:
+        size = volume(piece.box)
+        views.append(flat[offset : offset + size].view([e for _, e in piece.box]))
+        offset += size
+    return views
+
+
+def _combine(out: torch.Tensor, out_box: Box, parts: list, op: ReduceOp | None) -> None:
+    """Writes each ``(source, data, box)`` into ``out``, in source order: the first
+    piece of a region is copied, the later ones (only with ``op``) combined with it."""
+    written: set[Box] = set()
+    for _, data, box in sorted(parts, key=lambda part: part[0]):
+        region = out[relative(box, out_box)]
+        if box not in written:
+            region.copy_(data)
+            written.add(box)
+        else:
+            _COMBINE[op](region, data)
+
+
+_COMBINE = {
+    ReduceOp.SUM: lambda region, data: region.add_(data),
+    ReduceOp.PROD: lambda region, data: region.mul_(data),
+    ReduceOp.MAX: lambda region, data: torch.maximum(region, data, out=region),
+    ReduceOp.MIN: lambda region, data: torch.minimum(region, data, out=region),
+}
+"""In-place combination of a region of ``out`` with a received piece, by op."""

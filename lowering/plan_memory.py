@@ -1,0 +1,92 @@
+"""``plan_memory``: the temporaries a resharding plan holds per rank, step by step.
+
+The model follows the program ``emit_resharding`` writes and the handlers that
+run it, and counts what a rank holds besides its input (the caller's) and its
+output (the result): intermediates between steps, the packing and staging
+buffers of the handlers, and what the backend stages. For the backend it
+assumes gloo, the larger of the two: its all-gather stages the whole output in
+a flat buffer of its own, and its reduce-scatter all-reduces a copy of the
+whole input (NCCL needs neither). ``benchmarks/redistribute_vs_dtensor.py``
+measures the same quantity with the profiler.
+
+SPEC §6 bounds this by ``max(local input, local output)``
+(:func:`memory_bound`).
+"""
+
+from __future__ import annotations
+
+from hostir.scalars import Const, Scalar, add
+from lowering.exchange_cost import exchange_temporaries
+from lowering.plan import Plan, Step, StepKind, local_elements
+
+
+def memory_bound(plan: Plan) -> Scalar:
+    """SPEC §6's bound on the temporaries, in elements: max(local input, local output)."""
+    a, b = local_elements(plan.src, plan.shape), local_elements(plan.dst, plan.shape)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(value=max(a.value, b.value))
+    return a if a == b else b  # symbolic: the output (planner shapes divide evenly)
+
+
+def step_temporaries(plan: Plan) -> list[Scalar]:
+    """Per step, the elements of temporaries held while it runs (see module docstring)."""
+    head = plan.in_output_from()
+    contiguous = _slot_contiguity(plan, head)
+    result = []
+    current = plan.src
+    for k, step in enumerate(plan.steps):
+        before = local_elements(current, plan.shape)
+        after = local_elements(step.after, plan.shape)
+        held: Scalar = Const(value=0)
+        if k >= 1 and k - 1 < head:  # the input is an intermediate, not the caller's
+            held = add(held, before)
+        if k < head:  # the output is an intermediate, not (a slot of) the result
+            held = add(held, after)
+        if step.kind is StepKind.ALL_TO_ALL_V:
+            staged = exchange_temporaries(plan, k)
+        else:
+            staged = _handler_and_backend(step, before, after, contiguous[k])
+        result.append(add(held, staged))
+        current = step.after
+    return result
+
+
+def peak_temporaries(plan: Plan) -> Scalar:
+    """The largest of :func:`step_temporaries` (0 for an empty plan); a symbolic peak is
+    the last step's when the steps cannot be compared."""
+    steps = step_temporaries(plan)
+    if not steps:
+        return Const(value=0)
+    if all(isinstance(s, Const) for s in steps):
+        return Const(value=max(s.value for s in steps))
+    return steps[-1]
+
+
+def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
+    """Whether each step's output buffer is contiguous: the result is; a slot of a gather's
+    output along dim 0 of a contiguous buffer is; fresh intermediates are."""
+    flags = [True] * len(plan.steps)
+    for k in reversed(range(head, len(plan.steps) - 1)):
+        flags[k] = flags[k + 1] and plan.steps[k + 1].axis == 0
+    return flags
+
+
+def _handler_and_backend(step: Step, before: Scalar, after: Scalar, contiguous: bool) -> Scalar:
+    """Packing and staging buffers of one step's handler, plus gloo's own."""
+    zero = Const(value=0)
+    kind = step.kind
+    if kind is StepKind.ALLGATHER:
+        return after  # chunks land in (views of) out; gloo stages the whole output
+    if kind is StepKind.REDUCE_SCATTER:
+        return before  # chunks handed over as views; gloo copies the whole input
+    if kind is StepKind.ALLREDUCE:
+        return zero if contiguous else after
+    if kind is StepKind.ALL_TO_ALL:
+        packing = zero if step.axis == 0 else before
+        receiving = zero if step.concat_axis == 0 and contiguous else after
+        return add(packing, receiving)
+    if kind in (StepKind.REDUCE, StepKind.SCATTER):
+        return before
+    if kind in (StepKind.GATHER, StepKind.SEND_RECV, StepKind.ALL_TO_ALL_V):
+        return after
+    return zero  # permute (sent and received in place), local slices, copies
