@@ -11,7 +11,7 @@ larger of the local input and output, so:
   the alltoallv as the rank's chunk to itself, which the backend copies;
 - the send buffer is a flat view of ``src`` when the pieces it sends, in
   destination order, are consecutive contiguous ranges of ``src``'s memory (row
-  slabs, say); otherwise they are packed with one ``torch.cat``;
+  slabs, say); otherwise they are packed into one buffer, each copied once;
 - the receive buffer is a flat view of ``out`` when there is no ``op`` and the
   pieces it receives, in source order, are consecutive contiguous ranges of
   ``out``; otherwise one flat temporary, unpacked at ``wait``.
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from hostir.blocks import Box, Operand, Pattern, all_to_all_v_pieces, relative, volume
-from hostir.communication_handlers import Request, _need, _out_buffer
 from hostir.communications import AllToAllV
 from hostir.errors import EvaluationError
+from hostir.handler_common import Request, need, out_buffer
 from hostir.scalars import evaluate_scalar
 from hostir.sharding import ReduceOp
 from hostir.values import TensorValue
@@ -45,8 +45,8 @@ def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict
     call), the others through one alltoallv of the group; ``out`` and its request."""
     group = instruction.team.group_of(context.rank)
     me = group.index(context.rank)
-    src = _need(operands["src"], instruction, "src", context)
-    out = _need(_out_buffer(context, instruction, operands), instruction, "out", context)
+    src = need(operands["src"], instruction, "src", context)
+    out = need(out_buffer(context, instruction, operands), instruction, "out", context)
     pattern = all_to_all_v_pieces(
         operand(context, instruction.src),
         operand(context, instruction.out),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hostir.all_to_all_v import run_all_to_all_v
 from hostir.communications import (
     Allgather,
     Allreduce,
@@ -29,26 +30,11 @@ from hostir.communications import (
     Wait,
 )
 from hostir.errors import EvaluationError
+from hostir.handler_common import Request, need, out_buffer
 from hostir.scalars import evaluate_scalar
 
 if TYPE_CHECKING:
     from hostir.evaluator import RunContext
-
-
-class Request:
-    """A posted communication: ``wait()`` completes it, then runs ``finish``."""
-
-    def __init__(self, work: Any, finish: Callable[[], None] | None = None) -> None:
-        self._work = work
-        self._finish = finish
-
-    def wait(self) -> None:
-        """Blocks until the communication is done and ``out`` holds its result."""
-        if self._work is not None:
-            self._work.wait()
-        if self._finish is not None:
-            self._finish()
-        self._work = self._finish = None
 
 
 def _split_dim(t: torch.Tensor, axis: int, inner: int | None, parts: int) -> torch.Tensor:
@@ -90,25 +76,6 @@ def _inner(context: RunContext, instruction: Any) -> int | None:
     return None if inner is None else int(evaluate_scalar(inner, context.scalars))
 
 
-def _out_buffer(context: RunContext, instruction: Any, operands: dict) -> torch.Tensor | None:
-    """The tensor ``out`` will be on this rank: preallocated, fresh, or None if not held."""
-    if instruction.preallocated:
-        return operands.get("out")
-    if not context.participates(instruction.out):
-        return None
-    out = instruction.out
-    return torch.empty(context.local_shape(out), dtype=out.dtype.to_torch(), device=context.device)
-
-
-def _need(value: torch.Tensor | None, instruction: Any, role: str, context: RunContext) -> Any:
-    if value is None:
-        raise EvaluationError(
-            f"{type(instruction).__name__}: rank {context.rank} must hold {role}"
-            f" {getattr(instruction, role).name}, but it does not"
-        )
-    return value
-
-
 def _group(context: RunContext, instruction: Any) -> tuple[int, ...]:
     return instruction.team.group_of(context.rank)
 
@@ -117,8 +84,8 @@ def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -
     """Allgather: every member's chunk lands straight in its place in ``out`` (a strided
     view of ``out`` when the gathered dim is not outermost: no staging buffer of ours)."""
     group = _group(context, instruction)
-    src = _need(operands["src"], instruction, "src", context).contiguous()
-    out = _out_buffer(context, instruction, operands)
+    src = need(operands["src"], instruction, "src", context).contiguous()
+    out = out_buffer(context, instruction, operands)
     inner = _inner(context, instruction)
     blocks = instruction.axis == 0 and inner in (None, src.shape[0] if src.ndim else None)
     if blocks and out is not None and out.is_contiguous():
@@ -179,12 +146,12 @@ def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands
     """ReduceScatter: the chunks along ``axis`` (strided views of ``src``, no packing copy)
     are reduced and scattered, straight into ``out`` when it is contiguous."""
     group = _group(context, instruction)
-    src = _need(operands["src"], instruction, "src", context)
+    src = need(operands["src"], instruction, "src", context)
     inner = _inner(context, instruction)
     packed = _chunk_views(src, instruction.axis, inner, len(group))
     if packed is None:  # strides that cannot be split: pack a copy
         packed = _split_dim(src, instruction.axis, inner, len(group)).contiguous()
-    out = _out_buffer(context, instruction, operands)
+    out = out_buffer(context, instruction, operands)
     chunk = packed.shape[1:]
     if out is not None and out.is_contiguous():  # reduce straight into out
         result = out.view(chunk)
@@ -206,7 +173,7 @@ def run_allreduce(context: RunContext, instruction: Allreduce, operands: dict) -
     """Allreduce in place on ``out`` (one copy of ``src``; none more when ``out`` is
     contiguous)."""
     group = _group(context, instruction)
-    src = _need(operands["src"], instruction, "src", context)
+    src = need(operands["src"], instruction, "src", context)
     out = operands.get("out") if instruction.preallocated else None
     if out is not None and out.is_contiguous():
         if not _same_memory(out, src):  # partial sums written into out's buffer already
@@ -225,9 +192,9 @@ def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -
     contiguous; the root's own ``out`` is a copy of its ``src``."""
     group = _group(context, instruction)
     root = int(operands["root"])
-    out = _out_buffer(context, instruction, operands)
+    out = out_buffer(context, instruction, operands)
     if group[root] == context.rank:
-        src = _need(operands["src"], instruction, "src", context)
+        src = need(operands["src"], instruction, "src", context)
         if out is not None:
             out.copy_(src)
         # The root only sends: its own buffer is never written by the broadcast.
@@ -245,10 +212,10 @@ def run_reduce(context: RunContext, instruction: Reduce, operands: dict) -> list
     """Reduce to the root."""
     group = _group(context, instruction)
     root = int(operands["root"])
-    src = _need(operands["src"], instruction, "src", context)
+    src = need(operands["src"], instruction, "src", context)
     buffer = src.clone(memory_format=torch.contiguous_format)
     work = context.communicator.reduce(buffer, group, root, instruction.op)
-    out = _out_buffer(context, instruction, operands)
+    out = out_buffer(context, instruction, operands)
     return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
 
 
@@ -256,7 +223,7 @@ def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list
     """Gather to the root, which unpacks along ``axis``."""
     group = _group(context, instruction)
     root = int(operands["root"])
-    src = _need(operands["src"], instruction, "src", context).contiguous()
+    src = need(operands["src"], instruction, "src", context).contiguous()
     is_root = group[root] == context.rank
     buffer = (
         torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
@@ -264,7 +231,7 @@ def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list
         else None
     )
     work = context.communicator.gather(buffer, src, group, root)
-    out = _out_buffer(context, instruction, operands)
+    out = out_buffer(context, instruction, operands)
 
     def finish() -> None:
         if out is not None and buffer is not None:
@@ -280,12 +247,12 @@ def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> li
     is_root = group[root] == context.rank
     packed = None
     if is_root:
-        src = _need(operands["src"], instruction, "src", context)
+        src = need(operands["src"], instruction, "src", context)
         packed = _split_dim(src, instruction.axis, None, len(group)).contiguous()
     shape = context.local_shape(instruction.out)
     result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
     work = context.communicator.scatter(result, packed, group, root)
-    out = _out_buffer(context, instruction, operands)
+    out = out_buffer(context, instruction, operands)
     return [out, Request(work, (lambda: out.copy_(result)) if out is not None else None)]
 
 
@@ -293,9 +260,9 @@ def run_all_to_all(context: RunContext, instruction: AllToAll, operands: dict) -
     """AllToAll: chunks along ``split_axis`` go out, received chunks concatenate
     along ``concat_axis`` in member order."""
     group = _group(context, instruction)
-    src = _need(operands["src"], instruction, "src", context)
+    src = need(operands["src"], instruction, "src", context)
     packed = _split_dim(src, instruction.split_axis, None, len(group)).contiguous()
-    out = _out_buffer(context, instruction, operands)
+    out = out_buffer(context, instruction, operands)
     if instruction.concat_axis == 0 and out is not None and out.is_contiguous():
         # Member q's chunk is out's q-th block of rows: receive in place.
         received = out.view(packed.shape)
@@ -317,8 +284,8 @@ def run_send_recv(context: RunContext, instruction: SendRecv, operands: dict) ->
     position = group.index(context.rank)
     src = None
     if position == sender:
-        src = _need(operands["src"], instruction, "src", context).contiguous()
-    out = _out_buffer(context, instruction, operands)
+        src = need(operands["src"], instruction, "src", context).contiguous()
+    out = out_buffer(context, instruction, operands)
     result = None
     if position == receiver:
         shape = context.local_shape(instruction.out)
@@ -339,8 +306,8 @@ def run_collective_permute(
 ) -> list:
     """Send ``src`` to one peer while receiving ``out`` from another."""
     group = _group(context, instruction)
-    src = _need(operands["src"], instruction, "src", context)
-    out = _out_buffer(context, instruction, operands)
+    src = need(operands["src"], instruction, "src", context)
+    out = out_buffer(context, instruction, operands)
     send_to, recv_from = int(operands["send_peer"]), int(operands["recv_peer"])
     work = context.communicator.permute(out, src, group, send_to, recv_from)
     return [out, Request(work)]
@@ -369,7 +336,6 @@ def run_local_shard(context: RunContext, instruction: LocalShard, operands: dict
 
 
 # AllToAllV's handler lives in its own module, which builds on the helpers above.
-from hostir.all_to_all_v import run_all_to_all_v  # noqa: E402
 
 COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     Allgather: run_allgather,
