@@ -315,10 +315,12 @@ def test_internal_errors_are_one_line_unless_a_traceback_is_asked_for(
 
 
 def shown_output(items: list, command: str) -> str:
-    """The ```text block after the ```bash block that is exactly ``command``."""
-    for item, after in zip(items, items[1:], strict=False):
+    """The first ```text block after the ```bash block that is exactly ``command`` (prose
+    may come between; no other code block may)."""
+    for index, item in enumerate(items):
         if isinstance(item, Fence) and item.info == "bash" and item.text.strip() == command:
-            assert isinstance(after, Fence) and after.info == "text", command
+            after = next((f for f in items[index + 1 :] if isinstance(f, Fence)), None)
+            assert after is not None and after.info == "text", command
             return after.text
     raise AssertionError(f"docs/cli.md shows no output of {command!r}")
 
@@ -340,6 +342,9 @@ def test_docs_show_what_the_commands_print(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO_ROOT)
     assert main("check", BROKEN) == 1
     assert capsys.readouterr().err == shown_output(items, f"hostir check {BROKEN}")
+    plan = "hostir plan --mesh 2x2 --shape 8x8 --from S0S1 --to S1S0"
+    assert main(*plan.split()[1:]) == 0
+    assert capsys.readouterr().out == shown_output(items, plan)
 
 
 # ---------------------------------------------------------------------------
