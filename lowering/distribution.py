@@ -11,13 +11,9 @@ Conversions:
 
 - ``Distribution.from_sharding`` / ``to_sharding``: host IR shardings, e.g.
   read off a lowered program (``fd.host_ir().inputs[0].sharding``).
-- ``Distribution.from_placements`` / ``to_placements``: DTensor placements.
-  DTensor mesh dim ``i`` of an n-d mesh is our ``MeshAxis`` whose
-  ``axis.dim(n) == i`` (the last mesh dim is ``x``). ``Shard(d)`` on mesh dims
-  ``i < j`` nests ``[axis_i, axis_j]`` (DTensor's default left-to-right shard
-  order); other orders come as a ``shard_order`` (tensor dim -> mesh dims,
-  outer first) or as DTensor's ``_StridedShard`` placements, which is also how
-  ``to_placements`` writes them.
+- ``Distribution.from_placements`` / ``to_placements``: DTensor placements,
+  implemented in ``lowering.dtensor_placements`` (which also says how DTensor
+  mesh dims map to our mesh axes and how shard orders are written).
 - ``parse_notation`` / ``Distribution.notation``: one placement per mesh dim,
   outer mesh dim first: ``S<d>`` shards tensor dim ``d``, ``R`` replicates,
   ``P`` is partial (sum; ``P(max)``, ``P(min)``, ``P(prod)`` for the others).
@@ -29,58 +25,44 @@ Conversions:
 
 ``fusion_for(src, dst, shape, dtype)`` builds the fusion that reshards one
 tensor from ``src`` to ``dst``; ``program_for`` lowers it to the host IR
-program that does only the resharding (see their docstrings for partial
-sources).
+program that does only the resharding; ``reference_local`` is one rank's
+expected piece. They live in ``lowering.redistribution_programs`` and are
+re-exported here, as are ``as_mesh`` and ``mesh_axis_of_dim`` from
+``lowering.dtensor_placements``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch.distributed.tensor import Partial, Replicate, Shard
-from torch.distributed.tensor.placement_types import _StridedShard
-
-from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, TensorView
-from hostir import (
-    Const,
-    HostIrContainer,
-    Mesh,
-    MeshAxis,
-    PartialAxis,
-    ReduceOp,
-    Sharding,
-    ShardPart,
-    Sum,
-    TensorValue,
-    slice_global_tensor,
-)
-from hostir.instructions import Deallocate
+from hostir import Const, Mesh, MeshAxis, PartialAxis, ReduceOp, Sharding, ShardPart
 from hostir.scalars import Scalar, as_scalar, floordiv
 from hostir.sharding import print_sharding_dims
+from lowering.dtensor_placements import (
+    as_mesh,
+    axes_of_placements,
+    mesh_axis_of_dim,
+    placements_of,
+)
 from lowering.errors import ReshardingError
+from lowering.redistribution_programs import fusion_for, program_for, reference_local
 
-_DTENSOR_OPS = {ReduceOp.SUM: "sum", ReduceOp.MAX: "max", ReduceOp.MIN: "min"}
-_DTENSOR_OPS_BACK = {
-    "sum": ReduceOp.SUM,
-    "max": ReduceOp.MAX,
-    "min": ReduceOp.MIN,
-}
+__all__ = [
+    "Distribution",
+    "as_mesh",
+    "fusion_for",
+    "mesh_axis_of_dim",
+    "parse_notation",
+    "program_for",
+    "reference_local",
+]
+
 _NOTATION = re.compile(r"S(\d+)|R|P(?:\((sum|max|min|prod)\))?")
 _ORDER = re.compile(r"\[(\d+(?:,\d+)*)\]$")
-
-
-def mesh_axis_of_dim(mesh: Mesh, dim: int) -> MeshAxis:
-    """Our name of DTensor mesh dim ``dim`` (0 is the outermost; the last one is ``x``)."""
-    if not 0 <= dim < mesh.ndim:
-        raise ReshardingError(f"mesh dim {dim} does not exist in the {mesh.ndim}-d mesh {mesh}")
-    return list(MeshAxis)[mesh.ndim - 1 - dim]
 
 
 @dataclass(frozen=True)
@@ -206,52 +188,14 @@ class Distribution:
         first, for orders other than DTensor's default; ``_StridedShard`` placements are
         decoded into an order the same way."""
         mesh = as_mesh(mesh)
-        placements = tuple(placements)
-        if len(placements) != mesh.ndim:
-            raise ReshardingError(
-                f"{len(placements)} placements {placements} for the {mesh.ndim}-d mesh {mesh}:"
-                " DTensor takes one placement per mesh dim"
-            )
-        sharded, split_factors, partial = _read_placements(mesh, placements, ndim)
-        order = {dim: tuple(mesh_dims) for dim, mesh_dims in sharded.items()}
-        if split_factors:
-            if shard_order is not None:
-                raise ReshardingError(
-                    "give the shard order either as _StridedShard placements or as shard_order,"
-                    f" not both: {placements}, {dict(shard_order)}"
-                )
-            order = {
-                dim: _decode_strided(mesh, dim, mesh_dims, split_factors)
-                for dim, mesh_dims in sharded.items()
-            }
-        if shard_order is not None:
-            order = _with_shard_order(order, shard_order, placements, ndim)
-        dims = tuple(
-            tuple(mesh_axis_of_dim(mesh, m) for m in order.get(d, ())) for d in range(ndim)
-        )
-        return Distribution(mesh=mesh, dims=dims, partial=tuple(partial))
+        dims, partial = axes_of_placements(mesh, tuple(placements), shard_order, ndim)
+        return Distribution(mesh=mesh, dims=dims, partial=partial)
 
     def to_placements(self) -> tuple[Any, ...]:
         """DTensor placements, one per mesh dim (outermost first). A non-default shard order
         is written with ``_StridedShard`` as DTensor itself does; ``shard_order()`` gives it
         as a mapping. Raises for reduce ops DTensor's Partial does not have."""
-        placements: list[Any] = [Replicate()] * self.mesh.ndim
-        for p in self.partial:
-            if p.op not in _DTENSOR_OPS:
-                raise ReshardingError(
-                    f"partial {p.op.value} over {p.axis.value} has no DTensor placement"
-                    f" (Partial supports {sorted(_DTENSOR_OPS_BACK)})"
-                )
-            placements[p.axis.dim(self.mesh.ndim)] = Partial(_DTENSOR_OPS[p.op])
-        for dim, mesh_dims in self.shard_order().items():
-            for index, mesh_dim in enumerate(mesh_dims):
-                # DTensor's encoding: the product of the sizes of the mesh dims nested
-                # outside this one that come after it in placement order.
-                factor = math.prod(self.mesh.shape[m] for m in mesh_dims[:index] if m > mesh_dim)
-                placements[mesh_dim] = (
-                    Shard(dim) if factor == 1 else _StridedShard(dim, split_factor=factor)
-                )
-        return tuple(placements)
+        return placements_of(self.mesh, self.shard_order(), self.partial)
 
     # ----- compact notation -----
     def notation(self) -> str:
@@ -319,200 +263,3 @@ def parse_notation(text: str, mesh: Any, ndim: int = 2) -> Distribution:
             )
         dims[multiple[0]] = [mesh_axis_of_dim(mesh, m) for m in order]
     return Distribution(mesh=mesh, dims=tuple(tuple(a) for a in dims), partial=tuple(partial))
-
-
-def as_mesh(mesh: Any) -> Mesh:
-    """Our ``Mesh`` of a host IR mesh, a frontend ``DeviceMesh`` or a DTensor ``DeviceMesh``."""
-    if isinstance(mesh, Mesh):
-        return mesh
-    if hasattr(mesh, "to_hostir"):
-        return mesh.to_hostir()
-    grid = getattr(mesh, "mesh", None)
-    if grid is not None and hasattr(grid, "tolist"):  # torch.distributed DeviceMesh
-        return Mesh(devices=tuple(int(d) for d in grid.flatten().tolist()), shape=tuple(grid.shape))
-    raise ReshardingError(f"expected a mesh, got {mesh!r}")
-
-
-def _read_placements(
-    mesh: Mesh, placements: tuple[Any, ...], ndim: int
-) -> tuple[dict[int, list[int]], dict[int, int], list[PartialAxis]]:
-    """Per tensor dim its mesh dims (placement order), the ``_StridedShard`` split factors
-    by mesh dim, and the partial axes of DTensor ``placements``."""
-    sharded: dict[int, list[int]] = {}
-    split_factors: dict[int, int] = {}
-    partial = []
-    for mesh_dim, placement in enumerate(placements):
-        if isinstance(placement, Shard | _StridedShard):
-            dim = placement.dim + ndim if placement.dim < 0 else placement.dim
-            if not 0 <= dim < ndim:
-                raise ReshardingError(
-                    f"{placement} on mesh dim {mesh_dim} names no dim of a {ndim}-d tensor"
-                )
-            sharded.setdefault(dim, []).append(mesh_dim)
-            if isinstance(placement, _StridedShard):
-                split_factors[mesh_dim] = placement.split_factor
-        elif isinstance(placement, Partial):
-            if type(placement) is not Partial or placement.reduce_op not in _DTENSOR_OPS_BACK:
-                raise ReshardingError(
-                    f"{placement!r} on mesh dim {mesh_dim} is not supported: a Distribution"
-                    f" has partial ops {sorted(_DTENSOR_OPS_BACK)}"
-                )
-            op = _DTENSOR_OPS_BACK[placement.reduce_op]
-            partial.append(PartialAxis(axis=mesh_axis_of_dim(mesh, mesh_dim), op=op))
-        elif not isinstance(placement, Replicate):
-            raise ReshardingError(
-                f"placement {placement!r} on mesh dim {mesh_dim} is not supported"
-                " (Shard, Replicate, Partial and _StridedShard are)"
-            )
-    return sharded, split_factors, partial
-
-
-def _with_shard_order(
-    order: dict[int, tuple[int, ...]],
-    shard_order: Mapping[int, Sequence[int]],
-    placements: tuple[Any, ...],
-    ndim: int,
-) -> dict[int, tuple[int, ...]]:
-    """``order`` with the nesting orders ``shard_order`` gives (the same mesh dims per dim)."""
-    order = dict(order)
-    for dim, mesh_dims in dict(shard_order).items():
-        dim = dim + ndim if dim < 0 else dim
-        if sorted(mesh_dims) != sorted(order.get(dim, ())):
-            raise ReshardingError(
-                f"shard_order {dict(shard_order)} gives tensor dim {dim} the mesh dims"
-                f" {tuple(mesh_dims)}, but the placements {placements} shard it over"
-                f" {order.get(dim, ())}"
-            )
-        order[dim] = tuple(mesh_dims)
-    return order
-
-
-def _decode_strided(
-    mesh: Mesh, dim: int, mesh_dims: Sequence[int], split_factors: Mapping[int, int]
-) -> tuple[int, ...]:
-    """The nesting order of ``dim``'s mesh dims that DTensor's ``_StridedShard`` split
-    factors encode (the first such order, default order first)."""
-    for order in itertools.permutations(sorted(mesh_dims)):
-        if all(
-            split_factors.get(m, 1) == math.prod(mesh.shape[o] for o in order[:index] if o > m)
-            for index, m in enumerate(order)
-        ):
-            return tuple(order)
-    factors = {m: split_factors.get(m, 1) for m in mesh_dims}
-    raise ReshardingError(
-        f"the _StridedShard split factors {factors} of tensor dim {dim} on mesh dims"
-        f" {tuple(mesh_dims)} encode no nesting order of those mesh dims"
-    )
-
-
-# ---------------------------------------------------------------------------
-# Fusions and programs that reshard one tensor
-
-
-def fusion_for(
-    src: Distribution,
-    dst: Distribution,
-    shape: Sequence[int],
-    dtype: Any = None,
-) -> FusionDefinition:
-    """The fusion that reshards a tensor of global ``shape`` from ``src`` to ``dst``.
-
-    Without partial axes in ``src`` it is one ``set``: the input scheduled as
-    ``src``, the output as ``dst`` (per dim, one ``outer_split`` and
-    ``parallelize`` per mesh axis, outer first). A partial source cannot be a
-    fusion input, so the fusion is a ``sum`` over an extra leading dim: the
-    input is ``[P, *shape]``, ``P`` the product of the partial axes' sizes,
-    with dim 0 sharded over the partial axes and the rest as ``src``; each rank
-    holds ``[1, *local]``, its partial value (what DTensor's ``Partial`` local
-    tensor is), and lowering makes the sum a local partial sum followed by the
-    resharding. The output is scheduled as ``dst``; a partial ``dst`` (only
-    axes already partial in ``src``) leaves those axes unreduced.
-    ``program_for`` lowers this and drops the local sum.
-    """
-    if src.ndim != dst.ndim or len(shape) != src.ndim:
-        raise ReshardingError(
-            f"src {src} and dst {dst} must both describe the {len(shape)}-d tensor of shape"
-            f" {tuple(shape)}"
-        )
-    src.local_shape(shape)
-    dst.local_shape(shape)
-    extra = {p.axis for p in dst.partial} - {p.axis for p in src.partial}
-    if extra or any(p not in src.partial for p in dst.partial):
-        raise ReshardingError(
-            f"cannot reshard {src} to {dst}: the target holds partial values the source does"
-            " not (a resharding can reduce partial values but not create them)"
-        )
-    dtype = DataType.of(dtype if dtype is not None else torch.float32)
-    with FusionDefinition() as fd:
-        if src.partial:
-            parts = math.prod(src.mesh.axis_size(p.axis) for p in src.partial)
-            x = fd.define_tensor((parts, *shape), dtype=dtype)
-            y = fd.ops.sum(x, [0])
-        else:
-            x = fd.define_tensor(tuple(shape), dtype=dtype)
-            y = fd.ops.set(x)
-        fd.add_output(y)
-    offset = 1 if src.partial else 0
-    _schedule(x, src.mesh, src.dims, offset)
-    if src.partial:
-        _schedule_dim(x, src.mesh, 0, tuple(p.axis for p in src.partial))
-    _schedule(y, dst.mesh, dst.dims, offset)
-    if dst.partial:
-        _schedule_dim(y, dst.mesh, 0, tuple(p.axis for p in dst.partial))
-    return fd
-
-
-def program_for(
-    src: Distribution, dst: Distribution, shape: Sequence[int], dtype: Any = None
-) -> HostIrContainer:
-    """The host IR program of ``fusion_for(src, dst, shape, dtype)`` that only reshards.
-
-    For a partial source, the fusion's leading local ``sum`` (a copy of each rank's
-    partial value) is dropped and its partial result becomes the program's input,
-    so the program takes each rank's partial value of shape ``local`` directly, as
-    DTensor's ``redistribute`` does.
-    """
-    program = fusion_for(src, dst, shape, dtype).host_ir()
-    if not src.partial:
-        return program
-    first = program.body[0]
-    (old_input,) = program.inputs
-    if not isinstance(first, Sum) or first.src.name != old_input.name:
-        raise ReshardingError(f"expected the program to start with the local sum:\n{program}")
-    body = tuple(
-        i
-        for i in program.body[1:]
-        if not (isinstance(i, Deallocate) and i.tensor.name == old_input.name)
-    )
-    new_input: TensorValue = first.out
-    return dataclasses.replace(program, inputs=(new_input,), body=body)
-
-
-def _schedule(tv: TensorView, mesh: Mesh, dims: Sequence[Sequence[MeshAxis]], offset: int) -> None:
-    """Places ``tv`` on ``mesh`` and shards data dim ``d`` (loop axis ``offset + d``) over
-    ``dims[d]``; the last dims first, so earlier loop indices stay put."""
-    tv.set_device_mesh(DeviceMesh.from_hostir(mesh))
-    for dim in reversed(range(len(dims))):
-        _schedule_dim(tv, mesh, offset + dim, tuple(dims[dim]))
-
-
-def _schedule_dim(tv: TensorView, mesh: Mesh, index: int, axes: tuple[MeshAxis, ...]) -> None:
-    """Splits loop axis ``index`` of ``tv`` over ``axes``, outer first."""
-    types = {
-        MeshAxis.X: ParallelType.mesh_x,
-        MeshAxis.Y: ParallelType.mesh_y,
-        MeshAxis.Z: ParallelType.mesh_z,
-    }
-    for position, axis in enumerate(axes):
-        tv.outer_split(index + position, mesh.axis_size(axis))
-        tv.axis(index + position).parallelize(types[axis])
-
-
-def reference_local(full: torch.Tensor, distribution: Distribution, rank: int) -> torch.Tensor:
-    """``rank``'s piece of the unsharded, reduced tensor ``full`` under ``distribution``
-    without its partial axes (the single-device reference of a resharding's output)."""
-    plain = dataclasses.replace(distribution, partial=())
-    piece = slice_global_tensor(full, plain.to_sharding(tuple(full.shape)), rank)
-    if piece is None:
-        raise ReshardingError(f"rank {rank} is not in the mesh {distribution.mesh}")
-    return piece

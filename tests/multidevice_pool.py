@@ -1,0 +1,337 @@
+"""The worker pools of the multi-rank harness (the pytest plugin is tests/multidevice.py).
+
+- ``MultiDeviceTest``: what a multi-rank test sees of its world (the
+  ``multidevice_test`` fixture's value); ``PoolStandIn``: the fixture's value in
+  the pytest process while the test itself runs in a pool.
+- Worker side (``worker_main``, ``run_job``): each spawned worker joins its
+  pool's gloo group, then runs jobs (a test module, its path, the test's
+  qualified name and its arguments, pickled) until told to stop, importing test
+  modules by name with pytest's assertion rewriting.
+- Parent side (``WorkerPool``, ``format_failures``): N spawned workers for one
+  world size, with the group's TCP store hosted by the parent, and the
+  per-rank report of a failed run.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime
+import importlib
+import importlib.util
+import multiprocessing
+import multiprocessing.connection
+import os
+import pathlib
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+FIXTURE = "multidevice_test"
+GRACE_S = 10.0
+"""How long the other ranks may take to answer once one rank has failed."""
+START_TIMEOUT_S = 120.0
+"""How long a pool may take to start (spawn, import torch, join the group)."""
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiDeviceTest:
+    """What a multi-rank test sees of its world: sizes, ranks and device."""
+
+    size: int
+    rank: int
+    local_size: int
+    local_rank: int
+    device: torch.device
+
+    def shard_tensor(self, t: torch.Tensor, tv: Any) -> torch.Tensor | None:
+        """This rank's shard of the unsharded ``t`` as laid out by TensorView ``tv``."""
+        import frontend  # lazily: the harness must not depend on the frontend
+
+        piece = frontend.shard_tensor(t, tv, rank=self.rank)
+        return None if piece is None else piece.to(self.device)  # None: rank outside the mesh
+
+    def shard_tensor_1d(self, t: torch.Tensor, dim: int, mesh: Any) -> torch.Tensor | None:
+        """This rank's shard of ``t`` split along ``dim`` over the devices of ``mesh``."""
+        piece = mesh.shard_tensor(t, dim, rank=self.rank)
+        return None if piece is None else piece.to(self.device)
+
+    def barrier(self) -> None:
+        """Waits for every rank; a no-op in a world of one process."""
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStandIn:
+    """The fixture's value in the pytest process at world size > 1.
+
+    The test itself runs in the workers, which swap in their own
+    :class:`MultiDeviceTest`; only ``size`` is meaningful here (for fixtures
+    that build, say, a mesh from it).
+    """
+
+    size: int
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for missing attributes; dunders (pickle probes) get the plain error.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{FIXTURE}.{name} is only available inside the test function: at world size "
+            f"{self.__dict__.get('size')} the test runs in worker processes, fixtures run in "
+            "the pytest process"
+        )
+
+
+# ---------------------------------------------------------------------------
+# Worker side: runs in each spawned process of a pool
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a spawned worker needs to join its pool's process group."""
+
+    rank: int
+    size: int
+    port: int
+    sys_path: list[str]
+
+
+def worker_main(spec: WorkerSpec, conn: multiprocessing.connection.Connection) -> None:
+    """Entry point of a pool worker: join the group, then run jobs until told to stop."""
+    # Ctrl-C reaches the whole process group; the parent handles it and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
+    try:
+        fixture = _join_group(spec)
+    except BaseException as exc:  # report instead of dying silently
+        conn.send(("error", type(exc).__name__, "".join(traceback.format_exception(exc))))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            job = conn.recv_bytes()
+        except EOFError:  # the parent is gone
+            break
+        if not job:  # the empty message means: shut down
+            break
+        conn.send(run_job(pickle.loads(job), fixture))
+    dist.destroy_process_group()
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip the interpreter's teardown: with torch loaded it takes about a second.
+    os._exit(0)
+
+
+def _exit_with_parent() -> None:
+    """Ends this worker when the pytest process dies, even mid-test (no orphans)."""
+    multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
+    os._exit(1)
+
+
+def _join_group(spec: WorkerSpec) -> MultiDeviceTest:
+    """Sets up this worker like a torchrun rank and joins the pool's gloo group."""
+    sys.path[:] = spec.sys_path
+    torch.set_num_threads(1)  # N ranks share a few cores
+    os.environ.update(
+        RANK=str(spec.rank),
+        WORLD_SIZE=str(spec.size),
+        LOCAL_RANK=str(spec.rank),
+        LOCAL_WORLD_SIZE=str(spec.size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(spec.port),
+    )
+    store = dist.TCPStore("127.0.0.1", spec.port, spec.size, is_master=False)
+    dist.init_process_group(
+        "gloo", store=store, rank=spec.rank, world_size=spec.size, timeout=COLLECTIVE_TIMEOUT
+    )
+    cpu = torch.device("cpu")
+    return MultiDeviceTest(spec.size, spec.rank, spec.size, spec.rank, cpu)
+
+
+def run_job(job: tuple, fixture: MultiDeviceTest) -> tuple:
+    """Runs one test function; returns ("ok",), ("skip"|"xfail", reason) or an error."""
+    module_name, module_path, qualname, kwargs = job
+    try:
+        function = _load_function(module_name, module_path, qualname)
+        kwargs = {k: fixture if isinstance(v, PoolStandIn) else v for k, v in kwargs.items()}
+        function(**kwargs)
+    except pytest.skip.Exception as exc:
+        return ("skip", exc.msg)
+    except pytest.xfail.Exception as exc:
+        return ("xfail", exc.msg)
+    except BaseException as exc:
+        # Drop this frame: the traceback should start in the test.
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)
+        return ("error", type(exc).__name__, "".join(lines))
+    return ("ok",)
+
+
+def _load_function(module_name: str, module_path: str, qualname: str) -> Any:
+    """The test function (a bound method for tests in classes) named by a job."""
+    obj = sys.modules.get(module_name) or _import_test_module(module_name, module_path)
+    *owners, name = qualname.split(".")
+    for owner in owners:
+        obj = getattr(obj, owner)
+    if isinstance(obj, type):
+        obj = obj()  # pytest makes a fresh instance per test, so do we
+    return getattr(obj, name)
+
+
+def _import_test_module(module_name: str, module_path: str) -> Any:
+    """Imports a test module with pytest's assertion rewriting, as pytest itself does.
+
+    Rewriting makes a failed ``assert a == b`` on a worker show the values.
+    """
+    package = module_name.rpartition(".")[0]
+    if package:
+        importlib.import_module(package)
+    source = pathlib.Path(module_path).read_bytes()
+    tree = ast.parse(source, filename=module_path)
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewrite_asserts(tree, source, module_path)
+    except ImportError:  # private API: plain asserts still work without it
+        pass
+    spec = importlib.util.spec_from_file_location(module_name, module_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        exec(compile(tree, module_path, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+# ---------------------------------------------------------------------------
+# Parent side: the pool of workers for one world size
+
+
+class WorkerPool:
+    """N spawned worker processes, one per rank, sharing a gloo group.
+
+    The parent hosts the group's TCP store, so the port is bound by the time a
+    worker connects: two sessions on one machine cannot race for it.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.broken = False
+        self._store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
+        context = multiprocessing.get_context("spawn")
+        self._conns = []
+        self._procs = []
+        for rank in range(size):
+            spec = WorkerSpec(rank, size, self._store.port, list(sys.path))
+            parent_end, child_end = context.Pipe()
+            proc = context.Process(target=worker_main, args=(spec, child_end), daemon=True)
+            proc.start()
+            child_end.close()
+            self._conns.append(parent_end)
+            self._procs.append(proc)
+
+    def wait_ready(self) -> str | None:
+        """Waits until every worker has joined the group; else says why they could not."""
+        replies = self.collect(START_TIMEOUT_S)
+        if len(replies) == self.size and all(reply[0] == "ready" for reply in replies.values()):
+            return None
+        self.broken = True
+        failures = format_failures(replies, self.size, START_TIMEOUT_S)
+        return f"could not start {self.size} workers:\n{failures}"
+
+    def submit(self, job: bytes) -> None:
+        """Sends one pickled job to every rank."""
+        for conn in self._conns:
+            conn.send_bytes(job)
+
+    def collect(self, timeout: float) -> dict[int, tuple]:
+        """Each rank's reply; ranks missing from the result did not answer in time.
+
+        Once a rank reports anything but success, the others get only GRACE_S
+        more: they are likely blocked in a collective the failed rank left.
+        """
+        deadline = time.monotonic() + timeout
+        replies: dict[int, tuple] = {}
+        while len(replies) < self.size:
+            remaining = deadline - time.monotonic()
+            pending = [r for r in range(self.size) if r not in replies]
+            waitables = [self._conns[r] for r in pending] + [
+                self._procs[r].sentinel for r in pending
+            ]
+            ready = multiprocessing.connection.wait(waitables, max(remaining, 0))
+            if not ready:
+                break
+            for rank in pending:
+                if self._conns[rank] in ready or self._procs[rank].sentinel in ready:
+                    replies[rank] = self._receive(rank)
+                    if replies[rank][0] not in ("ok", "ready"):
+                        deadline = min(deadline, time.monotonic() + GRACE_S)
+        if len(replies) < self.size or any(reply[0] == "died" for reply in replies.values()):
+            self.broken = True
+        return replies
+
+    def _receive(self, rank: int) -> tuple:
+        """The reply of a rank whose pipe or process became ready."""
+        conn, proc = self._conns[rank], self._procs[rank]
+        try:
+            if conn.poll():
+                return conn.recv()
+        except (EOFError, OSError):
+            pass
+        proc.join(1)
+        return ("died", f"worker process died (exit code {proc.exitcode})")
+
+    def request_stop(self) -> None:
+        """Asks idle workers to leave the group and exit (stuck ones will not hear it)."""
+        for conn in self._conns:
+            try:
+                conn.send_bytes(b"")
+            except OSError:  # already dead
+                pass
+
+    def shutdown(self) -> None:
+        """Stops the workers: politely if they are idle, by force if they are stuck."""
+        self.request_stop()
+        deadline = time.monotonic() + (0 if self.broken else 5)
+        for proc in self._procs:
+            proc.join(max(deadline - time.monotonic(), 0))
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        self.broken = True
+
+
+def format_failures(replies: dict[int, tuple], size: int, timeout: float) -> str:
+    """One block per rank that failed, died or did not answer, each prefixed ``rank R:``.
+
+    Errors come first: a rank that did not answer is usually waiting for them.
+    """
+    errors = [f"rank {r}: {e[1]}\n{e[2].rstrip()}" for r, e in replies.items() if e[0] == "error"]
+    deaths = [f"rank {r}: {e[1]}" for r, e in replies.items() if e[0] == "died"]
+    if errors or deaths:
+        silence = "no reply after the failure above (probably blocked in a collective)"
+    else:
+        silence = (
+            f"no reply within the {timeout:g} s time limit (change it with "
+            "@pytest.mark.timeout(seconds) or HOSTIR_TEST_TIMEOUT)"
+        )
+    silent = [f"rank {r}: {silence}" for r in range(size) if r not in replies]
+    return "\n\n".join(sorted(errors) + sorted(deaths) + silent)
