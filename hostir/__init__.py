@@ -29,7 +29,7 @@ from hostir.communicator import (
     default_communicator,
 )
 from hostir.container import HostIrContainer, ScalarInput
-from hostir.dot import to_dot, to_traffic_dot
+from hostir.dot import to_dot
 from hostir.dtypes import DType
 from hostir.errors import (
     CommunicationError,
@@ -76,6 +76,7 @@ from hostir.sharding import (
 )
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.team import Team
+from hostir.traffic_dot import to_traffic_dot
 from hostir.values import RequestValue, StreamValue, TensorValue
 
 __all__ = [

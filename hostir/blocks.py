@@ -10,7 +10,7 @@ dim's mesh axes, outer first) * local extent`` and ``extent = local extent``.
 member sends which box to which member. It is a pure function of the two
 shardings, the two global shapes, the team and the group, so every member
 computes the same pattern, and it needs neither torch nor a running world
-(the traffic picture in :mod:`hostir.dot` draws it too).
+(the traffic picture in :mod:`hostir.traffic_dot` draws it too).
 """
 
 from __future__ import annotations
