@@ -134,6 +134,7 @@ CASES = {
 """Cases by mesh rank (each a source and a target distribution in compact notation)."""
 
 SHAPE = (16, 16)
+"""The default tensor shape (``--shape`` sets another)."""
 
 BACKEND_EVENTS = ("c10d::", "gloo:")
 """Profiler events of the backend: process-group entry points and gloo's work items."""
@@ -271,9 +272,16 @@ def _integers(shape: tuple[int, ...], seed: int) -> torch.Tensor:
 
 
 def measure(
-    mesh_shape: tuple[int, ...], dmesh: object, src_text: str, dst_text: str, seed: int, runs: int
+    mesh_shape: tuple[int, ...],
+    dmesh: object,
+    src_text: str,
+    dst_text: str,
+    seed: int,
+    runs: int,
+    shape: tuple[int, ...] = SHAPE,
 ) -> Row:
     """Checks and measures one case on this rank; returns the maxima over ranks."""
+    SHAPE = shape  # noqa: N806 - the module default, overridden by --shape
     rank = dist.get_rank()
     mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
     src, dst = parse_notation(src_text, mesh), parse_notation(dst_text, mesh)
@@ -398,6 +406,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument(
+        "--shape",
+        default="x".join(map(str, SHAPE)),
+        help="the tensor's shape, e.g. 256x256 (every dim divisible by 8)",
+    )
+    parser.add_argument(
         "--nproc", type=int, default=4, help="ranks to start when no launcher started this"
     )
     return parser.parse_args(argv)
@@ -423,6 +436,7 @@ def main(argv: list[str]) -> int:
     if world not in MESHES:
         raise SystemExit(f"run at world size 4 or 8 (meshes {MESHES}), not {world}")
     wanted = [tuple(c.split("->")) for c in args.cases.split(",") if c]
+    shape = tuple(int(n) for n in args.shape.split("x"))
     started = time.perf_counter()
     tables = []
     for mesh_shape in MESHES[world]:
@@ -433,13 +447,13 @@ def main(argv: list[str]) -> int:
         if not cases:
             continue
         rows = [
-            measure(mesh_shape, dmesh, src, dst, seed, args.runs)
+            measure(mesh_shape, dmesh, src, dst, seed, args.runs, shape)
             for seed, (src, dst) in enumerate(cases)
         ]
         tables.append((mesh_shape, rows))
     if rank == 0:
         for mesh_shape, rows in tables:
-            print(f"Mesh {'x'.join(map(str, mesh_shape))}, float32 {list(SHAPE)}:")
+            print(f"Mesh {'x'.join(map(str, mesh_shape))}, float32 {list(shape)}:")
             print()
             print(table(rows))
             print()
