@@ -41,6 +41,7 @@ def plan_same_mesh(planner: Planner, target: Sharding) -> None:
     start, source, notes = len(planner.steps), planner.current, len(planner.notes)
     _plan_by_rules(planner, target)
     _exchange_instead(planner, target, (start, notes), source)
+    _note_unfused(planner, start)
 
 
 def _plan_by_rules(planner: Planner, target: Sharding) -> None:
@@ -139,6 +140,29 @@ def _exceeds(a: Scalar, b: Scalar, strictly: bool = True) -> bool:
     if isinstance(a, Const) and isinstance(b, Const):
         return a.value > b.value if strictly else a.value >= b.value
     return False
+
+
+def _note_unfused(planner: Planner, start: int) -> None:
+    """For ``Plan.explain``: why consecutive collectives since ``start`` stay separate."""
+    steps = [s for s in planner.steps[start:] if s.team is not None]
+    for first, second in zip(steps, steps[1:], strict=False):
+        a, b = first.kind.value, second.kind.value
+        teams = f"{a} over {_names(first.team.axes)} and {b} over {_names(second.team.axes)}"
+        if first.kind is second.kind is StepKind.ALLGATHER:
+            planner.note(
+                f"not fused: {teams} fill different dims ({first.axis} and {second.axis}); one"
+                " gather over a flattened team fills one dim, and both at once would need the"
+                " output rearranged through a buffer of its size"
+            )
+        elif first.kind is not second.kind:
+            planner.note(
+                f"not fused: {teams} are different collectives"
+                + (
+                    " (the reduction first, while the data is smallest)"
+                    if first.kind in (StepKind.ALLREDUCE, StepKind.REDUCE_SCATTER)
+                    else ""
+                )
+            )
 
 
 # ----- rule 1: permutations -----

@@ -101,6 +101,17 @@ def test_explain_lists_steps_bytes_memory_and_fusions():
     assert "note: fused: one Allgather over the flattened team (y, x)" in text
     permute = plan_resharding(value("A", MESH_2x2, {0: (Xa,)}), value("B", MESH_2x2, {0: (Ya,)}))
     assert "note: permutation: one CollectivePermute instead of gathering" in permute.explain()
+    # Refused fusions say why.
+    two_dims = plan_resharding(value("A", MESH_2x2, {0: (Ya,), 1: (Xa,)}), value("B", MESH_2x2, {}))
+    assert (
+        "note: not fused: Allgather over (x) and Allgather over (y) fill different dims (1 and 0)"
+        in two_dims.explain()
+    )
+    reduced = plan_resharding(value("A", MESH_2x2, {0: (Xa,)}, (Ya,)), value("B", MESH_2x2, {}))
+    assert (
+        "note: not fused: Allreduce over (y) and Allgather over (x) are different collectives"
+        " (the reduction first, while the data is smallest)" in reduced.explain()
+    )
 
 
 # ----- running the plans -----
