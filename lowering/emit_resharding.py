@@ -56,11 +56,13 @@ def emit_resharding(
         return [Set(out=dst, src=src, preallocated=preallocated)]
     instructions: list[Instruction] = []
     outs = _step_outputs(plan, dst)
+    last = len(plan.steps) - 1
     head = plan.in_output_from()
-    if head < len(plan.steps) - 1:
+    in_output = head < last  # steps head..last write into dst or slots of it
+    if in_output:
         if not preallocated:
             instructions.append(Allocate(out=dst))
-        for k in reversed(range(head, len(plan.steps) - 1)):
+        for k in reversed(range(head, last)):
             gather = plan.steps[k + 1]
             instructions.append(
                 ShardByStream(
@@ -70,8 +72,8 @@ def emit_resharding(
     current = src
     for index, step in enumerate(plan.steps):
         emitted = _emit_step(step, current, outs[index], requests)
-        writes_existing = index >= head and (index < len(plan.steps) - 1 or head < index)
-        if writes_existing or (index == len(plan.steps) - 1 and preallocated):
+        writes_existing = (in_output and index >= head) or (index == last and preallocated)
+        if writes_existing:
             emitted[0] = dataclasses.replace(emitted[0], preallocated=True)
         instructions.extend(emitted)
         current = outs[index]
