@@ -281,14 +281,13 @@ def measure(
     shape: tuple[int, ...] = SHAPE,
 ) -> Row:
     """Checks and measures one case on this rank; returns the maxima over ranks."""
-    SHAPE = shape  # noqa: N806 - the module default, overridden by --shape
     rank = dist.get_rank()
     mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
     src, dst = parse_notation(src_text, mesh), parse_notation(dst_text, mesh)
-    fd = fusion_for(src, dst, SHAPE)
-    program = program_for(src, dst, SHAPE)
+    fd = fusion_for(src, dst, shape)
+    program = program_for(src, dst, shape)
     parts = math.prod(mesh.axis_size(p.axis) for p in src.partial)
-    values = _integers((parts, *SHAPE) if src.partial else SHAPE, seed)
+    values = _integers((parts, *shape) if src.partial else shape, seed)
     full = values.sum(0) if src.partial else values
     fusion_input = shard_tensor(values, fd.host_ir().inputs[0], rank)
     local = fusion_input.squeeze(0) if src.partial else fusion_input

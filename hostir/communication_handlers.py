@@ -102,7 +102,7 @@ def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -
 
     def finish() -> None:
         if out is not None:
-            _unpack_into(out, buffer, instruction.axis, inner)
+            out.copy_(_merge_dim(buffer, instruction.axis, inner))
 
     return [out, Request(work, finish)]
 
@@ -121,25 +121,6 @@ def _chunk_views(
         return out.view(split).movedim(axis + 1, 0)
     except RuntimeError:
         return None
-
-
-def _unpack_into(out: torch.Tensor, chunks: torch.Tensor, axis: int, inner: int | None) -> None:
-    """``out.copy_(_merge_dim(chunks, axis, inner))`` without the merged temporary: the
-    chunks are copied through a view of ``out`` split like them, where ``out``'s strides
-    allow one."""
-    parts, body = chunks.shape[0], chunks.shape[1:]
-    size = body[axis]
-    inner = size if inner is None else inner
-    outer = size // inner
-    split = (*body[:axis], outer, parts, inner, *body[axis + 1 :])
-    try:
-        target = out.view(split)
-    except RuntimeError:  # strides that cannot be split: go through a merged copy
-        out.copy_(_merge_dim(chunks, axis, inner))
-        return
-    target.copy_(
-        chunks.reshape(parts, *split[:axis], outer, inner, *split[axis + 3 :]).movedim(0, axis + 1)
-    )
 
 
 def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands: dict) -> list:

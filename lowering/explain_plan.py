@@ -6,11 +6,7 @@ from hostir.printer import _MeshNames, print_sharding, print_team
 from hostir.scalars import Const, Scalar, floordiv, mul, print_scalar, sub
 from lowering.exchange_cost import exchange_received
 from lowering.plan import Plan, StepKind, local_elements
-from lowering.plan_memory import memory_bound, peak_temporaries, step_temporaries
-
-
-def _times(a: Scalar, b: Scalar | int) -> Scalar:
-    return mul(a, b)
+from lowering.plan_memory import memory_bound, peak_of, step_temporaries
 
 
 def _bytes(elements: Scalar, itemsize: int, names: _MeshNames) -> str:
@@ -27,20 +23,16 @@ def _received(plan: Plan, k: int, before: Scalar, after: Scalar) -> Scalar:
         exact = exchange_received(plan, k)
         return exact if exact is not None else after
     if step.kind is StepKind.ALLGATHER or step.kind is StepKind.GATHER:
-        return _minus(after, before)
+        return sub(after, before)
     if step.kind is StepKind.REDUCE_SCATTER:
-        return _minus(before, after)
+        return sub(before, after)
     if step.kind is StepKind.ALL_TO_ALL:
-        return floordiv(_times(before, size - 1), size)
+        return floordiv(mul(before, size - 1), size)
     if step.kind in (StepKind.ALLREDUCE, StepKind.REDUCE):
-        return floordiv(_times(before, size - 1), size)
+        return floordiv(mul(before, size - 1), size)
     if step.kind in (StepKind.LOCAL_SHARD, StepKind.COPY):
         return Const(value=0)
     return after
-
-
-def _minus(a: Scalar, b: Scalar) -> Scalar:
-    return sub(a, b)
 
 
 def explain_plan(plan: Plan) -> str:
@@ -72,7 +64,7 @@ def explain_plan(plan: Plan) -> str:
         current = step.after
     lines.append(
         f"{collectives} collective(s), {len(plan.steps)} step(s), peak temporaries"
-        f" {_bytes(peak_temporaries(plan), plan.itemsize, names)} (bound max(in, out)"
+        f" {_bytes(peak_of(temporaries), plan.itemsize, names)} (bound max(in, out)"
         f" = {_bytes(memory_bound(plan), plan.itemsize, names)})"
     )
     lines.extend(f"note: {note}" for note in plan.notes)

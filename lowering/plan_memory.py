@@ -52,9 +52,13 @@ def step_temporaries(plan: Plan) -> list[Scalar]:
 
 
 def peak_temporaries(plan: Plan) -> Scalar:
-    """The largest of :func:`step_temporaries` (0 for an empty plan); a symbolic peak is
-    the last step's when the steps cannot be compared."""
-    steps = step_temporaries(plan)
+    """The largest of :func:`step_temporaries` (see :func:`peak_of`)."""
+    return peak_of(step_temporaries(plan))
+
+
+def peak_of(steps: list[Scalar]) -> Scalar:
+    """The largest of per-step temporaries (0 for no steps); when symbolic steps cannot be
+    compared, the last step's."""
     if not steps:
         return Const(value=0)
     if all(isinstance(s, Const) for s in steps):

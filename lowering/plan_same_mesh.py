@@ -86,7 +86,8 @@ def _exchange_instead(
         s.kind is StepKind.LOCAL_SHARD and k > communicated[0] for k, s in enumerate(steps)
     )
     rules = _sub_plan(planner, source, target, tuple(steps))
-    over_bound = _exceeds(peak_temporaries(rules), memory_bound(rules))
+    rules_peak = peak_temporaries(rules)
+    over_bound = _exceeds(rules_peak, memory_bound(rules))
     if not (sliced_after or over_bound):
         return
     reduced = [p for p in source.partial if p not in target.partial]
@@ -116,7 +117,7 @@ def _exchange_instead(
         " it lacks" + (" (partial sums combined on arrival)" if ops else ""),
     )
     single = _sub_plan(planner, source, target, (exchange,))
-    if _exceeds(peak_temporaries(single), peak_temporaries(rules), strictly=False):
+    if _exceeds(peak_temporaries(single), rules_peak, strictly=False):
         planner.note("no AllToAllV: it would hold as many temporaries as the rules")
         return
     del planner.steps[start:]
