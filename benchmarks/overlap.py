@@ -189,8 +189,8 @@ class StubCommunicator(hostir.Communicator):
     def _prepare(self, groups) -> None:
         pass
 
-    def _check_same_program(self, digest: str) -> None:
-        pass
+    def _exchange_codes(self, codes):
+        return [list(codes)] * self.world_size
 
     def _allreduce(self, tensor, group, op):
         return CompletedWork()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from frontend.exprs import Expr, ScalarVal
 from frontend.iter_domain import IterDomain
+from frontend.schedule_clock import ScheduleClock
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Symbol
@@ -13,10 +14,14 @@ class Fusion:
     """Tensors and expressions in definition order, plus inputs and outputs.
 
     Names are deterministic: tensors ``T0, T1, ...``, scalars ``s0, ...``,
-    symbolic extents ``i0, ...`` in creation order.
+    symbolic extents ``i0, ...`` in creation order. ``finished`` is set when the
+    definition ends (the ``with`` block exits, or the first ``execute``): no tensor
+    or op can be added after that.
     """
 
     def __init__(self) -> None:
+        self.schedule = ScheduleClock()
+        self.finished = False
         self._inputs: list[TensorView | ScalarVal] = []
         self._outputs: list[TensorView] = []
         self._exprs: list[Expr] = []
@@ -27,6 +32,7 @@ class Fusion:
     def new_tensor(self, dtype: DataType, logical: list[IterDomain]) -> TensorView:
         """A new TensorView named ``T<n>``."""
         tv = TensorView(f"T{len(self._tensors)}", dtype, logical)
+        tv.schedule_clock = self.schedule
         self._tensors.append(tv)
         return tv
 

@@ -23,10 +23,12 @@ from frontend.sharding import tensor_sharding, validate_schedule
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default_communicator
+from hostir.agreement import RankFacts, agree
 from hostir.inputs import bind_input_tensor
 from hostir.program_info import check_meshes_fit
 from hostir.race_checker import RaceChecker, race_checking_enabled
 from hostir.round_trip import check_round_trip, round_trip_checking_enabled
+from hostir.timeouts import collective_timeout
 
 _KNOWN_OPTIONS = {"host_ir_lowering"}
 
@@ -40,7 +42,7 @@ class FusionDefinition:
         self._finalized = False
         self._programs: dict[tuple, HostIrContainer] = {}
         self._evaluators: dict[tuple, HostIrEvaluator] = {}
-        self._last_program: HostIrContainer | None = None
+        self._last_program: tuple[int, HostIrContainer] | None = None  # (schedule version, it)
         self.lowering_count = 0
         """How many times this definition was lowered (once per input signature)."""
 
@@ -56,6 +58,7 @@ class FusionDefinition:
         if not self._fusion.outputs():
             raise DefinitionError("the fusion has no outputs; call fd.add_output(tensor)")
         self._finalized = True
+        self._fusion.finished = True
 
     @property
     def fusion(self) -> Fusion:
@@ -115,10 +118,12 @@ class FusionDefinition:
 
     # ----- lowering and execution -----
     def host_ir(self, world_size: int | None = None) -> HostIrContainer:
-        """The host IR program ``execute`` runs (the last one run, else a fresh lowering)."""
-        if self._last_program is None:
-            self._last_program = self._lower()
-        program = self._last_program
+        """The host IR program ``execute`` runs: the last one run if the schedule has not
+        changed since, else a fresh lowering."""
+        version = self._fusion.schedule.version
+        if self._last_program is None or self._last_program[0] != version:
+            self._last_program = (version, self._lower())
+        program = self._last_program[1]
         if world_size is not None:
             check_meshes_fit(program, world_size)
         return program
@@ -130,8 +135,15 @@ class FusionDefinition:
         _enable_options: Sequence[str] = (),
         _disable_options: Sequence[str] = (),
         device: torch.device | str | None = None,
+        timeout: float | None = None,
     ) -> list[torch.Tensor | None]:
-        """Runs the fusion on this rank's local shards; returns this rank's output shards."""
+        """Runs the fusion on this rank's local shards; returns this rank's output shards.
+
+        The fusion is lowered once per input signature and schedule: changing the
+        schedule after an execute lowers it again. ``timeout`` (seconds) bounds every
+        wait for other ranks (default: ``HOSTIR_TIMEOUT``, else five minutes); see
+        docs/reliability.md.
+        """
         if not self._finalized:
             self._finalize()
         for option in list(_enable_options) + list(_disable_options):
@@ -140,20 +152,13 @@ class FusionDefinition:
                     f"execute: unknown option {option!r}; known: {_KNOWN_OPTIONS}"
                 )
         inputs = list(inputs)
-        expected = self._fusion.inputs()
-        if len(inputs) != len(expected):
-            names = ", ".join(v.name for v in expected)
-            raise InputError(
-                f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}"
-            )
         use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
         communicator = default_communicator(use_cuda)
-        key = tuple(_signature(x) for x in inputs)
+        key = (self._fusion.schedule.version, tuple(_signature(x) for x in inputs))
         program = self._programs.get(key)
         if program is None:
-            self._validate(inputs, communicator.rank)
-            program = self._programs[key] = self._lower()
-        self._last_program = program
+            program = self._programs[key] = self._validate_and_lower(inputs, communicator, timeout)
+        self._last_program = (key[0], program)
         if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
             print(program, flush=True)
         # One evaluator per program and device: it prepares process groups only once.
@@ -164,7 +169,27 @@ class FusionDefinition:
                 program, communicator=communicator, device=device, listeners=listeners
             )
             self._evaluators[(key, str(device))] = evaluator
-        return evaluator.run(inputs)
+        return evaluator.run(inputs, timeout=timeout)
+
+    def _validate_and_lower(
+        self, inputs: list[Any], communicator: Any, timeout: float | None
+    ) -> HostIrContainer:
+        """The program for ``inputs``; a rank whose inputs or schedule are refused tells the
+        other ranks (they are about to agree on the program) before it raises."""
+        try:
+            expected = self._fusion.inputs()
+            if len(inputs) != len(expected):
+                names = ", ".join(v.name for v in expected)
+                raise InputError(
+                    f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}"
+                )
+            self._validate(inputs, communicator.rank)
+            return self._lower()
+        except Exception as error:  # a bug too: the peers must not wait for this rank
+            if communicator.world_size > 1:
+                communicator.set_timeout(collective_timeout(timeout))
+                agree(communicator, RankFacts.failed(error))
+            raise
 
     def _lower(self) -> HostIrContainer:
         from lowering import lower_fusion  # only execute reaches into lowering

@@ -56,6 +56,8 @@ class IterDomain:
                 f"parallelize expects a ParallelType, got {parallel_type!r} for axis {self}"
             )
         previous, self.parallel_type = self.parallel_type, parallel_type
+        if self.owner is not None:
+            self.owner.schedule_clock.tick()
         if self.owner is not None and self.owner.device_mesh is not None:
             try:
                 self.owner.check_mesh_axes()

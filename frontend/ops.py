@@ -8,13 +8,14 @@ inferred on (possibly symbolic) global extents.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from frontend.contraction import broadcast_axes, linear_axes, matmul_axes
-from frontend.errors import OperandError
+from frontend.errors import DefinitionError, OperandError
 from frontend.exprs import (
     BinaryOp,
     BroadcastInDimOp,
@@ -322,3 +323,24 @@ def _unify_extents(op: str, position: int, candidates: list) -> Scalar:
         if isinstance(axis.extent, Const):
             return axis.extent
     return real[0].extent
+
+
+def _only_while_defining(method: Callable) -> Callable:
+    """``method`` refusing to add to a finished definition (nvFuser refuses too): an op
+    added after the ``with`` block would be silently missing from the lowered program."""
+
+    @functools.wraps(method)
+    def checked(self: Ops, *args: Any, **kwargs: Any) -> Any:
+        if self._fusion.finished:
+            raise DefinitionError(
+                f"fd.ops.{method.__name__}: the fusion definition is finished; add ops inside"
+                " the 'with FusionDefinition() as fd:' block (before the first execute)"
+            )
+        return method(self, *args, **kwargs)
+
+    return checked
+
+
+# Every public op checks that the definition is still open.
+for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:
+    setattr(Ops, _op_name, _only_while_defining(getattr(Ops, _op_name)))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from frontend.errors import MeshError, ScheduleError
 from frontend.iter_domain import IterDomain, Split, Swizzle1D
 from frontend.mesh import DeviceMesh, as_mesh
+from frontend.schedule_clock import ScheduleClock
 from frontend.types import DataType, ParallelType
 from hostir import Const
 
@@ -38,6 +39,7 @@ class TensorView:
         self.mesh_set_by_user = False
         self.definition: Expr | None = None
         self.uses: list[Expr] = []
+        self.schedule_clock = ScheduleClock()  # the fusion's, once the fusion holds it
         for axis in self._logical:
             axis.owner = self
 
@@ -80,6 +82,7 @@ class TensorView:
         """Places this tensor on ``mesh``; axes not parallelized are replicated."""
         self.device_mesh = as_mesh(mesh)
         self.mesh_set_by_user = True
+        self.schedule_clock.tick()
         self.check_mesh_axes()
         return self
 
@@ -90,6 +93,7 @@ class TensorView:
         self._loop[index : index + 1] = split.outputs()
         for out in split.outputs():
             out.owner = self
+        self.schedule_clock.tick()
         return self
 
     def outer_split(self, axis: int, factor: int) -> TensorView:
@@ -111,6 +115,7 @@ class TensorView:
         swizzle = Swizzle1D(self._loop[index], parallel_type)
         self._loop[index] = swizzle.out
         swizzle.out.owner = self
+        self.schedule_clock.tick()
         return self
 
     def reorder(self, old_to_new: dict[int, int]) -> TensorView:
@@ -129,6 +134,7 @@ class TensorView:
             result[new] = self._loop[old]
         rest = iter(self._loop[i] for i in range(n) if i not in moves)
         self._loop = [slot if slot is not None else next(rest) for slot in result]
+        self.schedule_clock.tick()
         return self
 
     def set_allocation_domain(
@@ -152,6 +158,7 @@ class TensorView:
             )
         self._allocation = axes
         self.allocation_contiguity = list(contiguity)
+        self.schedule_clock.tick()
         return self
 
     # ----- queries -----

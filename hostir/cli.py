@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+import torch
+
 from hostir import launcher, scripts
 from hostir.container import HostIrContainer
 from hostir.errors import HostIrError, ParseError
@@ -77,6 +79,8 @@ def run_command(args: argparse.Namespace) -> int:
         raise CommandError(f"script not found: {args.script}")
     if args.nproc < 1:
         raise CommandError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.backend == "nccl" and not torch.cuda.is_available():
+        raise CommandError("--backend nccl needs CUDA, and this machine has no CUDA device")
     code = launcher.launch(args.script, args.nproc, args.extra_args, backend=args.backend)
     return code if code >= 0 else 128 - code  # killed by signal S: exit 128 + S, like a shell
 

@@ -20,19 +20,23 @@ subclass (:class:`~hostir.torch_communicator.TorchCommunicator`) implements.
 from __future__ import annotations
 
 import abc
+import atexit
 import datetime
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from hostir.errors import CommunicationError
+from hostir.errors import CommunicationError, SettingError
+from hostir.rank_text import describe_group
 from hostir.sharding import ReduceOp
+from hostir.timeouts import collective_timeout
 
-DEFAULT_TIMEOUT = datetime.timedelta(seconds=120)
-"""How long a collective may block before it fails instead of hanging."""
+BACKEND_VARIABLE = "HOSTIR_BACKEND"
+"""The backend a launcher-made default group uses: ``gloo`` or ``nccl`` (set by
+``hostir run --backend``); unset: nccl for CUDA tensors, gloo otherwise."""
 
 Group = tuple[int, ...]
 """Global ranks in team order."""
@@ -60,13 +64,15 @@ class Communicator:
     """This process's place in the world (its rank, the number of ranks) and its collectives.
 
     The base class can talk to no other rank: it serves groups of one rank and
-    raises :class:`CommunicationError` for anything larger, so it can stand in
-    for one rank of a larger world in programs without communication.
+    raises :class:`CommunicationError` for anything larger. A stand-in for one
+    rank of a larger world (a simulation, a test) also answers the agreement's
+    ``_exchange_codes`` as if every rank sent the same.
     """
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
         self.world_size = world_size
+        self.timeout = collective_timeout()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
@@ -83,14 +89,30 @@ class Communicator:
         checked = [_check_members(group, self.world_size, "prepare") for group in groups]
         self._prepare([group for group in checked if len(group) > 1])
 
-    def check_same_program(self, digest: str) -> None:
-        """Raises :class:`CommunicationError` unless every rank passes the same ``digest``.
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        """How long each later collective may wait for its peers before it fails."""
+        if timeout != self.timeout:
+            self.timeout = timeout
+            self._apply_timeout(timeout)
 
-        Called by all ranks of the world before the first collective, so that
-        ranks running different programs fail fast instead of hanging.
+    # -- Agreement (hostir.agreement) ----------------------------------------------
+
+    def exchange_codes(self, codes: Sequence[int]) -> list[list[int]]:
+        """Every rank's ``codes`` (int64s, the same count on every rank), in rank order.
+
+        Called by every rank of the world before a program's first collective, on a
+        process group of its own (so that a rank still in an earlier program's
+        collectives cannot mix its messages with this one).
         """
-        if self.world_size > 1:
-            self._check_same_program(digest)
+        if self.world_size == 1:
+            return [list(codes)]
+        return self._exchange_codes(list(codes))
+
+    def exchange_objects(self, obj: Any) -> list[Any]:
+        """Every rank's picklable ``obj``, in rank order (the agreement's detailed step)."""
+        if self.world_size == 1:
+            return [obj]
+        return self._exchange_objects(obj)
 
     # -- Collectives --------------------------------------------------------------
 
@@ -98,11 +120,13 @@ class Communicator:
         """``out[p]`` becomes ``inp`` of member ``p``; ``out`` is ``[len(group), *inp.shape]``
         (any strides: a strided ``out`` receives in place, without a staging copy of ours)."""
         team = self._team(group, "allgather")
-        _expect(out, (len(team), *inp.shape), inp.dtype, f"allgather over {team}", "out")
+        _expect(
+            out, (len(team), *inp.shape), inp.dtype, f"allgather over {describe_group(team)}", "out"
+        )
         if len(team) == 1:
             out[0].copy_(inp)
             return DONE
-        return self._allgather(out, inp, team)
+        return self._post("allgather", team, self._allgather, out, inp, team)
 
     def reduce_scatter(
         self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int], op: ReduceOp
@@ -110,18 +134,24 @@ class Communicator:
         """Member ``p`` gets the ``op``-reduction over all members of their ``inp[p]``
         (``inp`` may be strided: the chunks are then handed over without a packing copy)."""
         team = self._team(group, "reduce_scatter")
-        _expect(inp, (len(team), *out.shape), out.dtype, f"reduce_scatter over {team}", "inp")
+        _expect(
+            inp,
+            (len(team), *out.shape),
+            out.dtype,
+            f"reduce_scatter over {describe_group(team)}",
+            "inp",
+        )
         if len(team) == 1:
             out.copy_(inp[0])
             return DONE
-        return self._reduce_scatter(out, inp, team, op)
+        return self._post("reduce_scatter", team, self._reduce_scatter, out, inp, team, op)
 
     def allreduce(self, tensor: torch.Tensor, group: Sequence[int], op: ReduceOp) -> Work:
         """Replaces ``tensor`` on every member by the ``op``-reduction over the members."""
         team = self._team(group, "allreduce")
         if len(team) == 1:
             return DONE
-        return self._allreduce(tensor, team, op)
+        return self._post("allreduce", team, self._allreduce, tensor, team, op)
 
     def broadcast(self, tensor: torch.Tensor, group: Sequence[int], root: int) -> Work:
         """Overwrites ``tensor`` on every member with that of the member at position ``root``."""
@@ -129,7 +159,7 @@ class Communicator:
         _check_position(team, root, "root", "broadcast")
         if len(team) == 1:
             return DONE
-        return self._broadcast(tensor, team, root)
+        return self._post("broadcast", team, self._broadcast, tensor, team, root)
 
     def reduce(self, tensor: torch.Tensor, group: Sequence[int], root: int, op: ReduceOp) -> Work:
         """Reduces ``tensor`` in place onto position ``root``; other members get scratch."""
@@ -137,7 +167,7 @@ class Communicator:
         _check_position(team, root, "root", "reduce")
         if len(team) == 1:
             return DONE
-        return self._reduce(tensor, team, root, op)
+        return self._post("reduce", team, self._reduce, tensor, team, root, op)
 
     def gather(
         self, out: torch.Tensor | None, inp: torch.Tensor, group: Sequence[int], root: int
@@ -146,11 +176,17 @@ class Communicator:
         team = self._team(group, "gather")
         _check_position(team, root, "root", "gather")
         if self.rank == team[root]:
-            _expect(out, (len(team), *inp.shape), inp.dtype, f"gather over {team}", "out")
+            _expect(
+                out,
+                (len(team), *inp.shape),
+                inp.dtype,
+                f"gather over {describe_group(team)}",
+                "out",
+            )
         if len(team) == 1:
             out[0].copy_(inp)
             return DONE
-        return self._gather(out, inp, team, root)
+        return self._post("gather", team, self._gather, out, inp, team, root)
 
     def scatter(
         self, out: torch.Tensor, inp: torch.Tensor | None, group: Sequence[int], root: int
@@ -159,25 +195,31 @@ class Communicator:
         team = self._team(group, "scatter")
         _check_position(team, root, "root", "scatter")
         if self.rank == team[root]:
-            _expect(inp, (len(team), *out.shape), out.dtype, f"scatter over {team}", "inp")
+            _expect(
+                inp,
+                (len(team), *out.shape),
+                out.dtype,
+                f"scatter over {describe_group(team)}",
+                "inp",
+            )
         if len(team) == 1:
             out.copy_(inp[0])
             return DONE
-        return self._scatter(out, inp, team, root)
+        return self._post("scatter", team, self._scatter, out, inp, team, root)
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
         """Member ``p`` sends ``inp[q]`` to member ``q``, whose ``out[p]`` receives it."""
         team = self._team(group, "all_to_all")
         if inp.ndim == 0 or inp.shape[0] != len(team):
             raise CommunicationError(
-                f"all_to_all over {team}: inp has shape {list(inp.shape)}, expected"
+                f"all_to_all over {describe_group(team)}: inp has shape {list(inp.shape)}, expected"
                 f" {len(team)} chunks along dim 0"
             )
-        _expect(out, tuple(inp.shape), inp.dtype, f"all_to_all over {team}", "out")
+        _expect(out, tuple(inp.shape), inp.dtype, f"all_to_all over {describe_group(team)}", "out")
         if len(team) == 1:
             out.copy_(inp)
             return DONE
-        return self._all_to_all(out, inp, team)
+        return self._post("all_to_all", team, self._all_to_all, out, inp, team)
 
     def all_to_all_v(
         self,
@@ -193,7 +235,7 @@ class Communicator:
         ``out``. Counts are per member in group order; a member's ``in_splits[q]`` must be
         member ``q``'s ``out_splits[p]``. ``out`` and ``inp`` are 1-d contiguous tensors."""
         team = self._team(group, "all_to_all_v")
-        where = f"all_to_all_v over {team}"
+        where = f"all_to_all_v over {describe_group(team)}"
         _expect(inp, None, None, where, "inp")
         _expect(out, None, inp.dtype, where, "out")
         for name, tensor, splits in (("inp", inp, in_splits), ("out", out, out_splits)):
@@ -220,7 +262,9 @@ class Communicator:
             out.copy_(inp)
             return DONE
         out_counts, in_counts = [int(n) for n in out_splits], [int(n) for n in in_splits]
-        return self._all_to_all_v(out, inp, out_counts, in_counts, team)
+        return self._post(
+            "all_to_all_v", team, self._all_to_all_v, out, inp, out_counts, in_counts, team
+        )
 
     def send_recv(
         self,
@@ -238,7 +282,7 @@ class Communicator:
         team = self._team(group, "send_recv")
         _check_position(team, sender, "sender", "send_recv")
         _check_position(team, receiver, "receiver", "send_recv")
-        where = f"send_recv over {team} from position {sender} to {receiver}"
+        where = f"send_recv over {describe_group(team)} from position {sender} to {receiver}"
         if self.rank == team[sender]:
             _expect(inp, None, None, where, "inp")
         if self.rank == team[receiver]:
@@ -249,7 +293,7 @@ class Communicator:
             return DONE
         if self.rank not in (team[sender], team[receiver]):
             return DONE
-        return self._send_recv(out, inp, team, sender, receiver)
+        return self._post("send_recv", team, self._send_recv, out, inp, team, sender, receiver)
 
     def permute(
         self,
@@ -265,7 +309,9 @@ class Communicator:
         team = self._team(group, "permute")
         _check_position(team, send_to, "send_to", "permute")
         _check_position(team, recv_from, "recv_from", "permute")
-        where = f"permute over {team} sending to {send_to}, receiving from {recv_from}"
+        where = (
+            f"permute over {describe_group(team)} sending to {send_to}, receiving from {recv_from}"
+        )
         _expect(inp, None, None, where, "inp")
         _expect(out, tuple(inp.shape), inp.dtype, where, "out")
         me = team.index(self.rank)
@@ -274,7 +320,7 @@ class Communicator:
         if send_to == me:
             out.copy_(inp)
             return DONE
-        return self._permute(out, inp, team, send_to, recv_from)
+        return self._post("permute", team, self._permute, out, inp, team, send_to, recv_from)
 
     # -- Hooks: groups of more than one rank, arguments already checked -------------
 
@@ -287,8 +333,14 @@ class Communicator:
         if groups:
             raise self._cannot_reach("prepare", groups[0])
 
-    def _check_same_program(self, digest: str) -> None:
-        raise self._cannot_reach("check_same_program", tuple(range(self.world_size)))
+    def _exchange_codes(self, codes: list[int]) -> list[list[int]]:
+        raise self._cannot_reach("exchange_codes", tuple(range(self.world_size)))
+
+    def _exchange_objects(self, obj: Any) -> list[Any]:
+        raise self._cannot_reach("exchange_objects", tuple(range(self.world_size)))
+
+    def _apply_timeout(self, timeout: datetime.timedelta) -> None:
+        """Hands a new timeout to the backend's groups (nothing to do without a backend)."""
 
     def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
         raise self._cannot_reach("allgather", group)
@@ -344,12 +396,25 @@ class Communicator:
         """``group`` as a checked tuple of which this rank is a member."""
         team = _check_members(group, self.world_size, what)
         if self.rank not in team:
-            raise CommunicationError(f"{what}: rank {self.rank} is not a member of group {team}")
+            raise CommunicationError(
+                f"{what}: rank {self.rank} is not a member of group {describe_group(team)}"
+            )
         return team
+
+    def _post(self, what: str, team: Group, hook: Callable[..., Work], *args: Any) -> Work:
+        """``hook(*args)``, with a backend error raised while posting made a
+        CommunicationError naming the collective, its group and this rank."""
+        try:
+            return hook(*args)
+        except CommunicationError:
+            raise
+        except (RuntimeError, ValueError) as error:
+            where = f"{what} over {describe_group(team)}"
+            raise backend_failure(where, self.rank, error, self.timeout) from error
 
     def _cannot_reach(self, what: str, group: Group) -> CommunicationError:
         return CommunicationError(
-            f"{what} over group {group}: {self!r} cannot reach other ranks"
+            f"{what} over group {describe_group(group)}: {self!r} cannot reach other ranks"
             " (use TorchCommunicator, or a communicator that simulates them)"
         )
 
@@ -367,11 +432,12 @@ def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
     if not team:
         raise CommunicationError(f"{what}: the group is empty")
     if len(set(team)) != len(team):
-        raise CommunicationError(f"{what}: group {team} lists a rank twice")
+        raise CommunicationError(f"{what}: group {describe_group(team)} lists a rank twice")
     outside = [r for r in team if not 0 <= r < world_size]
     if outside:
         raise CommunicationError(
-            f"{what}: group {team} names rank {outside[0]}, but the world has {world_size} ranks"
+            f"{what}: group {describe_group(team)} names rank {outside[0]}, but the world has"
+            f" {world_size} ranks"
         )
     return team
 
@@ -379,7 +445,8 @@ def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
 def _check_position(team: Group, position: int, name: str, what: str) -> None:
     if not 0 <= position < len(team):
         raise CommunicationError(
-            f"{what} over {team}: {name} position {position} is outside 0..{len(team) - 1}"
+            f"{what} over {describe_group(team)}: {name} position {position} is outside"
+            f" 0..{len(team) - 1}"
         )
 
 
@@ -401,6 +468,29 @@ def _expect(
         raise CommunicationError(f"{where}: {name} has dtype {tensor.dtype}, expected {dtype}")
 
 
+def backend_failure(
+    where: str, rank: int, error: BaseException, timeout: datetime.timedelta
+) -> CommunicationError:
+    """The CommunicationError for a backend (gloo/NCCL) error raised by ``where`` on
+    ``rank``: what most likely happened, then the backend's own first line."""
+    text = str(error)
+    lowered = text.lower()
+    if "timed out" in lowered or "timeout" in lowered:
+        reason = (
+            f"no answer from its peers within {timeout.total_seconds():g} s (the collective"
+            " timeout: HOSTIR_TIMEOUT or execute(timeout=)); a peer is stalled, far slower,"
+            " or waiting in another collective"
+        )
+    elif any(word in lowered for word in ("closed", "reset by peer", "broken pipe", "abort")):
+        reason = "a peer closed its connection: it failed or exited (see that rank's error)"
+    else:
+        reason = "the backend reported an error"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if len(first) > 240:
+        first = first[:240] + "..."
+    return CommunicationError(f"{where} failed on rank {rank}: {reason} [{first}]")
+
+
 # -- Finding the world -------------------------------------------------------------
 
 
@@ -418,8 +508,9 @@ def launcher_rank_and_size() -> tuple[int, int] | None:
 def init_process_group_from_env(use_cuda: bool) -> bool:
     """Creates the default process group from launcher variables; False if none are set.
 
-    nccl is used for CUDA tensors, gloo otherwise. Under Open MPI the rendezvous
-    address defaults to this host.
+    The backend is ``HOSTIR_BACKEND`` if set (``hostir run --backend``), else nccl
+    for CUDA tensors and gloo otherwise. Under Open MPI the rendezvous address
+    defaults to this host.
     """
     found = launcher_rank_and_size()
     if found is None:
@@ -427,14 +518,40 @@ def init_process_group_from_env(use_cuda: bool) -> bool:
     rank, world_size = found
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-    backend = "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
+    backend = chosen_backend(use_cuda)
     if backend == "nccl":
         local_rank = int(
             os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
         )
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=DEFAULT_TIMEOUT)
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=collective_timeout())
+    # The group is ours: end it before the interpreter does. Left to interpreter teardown,
+    # gloo's threads are sometimes destroyed while joinable, which aborts the process
+    # ("terminate called without an active exception") after a successful run.
+    atexit.register(_destroy_default_group, dist.group.WORLD)
     return True
+
+
+def _destroy_default_group(world: Any) -> None:
+    """Destroys the default group made by :func:`init_process_group_from_env`, if it is
+    still the current one."""
+    if dist.is_initialized() and dist.group.WORLD is world:
+        dist.destroy_process_group()
+
+
+def chosen_backend(use_cuda: bool) -> str:
+    """``HOSTIR_BACKEND`` if set, else nccl for CUDA tensors (where CUDA exists), else gloo."""
+    asked = os.environ.get(BACKEND_VARIABLE, "").strip()
+    if not asked:
+        return "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
+    if asked not in ("gloo", "nccl"):
+        raise SettingError(f"{BACKEND_VARIABLE}={asked!r}: expected gloo or nccl")
+    if asked == "nccl" and not torch.cuda.is_available():
+        raise SettingError(
+            f"{BACKEND_VARIABLE}=nccl: nccl needs CUDA, and this machine has no CUDA device"
+            " (use gloo)"
+        )
+    return asked
 
 
 _DEFAULT: dict[str, Any] = {"group": None, "communicator": None}

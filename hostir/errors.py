@@ -38,7 +38,24 @@ class MeshError(HostIrError):
 
 
 class CommunicationError(EvaluationError):
-    """A collective failed, timed out, or the ranks disagree on the program."""
+    """A collective failed or timed out: the message names the collective, its team, this
+    rank and, where known, the rank that failed."""
+
+
+class DisagreementError(CommunicationError):
+    """The ranks disagree on what they are about to run: a different program, or a
+    different extent or dtype bound from their inputs. Raised on every rank, before any
+    collective of the program; the message names the ranks, the tensor, the dim and the
+    values seen."""
+
+
+class PeerFailureError(CommunicationError):
+    """Another rank failed before it could communicate (a bad input, say); raised on the
+    ranks that did not fail, naming the failed rank(s) and their error."""
+
+
+class SettingError(HostIrError):
+    """A setting (an environment variable or an option) has a value hostir cannot use."""
 
 
 class RaceError(EvaluationError):

@@ -18,13 +18,21 @@ from typing import Any
 
 import torch
 
+from hostir.agreement import BoundExtent, RankFacts, agree
 from hostir.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.communications import COLLECTIVES, Wait
 from hostir.communicator import Communicator, default_communicator
 from hostir.compute import COMPUTE_HANDLERS
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
-from hostir.errors import EvaluationError, HostIrError, InputError, VerifyError
+from hostir.errors import (
+    CommunicationError,
+    DisagreementError,
+    EvaluationError,
+    HostIrError,
+    InputError,
+    VerifyError,
+)
 from hostir.inputs import bind_input_tensor
 from hostir.instructions import (
     INSTRUCTIONS,
@@ -37,9 +45,11 @@ from hostir.instructions import (
     keyword,
 )
 from hostir.program_info import check_meshes_fit, program_teams
+from hostir.rank_text import describe_group
 from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.sharding import Mesh, local_extent
 from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool
+from hostir.timeouts import collective_timeout
 from hostir.values import RequestValue, StreamValue, TensorValue
 
 RANK_SYMBOL = RANK
@@ -73,6 +83,7 @@ class RunContext:
         self.tensors: dict[str, torch.Tensor | None] = {}
         self.scalars: dict[str, int | float | bool] = {RANK_SYMBOL: communicator.rank}
         self.current_stream: Any = MAIN
+        self.posted: dict[str, Instruction] = {}  # request name -> the communication defining it
         self._shapes: dict[int, tuple[TensorValue, list[int]]] = {}
         self.stream_pool = evaluator.stream_pool(device)
 
@@ -191,6 +202,8 @@ class HostIrEvaluator:
         self.listeners = tuple(listeners)
         self.device = torch.device(device) if device is not None else None
         self._prepared_for: Communicator | None = None
+        self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
+        self._digest: str | None = None
         self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
 
@@ -198,20 +211,34 @@ class HostIrEvaluator:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""
         return self._stream_pools.setdefault(device, StreamPool(device))
 
-    def run(self, inputs: Sequence[Any]) -> list[torch.Tensor | None]:
-        """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs."""
+    def run(
+        self, inputs: Sequence[Any], *, timeout: float | None = None
+    ) -> list[torch.Tensor | None]:
+        """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs.
+
+        In a world of more than one rank, the first run of each input signature starts
+        with the agreement (hostir.agreement): the ranks compare the program, the
+        extents their inputs bind and their dtypes, and whether one failed before
+        communicating, and all raise the same named error if they differ.
+        ``timeout`` (seconds) bounds every wait for peers (default: ``HOSTIR_TIMEOUT``,
+        else hostir.timeouts.DEFAULT_TIMEOUT_S).
+        """
         inputs = list(inputs)
-        if len(inputs) != len(self.program.inputs):
-            names = ", ".join(v.name for v in self.program.inputs)
-            raise InputError(
-                f"expected {len(self.program.inputs)} inputs ({names}), got {len(inputs)}"
-            )
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
-        self._prepare(communicator)
+        communicator.set_timeout(collective_timeout(timeout))
+        check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
         context = RunContext(self, communicator, device)
-        for value, given in zip(self.program.inputs, inputs, strict=True):
-            self._bind_input(context, value, given)
+        failure = self._bind_inputs(context, inputs)
+        if communicator.world_size > 1:
+            signature = _signature(inputs)
+            if signature not in self._agreed:
+                agree(communicator, self._facts(context, failure))
+                if failure is None:
+                    self._agreed.add(signature)
+        if failure is not None:
+            raise failure
+        self._prepare(communicator)
         try:
             context.run_body(self.program.body)
             for listener in self.listeners:
@@ -221,17 +248,53 @@ class HostIrEvaluator:
                 torch.cuda.set_stream(context.stream_pool.get(MAIN))
         return [self._output(context, value) for value in self.program.outputs]
 
+    def digest(self) -> str:
+        """The program's digest: the SHA-256 of its text (the same on ranks running it)."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(str(self.program).encode()).hexdigest()
+        return self._digest
+
+    def _bind_inputs(self, context: RunContext, inputs: list[Any]) -> HostIrError | None:
+        """Binds every input; the first error instead of raising it (the agreement tells
+        the other ranks about it before this rank raises it)."""
+        if len(inputs) != len(self.program.inputs):
+            names = ", ".join(v.name for v in self.program.inputs)
+            return InputError(
+                f"expected {len(self.program.inputs)} inputs ({names}), got {len(inputs)}"
+            )
+        try:
+            for value, given in zip(self.program.inputs, inputs, strict=True):
+                self._bind_input(context, value, given)
+        except HostIrError as error:
+            return error
+        return None
+
+    def _facts(self, context: RunContext, failure: HostIrError | None) -> RankFacts:
+        """What this rank is about to run, for the agreement."""
+        if failure is not None:
+            return RankFacts.failed(failure, self.digest())
+        extents: dict[str, BoundExtent] = {}
+        dtypes = []
+        for value in self.program.inputs:
+            tensor = context.tensors.get(value.name) if isinstance(value, TensorValue) else None
+            if tensor is None:
+                continue
+            dtypes.append((value.name, value.dtype.value))
+            for dim, extent in enumerate(value.shape):
+                if isinstance(extent, Symbol) and extent.name not in extents:
+                    bound = int(context.scalars[extent.name])
+                    extents[extent.name] = BoundExtent(extent.name, value.name, dim, bound)
+        return RankFacts(
+            digest=self.digest(), extents=tuple(extents.values()), dtypes=tuple(dtypes)
+        )
+
     def _prepare(self, communicator: Communicator) -> None:
-        """Once per communicator: check meshes fit the world, check every rank runs
-        the same program, and create every process group in program order."""
+        """Once per communicator: create every process group in program order (the
+        agreement made sure every rank runs this program)."""
         if self._prepared_for is communicator:
             return
-        check_meshes_fit(self.program, communicator.world_size)
         teams = program_teams(self.program)
-        if teams:
-            digest = hashlib.sha256(str(self.program).encode()).hexdigest()
-            communicator.check_same_program(digest)
-            communicator.prepare([group for team in teams for group in team.groups])
+        communicator.prepare([group for team in teams for group in team.groups])
         self._prepared_for = communicator
 
     def _bind_input(self, context: RunContext, value: Any, given: Any) -> None:
@@ -271,17 +334,32 @@ class HostIrEvaluator:
                     results = step.handler(context, instruction, operands)
             else:
                 results = step.handler(context, instruction, operands)
-        except HostIrError:
-            raise
-        except (RuntimeError, ValueError, TypeError, IndexError) as error:
-            raise EvaluationError(
-                f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}: {error}"
-            ) from error
+        except (HostIrError, RuntimeError, ValueError, TypeError, IndexError) as error:
+            failure = _failure(error, instruction, step, context)
+            if failure is error:
+                raise
+            raise failure from error
         tensors = context.tensors
         for index, name in step.binds:
             tensors[name] = results[index]
+        if step.posts is not None:
+            context.posted[step.posts] = instruction
         for listener in self.listeners:
             listener.after(instruction, context, operands)
+
+
+def _failure(
+    error: Exception, instruction: Instruction, step: _Step, context: RunContext
+) -> Exception:
+    """What a failed handler raises: HostIrErrors as they are (communication errors prefixed
+    with the communication), anything else as an EvaluationError naming the instruction."""
+    if isinstance(error, CommunicationError) and not isinstance(error, DisagreementError):
+        return type(error)(f"{_describe_communication(instruction, context)}: {error}")
+    if isinstance(error, HostIrError):
+        return error
+    return EvaluationError(
+        f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}: {error}"
+    )
 
 
 def _profiling() -> bool:
@@ -309,6 +387,7 @@ class _Step:
         "operands",
         "optional",
         "written",
+        "posts",
     )
 
     @staticmethod
@@ -334,6 +413,8 @@ class _Step:
         # Communications run on ranks that may not hold their source (a broadcast's
         # receivers); their handlers check what each rank needs.
         step.optional = type(instruction) in COLLECTIVES or isinstance(instruction, Wait)
+        request = getattr(instruction, "request", None)
+        step.posts = request.name if type(instruction) in COLLECTIVES else None
         return step
 
     def describe(self) -> str:
@@ -355,6 +436,39 @@ class _Step:
 
 _UNRESOLVED = frozenset({Deallocate})
 """Instructions whose handlers need only names, not bound values."""
+
+
+def _describe_communication(instruction: Instruction, context: RunContext) -> str:
+    """``wait R2 (Allreduce defining T3 over axes (x) of a [2, 2] mesh, group ranks 0-1)``,
+    for communication errors (short at any mesh size)."""
+    if isinstance(instruction, Wait):
+        posted = context.posted.get(instruction.request.name)
+        inner = f" ({_describe_posting(posted, context)})" if posted is not None else ""
+        return f"wait {instruction.request.name}{inner}"
+    return _describe_posting(instruction, context)
+
+
+def _describe_posting(instruction: Instruction, context: RunContext) -> str:
+    out = getattr(instruction, "out", None)
+    text = keyword(instruction)
+    if out is not None:
+        text += f" {'into' if getattr(instruction, 'preallocated', False) else 'defining'}"
+        text += f" {out.name}"
+    team = getattr(instruction, "team", None)
+    if team is not None:
+        axes = ", ".join(axis.value for axis in team.axes)
+        text += f" over axes ({axes}) of a {list(team.mesh.shape)} mesh"
+        group = team.group_of(context.rank)
+        if group is not None:
+            text += f", group {describe_group(group)}"
+    return text
+
+
+def _signature(inputs: Sequence[Any]) -> tuple:
+    """What the agreement is keyed on: each input's kind, local shape and dtype."""
+    return tuple(
+        (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in inputs
+    )
 
 
 def _placement(instruction: Instruction) -> Mesh | None:

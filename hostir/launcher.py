@@ -2,21 +2,86 @@
 
 It starts N Python processes on this machine with the same variables torchrun
 sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-``MASTER_ADDR``, ``MASTER_PORT``), so a script creates its process group from
-them exactly as it would under torchrun. If one rank fails the others are
-stopped: a rank waiting in a collective for a dead peer would otherwise hang.
+``MASTER_ADDR``, ``MASTER_PORT``) plus ``HOSTIR_BACKEND`` (``--backend``), so a
+script creates its process group from them exactly as it would under torchrun.
+
+When a rank fails the others are stopped (a rank waiting in a collective for a
+dead peer would otherwise wait for the collective timeout), and the launch
+reports the failure that caused the others: each rank's stderr passes through
+unchanged while the launcher keeps its last lines, and among the ranks that
+failed within :data:`SETTLE_S` of the first, one whose error is not a
+consequence of another rank's failure (``PeerFailureError``, a lost peer) is
+named, with its exit code and its error line.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 POLL_INTERVAL_S = 0.05
 STOP_TIMEOUT_S = 5.0
+SETTLE_S = 1.0
+"""After the first failure, how long the launcher waits for the ranks that fail with it,
+so that it names the root cause rather than a peer that noticed it first."""
+TAIL_LINES = 40
+"""How many of each rank's last stderr lines the launcher keeps to find its error."""
+
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b.*)$"
+)
+_CONSEQUENCES = ("PeerFailureError", "a peer closed its connection", "no answer from its peers")
+"""Marks of an error that a rank raised because another rank failed first."""
+
+
+@dataclasses.dataclass
+class RankFailure:
+    """How a rank ended when it failed: its exit code and the error it printed last."""
+
+    rank: int
+    code: int
+    error: str
+
+    @property
+    def is_consequence(self) -> bool:
+        """Whether the rank failed because another one did (it says so)."""
+        return any(mark in self.error for mark in _CONSEQUENCES)
+
+    def describe(self) -> str:
+        """``rank 1 exited with code 1: hostir.errors.InputError: ...``."""
+        ending = f"code {self.code}" if self.code >= 0 else f"signal {-self.code}"
+        detail = f": {self.error}" if self.error else ""
+        return f"rank {self.rank} exited with {ending}{detail}"
+
+
+class _Rank:
+    """One launched rank: its process and the tail of its stderr (forwarded as it comes)."""
+
+    def __init__(self, rank: int, argv: list[str], env: dict[str, str]) -> None:
+        self.rank = rank
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.process = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+        self.reader = threading.Thread(target=self._forward, daemon=True)
+        self.reader.start()
+
+    def _forward(self) -> None:
+        for raw in iter(self.process.stderr.readline, b""):
+            sys.stderr.buffer.write(raw)
+            sys.stderr.buffer.flush()
+            self.tail.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def failure(self) -> RankFailure:
+        """The rank's failure (call once it exited non-zero)."""
+        self.reader.join(timeout=2)  # the last lines arrive after the exit
+        errors = [m.group(1) for m in map(_ERROR_LINE.match, self.tail) if m]
+        return RankFailure(self.rank, self.process.returncode, errors[-1] if errors else "")
 
 
 def free_port() -> int:
@@ -42,39 +107,54 @@ def rank_environment(rank: int, nproc: int, port: int, backend: str) -> dict[str
 
 
 def launch(script: str, nproc: int, args: list[str], backend: str = "gloo") -> int:
-    """Runs ``script`` as ``nproc`` local ranks; returns 0, or the exit code of a failed rank.
+    """Runs ``script`` as ``nproc`` local ranks; returns 0, or the exit code of the failed rank
+    it names (negative if killed by a signal, as in ``subprocess``).
 
-    When a rank exits non-zero the others are terminated and its code is
-    returned (negative if it was killed by a signal, as in ``subprocess``).
+    A failure is reported on stderr as ``hostir: rank R exited with code C: <error>``.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, got {nproc}")
     port = free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, *args], env=rank_environment(rank, nproc, port, backend)
-        )
+    ranks = [
+        _Rank(rank, [sys.executable, script, *args], rank_environment(rank, nproc, port, backend))
         for rank in range(nproc)
     ]
     try:
-        return wait_all(procs)
+        failure = wait_all(ranks)
     finally:
-        stop(procs)  # no-op when all have exited; also covers Ctrl-C
+        stop([rank.process for rank in ranks])  # no-op when all have exited; also Ctrl-C
+    if failure is None:
+        return 0
+    print(f"hostir: {failure.describe()}", file=sys.stderr, flush=True)
+    return failure.code
 
 
-def wait_all(procs: list[subprocess.Popen]) -> int:
-    """Waits until every process exits (0) or the first one fails (its exit code)."""
-    running = list(procs)
+def wait_all(ranks: list[_Rank]) -> RankFailure | None:
+    """Waits until every rank exits 0 (None) or one fails (the root cause, see the module
+    docstring)."""
+    running = list(ranks)
     while running:
-        for proc in list(running):
-            code = proc.poll()
+        for rank in list(running):
+            code = rank.process.poll()
             if code is None:
                 continue
             if code != 0:
-                return code
-            running.remove(proc)
+                return root_cause(rank, ranks)
+            running.remove(rank)
         time.sleep(POLL_INTERVAL_S)
-    return 0
+    return None
+
+
+def root_cause(first: _Rank, ranks: list[_Rank]) -> RankFailure:
+    """The failure to report: ``first``'s, unless a rank failing within SETTLE_S says why."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline and any(r.process.poll() is None for r in ranks):
+        time.sleep(POLL_INTERVAL_S)
+    failures = [first.failure()] + [
+        r.failure() for r in ranks if r is not first and r.process.poll() not in (None, 0)
+    ]
+    causes = [f for f in failures if not f.is_consequence]
+    return (causes or failures)[0]
 
 
 def stop(procs: list[subprocess.Popen]) -> None:

@@ -1,15 +1,23 @@
 """The ``torch.distributed`` communicator: collectives of real runs (gloo on CPU, nccl on CUDA).
 
+hostir's collectives run on process groups of its own, never on the default
+group: the world as one group, one group per team group a program uses, and a
+gloo group for the agreement before a program's first run (hostir.agreement).
+So a user's own collectives on the default group never meet ours, hostir's
+timeout (HOSTIR_TIMEOUT, ``execute(timeout=)``) applies to hostir's groups only,
+and a rank still in an earlier program's collectives cannot mix its messages
+with an agreement.
+
 Our groups are in team order (a column-major team lists its devices
 column-major). Each is created with ``sort_ranks=False``, so a torch group's
 ranks are the team positions and collectives land straight in the caller's
-buffers; the world in rank order is the default group. (``Layout`` still maps
-team positions to torch group ranks, and permutes at the edges if the two ever
-differ.) Rooted collectives and point-to-point calls take global ranks.
+buffers. Rooted collectives and point-to-point calls take global ranks.
 
 Every call is issued with ``async_op=True``; compute overlaps until ``wait()``.
 torch needs contiguous buffers, so a non-contiguous output gets a contiguous
-temporary that ``wait()`` copies back.
+temporary that ``wait()`` copies back. A backend error, raised when posting or
+when waiting, becomes a CommunicationError naming the collective, its group and
+this rank (see :func:`hostir.communicator.backend_failure`).
 
 gloo (torch 2.13) handles all of these collectives for float32, bfloat16 and
 float16, including reductions, on sub-groups; no dtype fallback is needed. Its
@@ -22,16 +30,17 @@ which ``all_to_all_v`` relies on.
 
 from __future__ import annotations
 
-import hashlib
+import atexit
+import datetime
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from hostir.communicator import DEFAULT_TIMEOUT, Communicator, Group, Work
+from hostir.communicator import Communicator, Group, Work, backend_failure
 from hostir.errors import CommunicationError
+from hostir.rank_text import describe_group, describe_ranks
 from hostir.sharding import ReduceOp
 
 TORCH_REDUCE_OPS = {
@@ -41,27 +50,47 @@ TORCH_REDUCE_OPS = {
     ReduceOp.PROD: dist.ReduceOp.PRODUCT,
 }
 
+AGREEMENT = "agreement"
+"""The key of the agreement's group in the group cache."""
+
+ARRIVALS = "hostir/agreement-arrivals/"
+"""Store key prefix: per rank, how many agreements it has entered (to name a missing rank)."""
+
 
 class GroupCache:
-    """Process groups by member tuple in team order, for one default group.
+    """hostir's process groups by member tuple in team order (and the agreement's), for one
+    default group, with the timeout they were last given.
 
-    Shared by every TorchCommunicator of this process: the evaluator makes a
-    communicator per run, and a per-instance cache would create (and leak) new
-    groups on every run. All ranks prepare the same groups in the same order,
-    so their caches stay in step. A re-initialized world starts afresh.
+    Shared by every TorchCommunicator of this process: all ranks prepare the same
+    groups in the same order, so their caches stay in step. A re-initialized world
+    starts afresh.
     """
 
     def __init__(self) -> None:
         self.world: Any = None
-        self.groups: dict[Group, Any] = {}
+        self.groups: dict[Group | str, Any] = {}
+        self.timeout: datetime.timedelta | None = None
 
-    def current(self) -> dict[Group, Any]:
+    def current(self) -> dict[Group | str, Any]:
         """The groups of the current default group (emptied if that group changed)."""
         world = dist.group.WORLD
         if self.world is not world:
+            if self.world is None:
+                atexit.register(self.release)
             self.groups = {}
+            self.timeout = None
             self.world = world  # holding it keeps its id from being reused
         return self.groups
+
+    def release(self) -> None:
+        """Destroys our groups of the current world (at exit: left to interpreter teardown,
+        gloo's threads are sometimes destroyed while joinable, which aborts the process)."""
+        if not dist.is_initialized() or dist.group.WORLD is not self.world:
+            return
+        for group in self.groups.values():
+            if group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(group)
+        self.groups = {}
 
 
 GROUPS = GroupCache()
@@ -76,45 +105,32 @@ class PendingWork(Work):
         handles: Sequence[Any],
         finish: Callable[[], None] | None = None,
         keep: Sequence[torch.Tensor] = (),
+        *,
+        rank: int = -1,
+        timeout: datetime.timedelta = datetime.timedelta(0),
     ) -> None:
         self._what = what
         self._handles = list(handles)
         self._finish = finish
         # Buffers torch reads or writes asynchronously must outlive the call.
         self._keep = list(keep)
+        self._rank = rank
+        self._timeout = timeout
         self._done = False
 
     def wait(self) -> None:
-        """Waits for the handles, then permutes/copies results into place (once)."""
+        """Waits for the handles, then copies results into place (once)."""
         if self._done:
             return
         try:
             for handle in self._handles:
                 handle.wait()
         except RuntimeError as exc:  # gloo reports timeouts and lost peers this way
-            raise CommunicationError(f"{self._what} failed: {exc}") from exc
+            raise backend_failure(self._what, self._rank, exc, self._timeout) from exc
         if self._finish is not None:
             self._finish()
         self._done = True
         self._handles, self._finish, self._keep = [], None, []
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a team-ordered group maps onto its torch process group.
-
-    ``order[p]`` is the torch group rank of team position ``p``; ``inverse[s]``
-    the team position of torch group rank ``s``.
-    """
-
-    process_group: Any
-    order: list[int]
-    inverse: list[int]
-
-    @property
-    def sorted(self) -> bool:
-        """True when the team order already is torch's order."""
-        return self.order == list(range(len(self.order)))
 
 
 class TorchCommunicator(Communicator):
@@ -129,179 +145,192 @@ class TorchCommunicator(Communicator):
 
     def _prepare(self, groups: list[Group]) -> None:
         cache = GROUPS.current()
-        world = tuple(range(self.world_size))
-        for group in groups:
+        self._sync_timeout()
+        # Our world group first (collectives over every rank and point-to-point calls run
+        # on it), so that it exists whatever the program: every rank creates it in step.
+        world = [tuple(range(self.world_size))] if self.world_size > 1 else []
+        for group in [*world, *groups]:
             key = tuple(group)
-            if key == world or key in cache:
+            if key in cache:
                 continue
             # Collective over the whole world: every rank reaches this line for
             # the same keys in the same order (non-members get a placeholder). The
             # group keeps the team's order (sort_ranks=False), so its torch ranks are
             # the team positions and no collective needs reordering copies.
-            cache[key] = dist.new_group(list(key), timeout=DEFAULT_TIMEOUT, sort_ranks=False)
+            cache[key] = self._new_group(f"group {describe_group(key)}", list(key))
 
-    def _layout(self, group: Group, what: str) -> Layout:
-        key = tuple(group)
-        if key == tuple(range(self.world_size)):
-            process_group = None  # the default group
-        elif key in GROUPS.current():
-            process_group = GROUPS.current()[key]
-        else:
+    def _new_group(self, what: str, ranks: list[int], **options: Any) -> Any:
+        try:
+            return dist.new_group(ranks, timeout=self.timeout, sort_ranks=False, **options)
+        except RuntimeError as error:
+            raise backend_failure(f"creating {what}", self.rank, error, self.timeout) from error
+
+    def _group(self, group: Group, what: str) -> Any:
+        """The torch process group of ``group`` (prepared earlier on every rank)."""
+        found = GROUPS.current().get(tuple(group))
+        if found is None:
             raise CommunicationError(
-                f"{what} over group {group}: the group was not prepared; call"
+                f"{what} over group {describe_group(group)}: the group was not prepared; call"
                 " prepare() with it on every rank before its first collective"
             )
-        order = [key.index(rank) for rank in group]
-        return Layout(process_group, order, [group.index(rank) for rank in key])
+        return found
 
-    def _check_same_program(self, digest: str) -> None:
-        device = _scratch_device()
-        mine = torch.tensor([_digest_code(digest)], dtype=torch.int64, device=device)
-        codes = torch.empty(self.world_size, dtype=torch.int64, device=device)
-        dist.all_gather_single(codes, mine)
-        by_code: dict[int, list[int]] = {}
-        for rank, code in enumerate(codes.tolist()):
-            by_code.setdefault(code, []).append(rank)
-        if len(by_code) == 1:
-            return
-        # The largest set of agreeing ranks (the one with rank 0 on a tie) is
-        # taken as the reference; the others are named as differing.
-        sets = sorted(by_code.values(), key=lambda ranks: (-len(ranks), ranks[0]))
-        differing = sorted(rank for ranks in sets[1:] for rank in ranks)
-        verb = "differs" if len(differing) == 1 else "differ"
-        raise CommunicationError(
-            f"the ranks run different programs: the program digest of {_ranks(differing)}"
-            f" {verb} from that of {_ranks(sets[0])} (this is rank {self.rank})"
-        )
+    def _sync_timeout(self) -> None:
+        """Gives our existing groups this communicator's timeout if they have another."""
+        if GROUPS.timeout != self.timeout:
+            self._apply_timeout(self.timeout)
+
+    def _apply_timeout(self, timeout: datetime.timedelta) -> None:
+        for key, group in GROUPS.current().items():
+            members = range(self.world_size) if key == AGREEMENT else key
+            if self.rank in members:
+                dist.distributed_c10d._set_pg_timeout(timeout, group)
+        GROUPS.timeout = timeout
+
+    # -- Agreement ------------------------------------------------------------------
+
+    def _agreement_group(self) -> Any:
+        cache = GROUPS.current()
+        if AGREEMENT not in cache:
+            # gloo whatever the default backend: the messages are small CPU tensors.
+            ranks = list(range(self.world_size))
+            cache[AGREEMENT] = self._new_group("the agreement group", ranks, backend="gloo")
+        self._sync_timeout()
+        return cache[AGREEMENT]
+
+    def _exchange_codes(self, codes: list[int]) -> list[list[int]]:
+        arrivals = _arrive(self.rank)
+        try:
+            group = self._agreement_group()
+            mine = torch.tensor(codes, dtype=torch.int64)
+            everyone = torch.empty(self.world_size * len(codes), dtype=torch.int64)
+            dist.all_gather_single(everyone, mine, group=group, async_op=True).wait()
+        except (RuntimeError, CommunicationError) as error:
+            raise self._agreement_failure(error, arrivals) from error
+        return everyone.view(self.world_size, len(codes)).tolist()
+
+    def _exchange_objects(self, obj: Any) -> list[Any]:
+        everyone: list[Any] = [None] * self.world_size
+        try:
+            dist.all_gather_object(everyone, obj, group=self._agreement_group())
+        except RuntimeError as error:
+            raise self._agreement_failure(error, None) from error
+        return everyone
+
+    def _agreement_failure(self, error: BaseException, arrivals: int | None) -> CommunicationError:
+        where = "the agreement before the first collective (over every rank)"
+        failure = error if isinstance(error, CommunicationError) else None
+        if failure is None:
+            failure = backend_failure(where, self.rank, error, self.timeout)
+        missing = _missing(self.world_size, arrivals)
+        if missing:
+            return CommunicationError(
+                f"{failure}; {describe_ranks(missing)} did not reach the agreement (stopped"
+                " or failed before its execute, or still busy)"
+            )
+        return failure
 
     # -- Collectives --------------------------------------------------------------
 
+    def _work(self, what: str, handles: Sequence[Any], finish=None, keep=()) -> PendingWork:
+        return PendingWork(what, handles, finish, keep, rank=self.rank, timeout=self.timeout)
+
     def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
-        layout = self._layout(group, "allgather")
+        process_group = self._group(group, "allgather")
+        what = f"allgather over {describe_group(group)}"
+        src = inp.contiguous()
         if not out.is_contiguous():
             # Strided chunks (a gather along an inner dim): the list form lands each
             # member's chunk in its view; the backend stages the gather itself (gloo
             # always does), so no second staging buffer of ours.
-            src = inp.contiguous()
-            chunks = list(out.unbind(0))
-            handle = dist.all_gather(
-                [chunks[p] for p in layout.inverse], src, group=layout.process_group, async_op=True
-            )
-            return PendingWork(f"allgather over {group}", [handle], None, [out, src])
-        direct = layout.sorted and out.is_contiguous()
-        landing = out if direct else torch.empty(out.shape, dtype=out.dtype, device=out.device)
-        src = inp.contiguous()
+            handle = dist.all_gather(list(out.unbind(0)), src, group=process_group, async_op=True)
+            return self._work(what, [handle], None, [out, src])
         handle = dist.all_gather_single(
-            landing.view(-1), src.view(-1), group=layout.process_group, async_op=True
+            out.view(-1), src.view(-1), group=process_group, async_op=True
         )
-
-        def finish() -> None:
-            if not direct:
-                out.copy_(landing[layout.order])  # sorted order -> team order
-
-        return PendingWork(f"allgather over {group}", [handle], finish, [landing, src])
+        return self._work(what, [handle], None, [out, src])
 
     def _reduce_scatter(
         self, out: torch.Tensor, inp: torch.Tensor, group: Group, op: ReduceOp
     ) -> Work:
-        layout = self._layout(group, "reduce_scatter")
+        process_group = self._group(group, "reduce_scatter")
+        what = f"reduce_scatter over {describe_group(group)}"
         landing = _contiguous_like(out)
         if not inp.is_contiguous():
             # Strided chunks (a reduce-scatter along an inner dim): the list form packs
             # them itself (gloo flattens its inputs anyway), so no packing copy of ours.
-            chunks = list(inp.unbind(0))
             handle = dist.reduce_scatter(
                 landing,
-                [chunks[p] for p in layout.inverse],
+                list(inp.unbind(0)),
                 op=TORCH_REDUCE_OPS[op],
-                group=layout.process_group,
+                group=process_group,
                 async_op=True,
             )
-            return PendingWork(
-                f"reduce_scatter over {group}", [handle], _copy_back(landing, out), [landing, inp]
-            )
-        # Chunk s of the call goes to torch group rank s: reorder team chunks.
-        src = inp.contiguous() if layout.sorted else inp[layout.inverse]
+            return self._work(what, [handle], _copy_back(landing, out), [landing, inp])
         handle = dist.reduce_scatter_single(
             landing.view(-1),
-            src.view(-1),
+            inp.view(-1),
             op=TORCH_REDUCE_OPS[op],
-            group=layout.process_group,
+            group=process_group,
             async_op=True,
         )
-        return PendingWork(
-            f"reduce_scatter over {group}", [handle], _copy_back(landing, out), [landing, src]
-        )
+        return self._work(what, [handle], _copy_back(landing, out), [landing, inp])
 
     def _allreduce(self, tensor: torch.Tensor, group: Group, op: ReduceOp) -> Work:
-        layout = self._layout(group, "allreduce")
+        process_group = self._group(group, "allreduce")
         buf = tensor.contiguous()
-        handle = dist.all_reduce(
-            buf, op=TORCH_REDUCE_OPS[op], group=layout.process_group, async_op=True
-        )
-        return PendingWork(f"allreduce over {group}", [handle], _copy_back(buf, tensor), [buf])
+        handle = dist.all_reduce(buf, op=TORCH_REDUCE_OPS[op], group=process_group, async_op=True)
+        what = f"allreduce over {describe_group(group)}"
+        return self._work(what, [handle], _copy_back(buf, tensor), [buf])
 
     def _broadcast(self, tensor: torch.Tensor, group: Group, root: int) -> Work:
-        layout = self._layout(group, "broadcast")
+        process_group = self._group(group, "broadcast")
         buf = tensor.contiguous()
-        handle = dist.broadcast(buf, src=group[root], group=layout.process_group, async_op=True)
-        return PendingWork(f"broadcast over {group}", [handle], _copy_back(buf, tensor), [buf])
+        handle = dist.broadcast(buf, src=group[root], group=process_group, async_op=True)
+        what = f"broadcast over {describe_group(group)}"
+        return self._work(what, [handle], _copy_back(buf, tensor), [buf])
 
     def _reduce(self, tensor: torch.Tensor, group: Group, root: int, op: ReduceOp) -> Work:
-        layout = self._layout(group, "reduce")
+        process_group = self._group(group, "reduce")
         buf = tensor.contiguous()
         handle = dist.reduce(
-            buf,
-            dst=group[root],
-            op=TORCH_REDUCE_OPS[op],
-            group=layout.process_group,
-            async_op=True,
+            buf, dst=group[root], op=TORCH_REDUCE_OPS[op], group=process_group, async_op=True
         )
-        return PendingWork(f"reduce over {group}", [handle], _copy_back(buf, tensor), [buf])
+        what = f"reduce over {describe_group(group)}"
+        return self._work(what, [handle], _copy_back(buf, tensor), [buf])
 
     def _gather(self, out: torch.Tensor | None, inp: torch.Tensor, group: Group, root: int) -> Work:
-        layout = self._layout(group, "gather")
+        process_group = self._group(group, "gather")
         src = inp.contiguous()
         landing, chunks = None, None
         if self.rank == group[root]:
             landing = _contiguous_like(out)
-            # torch fills chunks[s] from group rank s: hand it team-ordered views.
-            chunks = [landing[p] for p in layout.inverse]
-        handle = dist.gather(
-            src, chunks, dst=group[root], group=layout.process_group, async_op=True
-        )
+            chunks = list(landing.unbind(0))  # torch fills chunks[p] from group rank p
+        handle = dist.gather(src, chunks, dst=group[root], group=process_group, async_op=True)
         finish = _copy_back(landing, out) if landing is not None else None
-        return PendingWork(f"gather over {group}", [handle], finish, [src, *(chunks or [])])
+        what = f"gather over {describe_group(group)}"
+        return self._work(what, [handle], finish, [src, *(chunks or [])])
 
     def _scatter(
         self, out: torch.Tensor, inp: torch.Tensor | None, group: Group, root: int
     ) -> Work:
-        layout = self._layout(group, "scatter")
+        process_group = self._group(group, "scatter")
         landing = _contiguous_like(out)
         chunks = None
         if self.rank == group[root]:
-            src = inp.contiguous()
-            # torch sends chunks[s] to group rank s: hand it team-ordered views.
-            chunks = [src[p] for p in layout.inverse]
-        handle = dist.scatter(
-            landing, chunks, src=group[root], group=layout.process_group, async_op=True
-        )
-        finish = _copy_back(landing, out)
-        return PendingWork(f"scatter over {group}", [handle], finish, [landing, *(chunks or [])])
+            chunks = list(inp.contiguous().unbind(0))  # torch sends chunks[p] to group rank p
+        handle = dist.scatter(landing, chunks, src=group[root], group=process_group, async_op=True)
+        what = f"scatter over {describe_group(group)}"
+        return self._work(what, [handle], _copy_back(landing, out), [landing, *(chunks or [])])
 
     def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
-        layout = self._layout(group, "all_to_all")
-        # Chunk s goes to, and arrives from, torch group rank s.
-        src = inp.contiguous() if layout.sorted else inp[layout.inverse]
-        direct = layout.sorted and out.is_contiguous()
-        landing = out if direct else torch.empty(out.shape, dtype=out.dtype, device=out.device)
-        handle = dist.all_to_all_single(landing, src, group=layout.process_group, async_op=True)
-
-        def finish() -> None:
-            if not direct:
-                out.copy_(landing[layout.order])  # sorted order -> team order
-
-        return PendingWork(f"all_to_all over {group}", [handle], finish, [landing, src])
+        process_group = self._group(group, "all_to_all")
+        # Chunk p goes to, and arrives from, torch group rank p.
+        src = inp.contiguous()
+        landing = _contiguous_like(out)
+        handle = dist.all_to_all_single(landing, src, group=process_group, async_op=True)
+        what = f"all_to_all over {describe_group(group)}"
+        return self._work(what, [handle], _copy_back(landing, out), [landing, src])
 
     def _all_to_all_v(
         self,
@@ -311,55 +340,32 @@ class TorchCommunicator(Communicator):
         in_splits: list[int],
         group: Group,
     ) -> Work:
-        layout = self._layout(group, "all_to_all_v")
-        what = f"all_to_all_v over {group}"
-        if layout.sorted:  # torch's ranks are the team positions: the buffers go as they are
-            handle = dist.all_to_all_single(
-                out,
-                inp,
-                output_split_sizes=out_splits,
-                input_split_sizes=in_splits,
-                group=layout.process_group,
-                async_op=True,
-            )
-            return PendingWork(what, [handle], None, [out, inp])
-        # Torch rank s is team position inverse[s]: reorder the chunks both ways.
-        torch_in = [in_splits[p] for p in layout.inverse]
-        torch_out = [out_splits[p] for p in layout.inverse]
-        chunks = inp.split(in_splits)
-        src = torch.cat([chunks[p] for p in layout.inverse])
-        landing = torch.empty_like(out)
         handle = dist.all_to_all_single(
-            landing,
-            src,
-            output_split_sizes=torch_out,
-            input_split_sizes=torch_in,
-            group=layout.process_group,
+            out,
+            inp,
+            output_split_sizes=out_splits,
+            input_split_sizes=in_splits,
+            group=self._group(group, "all_to_all_v"),
             async_op=True,
         )
-
-        def finish() -> None:
-            targets = out.split(out_splits)
-            for s, received in enumerate(landing.split(torch_out)):
-                targets[layout.inverse[s]].copy_(received)
-
-        return PendingWork(what, [handle], finish, [landing, src])
+        return self._work(f"all_to_all_v over {describe_group(group)}", [handle], None, [out, inp])
 
     def _permute(
         self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int
     ) -> Work:
-        # One batched send and receive with global ranks on the default group: posted
+        # One batched send and receive with global ranks on our world group: posted
         # together so that every member's send meets its peer's receive (no ordering
         # deadlock around a ring).
+        process_group = self._world()
         what = f"permute sending to rank {group[send_to]}, receiving from {group[recv_from]}"
         src = inp.contiguous()
         landing = _contiguous_like(out)
         ops = [
-            dist.P2POp(dist.isend, src, group[send_to]),
-            dist.P2POp(dist.irecv, landing, group[recv_from]),
+            dist.P2POp(dist.isend, src, group[send_to], group=process_group),
+            dist.P2POp(dist.irecv, landing, group[recv_from], group=process_group),
         ]
         handles = dist.batch_isend_irecv(ops)
-        return PendingWork(what, handles, _copy_back(landing, out), [src, landing])
+        return self._work(what, handles, _copy_back(landing, out), [src, landing])
 
     def _send_recv(
         self,
@@ -369,18 +375,43 @@ class TorchCommunicator(Communicator):
         sender: int,
         receiver: int,
     ) -> Work:
-        # Point-to-point on the default group with global ranks: no sub-group
-        # (and so no prepare) is needed.
+        # Point-to-point on our world group with global ranks.
+        process_group = self._world()
         what = f"send_recv from rank {group[sender]} to rank {group[receiver]}"
         if self.rank == group[sender]:
             src = inp.contiguous()
-            return PendingWork(what, [dist.isend(src, dst=group[receiver])], keep=[src])
+            handle = dist.isend(src, dst=group[receiver], group=process_group)
+            return self._work(what, [handle], keep=[src])
         landing = _contiguous_like(out)
-        handle = dist.irecv(landing, src=group[sender])
-        return PendingWork(what, [handle], _copy_back(landing, out), [landing])
+        handle = dist.irecv(landing, src=group[sender], group=process_group)
+        return self._work(what, [handle], _copy_back(landing, out), [landing])
+
+    def _world(self) -> Any:
+        """Our group of every rank (point-to-point calls run on it; ``prepare`` creates it)."""
+        return self._group(tuple(range(self.world_size)), "point-to-point")
 
 
 # -- Helpers -----------------------------------------------------------------------
+
+
+def _arrive(rank: int) -> int | None:
+    """Counts this rank into one more agreement in the store; its count (None: no store)."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        return int(store.add(f"{ARRIVALS}{rank}", 1))
+    except Exception:  # noqa: BLE001 - naming a missing rank is a courtesy, never a failure
+        return None
+
+
+def _missing(world_size: int, arrivals: int | None) -> list[int]:
+    """The ranks that have entered fewer agreements than this one (empty if unknown)."""
+    if arrivals is None:
+        return []
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        return [r for r in range(world_size) if int(store.add(f"{ARRIVALS}{r}", 0)) < arrivals]
+    except Exception:  # noqa: BLE001 - the store may be gone with a failed rank 0
+        return []
 
 
 def _contiguous_like(tensor: torch.Tensor) -> torch.Tensor:
@@ -395,20 +426,3 @@ def _copy_back(buf: torch.Tensor, target: torch.Tensor) -> Callable[[], None] | 
     if buf is target:
         return None
     return lambda: target.copy_(buf)
-
-
-def _digest_code(digest: str) -> int:
-    """A signed 64-bit number standing for ``digest`` (any string, hex or not)."""
-    raw = hashlib.sha256(digest.encode()).digest()[:8]
-    return int.from_bytes(raw, "little", signed=True)
-
-
-def _scratch_device() -> torch.device:
-    """Where small tensors for the default group's backend live (nccl needs CUDA)."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))

@@ -18,8 +18,9 @@ import torch
 import torch.distributed as dist
 
 from hostir import torch_communicator
+from hostir.agreement import BoundExtent, RankFacts, agree
 from hostir.communicator import Communicator, LocalCommunicator
-from hostir.errors import CommunicationError
+from hostir.errors import CommunicationError, DisagreementError, PeerFailureError
 from hostir.sharding import ReduceOp
 from hostir.torch_communicator import TorchCommunicator
 
@@ -205,19 +206,6 @@ def test_all_to_all_v(multidevice_test):
         check_all_to_all_v(comm, group, salt, dtype)
 
 
-@pytest.mark.world_sizes(4)
-def test_all_to_all_v_reorders_when_torch_ranks_differ(multidevice_test):
-    """A group whose torch ranks are not its team positions (not made by prepare: the
-    world reversed, run on the default group) has its chunks reordered both ways."""
-    comm = make_communicator(multidevice_test)
-    group = (3, 1, 0, 2)
-    # Torch rank s of the default group is global rank s, at team position group.index(s).
-    layout = torch_communicator.Layout(None, list(group), [group.index(s) for s in range(4)])
-    assert not layout.sorted
-    with mock.patch.object(TorchCommunicator, "_layout", return_value=layout):
-        check_all_to_all_v(comm, group, 5, torch.float32)
-
-
 def test_send_recv_between_every_pair_of_positions(multidevice_test):
     comm = make_communicator(multidevice_test)
     for salt, group, dtype in cases(comm, dtypes=(torch.float32,)):
@@ -275,7 +263,8 @@ def test_collectives_overlap_and_fill_strided_buffers(multidevice_test):
 
 def test_prepare_creates_each_group_once(multidevice_test):
     """Groups are cached by their members in team order (one torch group per order, so no
-    collective reorders data); the world in rank order needs no new group."""
+    collective reorders data); our own world group comes first (hostir never communicates
+    on the default group, see hostir/torch_communicator.py)."""
     comm = make_communicator(multidevice_test)
     groups = all_groups(comm.world_size)
     if comm.world_size == 1:
@@ -289,7 +278,7 @@ def test_prepare_creates_each_group_once(multidevice_test):
         comm.prepare(groups)
         created = [call.args[0] for call in new_group.call_args_list]
         world = tuple(range(comm.world_size))
-        expected = list(dict.fromkeys(tuple(g) for g in groups if tuple(g) != world))
+        expected = list(dict.fromkeys([world, *(tuple(g) for g in groups)]))
         assert created == [list(g) for g in expected]
         assert all(call.kwargs.get("sort_ranks") is False for call in new_group.call_args_list)
         comm.prepare(groups)
@@ -308,16 +297,28 @@ def test_unprepared_group_is_refused(multidevice_test):
             comm.allreduce(torch.ones(2), pair, ReduceOp.SUM)
 
 
-def test_check_same_program(multidevice_test):
+def test_agreement_names_what_differs(multidevice_test):
+    """The agreement over a communicator: equal facts pass; a different program digest, a
+    different extent and a failed rank raise the same named error on every rank."""
     comm = make_communicator(multidevice_test)
-    comm.check_same_program("5f3a9c")
+    same = RankFacts(digest="5f3a9c", extents=(BoundExtent("i0", "T0", 0, 8),))
+    agree(comm, same)
     if comm.world_size == 1:
         return
     digest = "0bad" if comm.rank == 1 else "5f3a9c"
+    with pytest.raises(DisagreementError, match=r"different programs .*rank 1 run 0bad"):
+        agree(comm, RankFacts(digest=digest))
+    rows = 12 if comm.rank == 1 else 8
     with pytest.raises(
-        CommunicationError, match=r"digest of rank 1 differs from that of ranks? 0\b"
+        DisagreementError, match=r"extent i0 \(input T0 dim 0, global\): .*rank 1 bound 12"
     ):
-        comm.check_same_program(digest)
+        agree(comm, RankFacts(digest="5f3a9c", extents=(BoundExtent("i0", "T0", 0, rows),)))
+    if comm.rank == 1:
+        agree(comm, RankFacts.failed(ValueError("bad shard")))  # the failed rank goes on
+    else:
+        with pytest.raises(PeerFailureError, match=r"rank 1: ValueError: bad shard"):
+            agree(comm, same)
+    agree(comm, same)  # and the ranks still agree afterwards
 
 
 @pytest.mark.world_sizes(1)
