@@ -409,8 +409,22 @@ class Communicator:
         except CommunicationError:
             raise
         except (RuntimeError, ValueError) as error:
-            where = f"{what} over {describe_group(team)}"
-            raise backend_failure(where, self.rank, error, self.timeout) from error
+            raise self._backend_error(f"{what} over {describe_group(team)}", error) from error
+
+    def _backend_error(self, where: str, error: BaseException) -> CommunicationError:
+        """The CommunicationError for a backend error raised by ``where`` on this rank."""
+        return backend_failure(where, self.rank, error, self.timeout)
+
+    # -- Failure notices (best effort: they name the rank behind a peer's error) ---------
+
+    def post_failure(self, message: str) -> None:
+        """Tells the other ranks, where this communicator can, that this rank failed with
+        ``message`` (they name it in their own communication errors)."""
+
+    def failures_since(self, moment: float) -> list[tuple[int, str]]:
+        """(rank, message) of the failures other ranks posted at or after ``moment``
+        (``time.time()``), where this communicator can know them."""
+        return []
 
     def _cannot_reach(self, what: str, group: Group) -> CommunicationError:
         return CommunicationError(

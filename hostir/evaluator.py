@@ -13,6 +13,7 @@ elsewhere its output is bound to None.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -238,11 +239,18 @@ class HostIrEvaluator:
                     self._agreed.add(signature)
         if failure is not None:
             raise failure
-        self._prepare(communicator)
+        started = time.time()
         try:
+            self._prepare(communicator)
             context.run_body(self.program.body)
             for listener in self.listeners:
                 listener.finish(context)
+        except CommunicationError as error:
+            raise _with_culprits(error, communicator, started) from error.__cause__
+        except Exception as error:
+            if communicator.world_size > 1:  # the peers waiting for this rank name it
+                communicator.post_failure(f"{type(error).__name__}: {error}")
+            raise
         finally:
             if device.type == "cuda" and context.current_stream != MAIN:
                 torch.cuda.set_stream(context.stream_pool.get(MAIN))
@@ -462,6 +470,23 @@ def _describe_posting(instruction: Instruction, context: RunContext) -> str:
         if group is not None:
             text += f", group {describe_group(group)}"
     return text
+
+
+NOTICE_SLACK_S = 5.0
+"""Failures posted this long before a run started still count as its cause (a peer may
+fail its first instruction before this rank enters the run)."""
+
+
+def _with_culprits(
+    error: CommunicationError, communicator: Communicator, started: float
+) -> CommunicationError:
+    """``error``, naming the ranks that posted a failure since this run started (their
+    failure is why this rank's communication failed)."""
+    culprits = communicator.failures_since(started - NOTICE_SLACK_S)
+    if not culprits:
+        return error
+    rank, message = culprits[0]
+    return type(error)(f"{error}; rank {rank} failed first: {message}")
 
 
 def _signature(inputs: Sequence[Any]) -> tuple:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +57,9 @@ AGREEMENT = "agreement"
 ARRIVALS = "hostir/agreement-arrivals/"
 """Store key prefix: per rank, how many agreements it has entered (to name a missing rank)."""
 
+NOTICES = "hostir/failure/"
+"""Store key prefix: per rank, ``<time.time()>|<error>`` of its last failure."""
+
 
 class GroupCache:
     """hostir's process groups by member tuple in team order (and the agreement's), for one
@@ -70,6 +74,7 @@ class GroupCache:
         self.world: Any = None
         self.groups: dict[Group | str, Any] = {}
         self.timeout: datetime.timedelta | None = None
+        self.failure: CommunicationError | None = None  # the first backend failure
 
     def current(self) -> dict[Group | str, Any]:
         """The groups of the current default group (emptied if that group changed)."""
@@ -79,6 +84,7 @@ class GroupCache:
                 atexit.register(self.release)
             self.groups = {}
             self.timeout = None
+            self.failure = None
             self.world = world  # holding it keeps its id from being reused
         return self.groups
 
@@ -106,16 +112,14 @@ class PendingWork(Work):
         finish: Callable[[], None] | None = None,
         keep: Sequence[torch.Tensor] = (),
         *,
-        rank: int = -1,
-        timeout: datetime.timedelta = datetime.timedelta(0),
+        on_error: Callable[[str, BaseException], CommunicationError],
     ) -> None:
         self._what = what
         self._handles = list(handles)
         self._finish = finish
         # Buffers torch reads or writes asynchronously must outlive the call.
         self._keep = list(keep)
-        self._rank = rank
-        self._timeout = timeout
+        self._on_error = on_error
         self._done = False
 
     def wait(self) -> None:
@@ -126,7 +130,7 @@ class PendingWork(Work):
             for handle in self._handles:
                 handle.wait()
         except RuntimeError as exc:  # gloo reports timeouts and lost peers this way
-            raise backend_failure(self._what, self._rank, exc, self._timeout) from exc
+            raise self._on_error(self._what, exc) from exc
         if self._finish is not None:
             self._finish()
         self._done = True
@@ -163,16 +167,55 @@ class TorchCommunicator(Communicator):
         try:
             return dist.new_group(ranks, timeout=self.timeout, sort_ranks=False, **options)
         except RuntimeError as error:
-            raise backend_failure(f"creating {what}", self.rank, error, self.timeout) from error
+            raise self._backend_error(f"creating {what}", error) from error
 
     def _group(self, group: Group, what: str) -> Any:
         """The torch process group of ``group`` (prepared earlier on every rank)."""
+        self._check_usable(what)
         found = GROUPS.current().get(tuple(group))
         if found is None:
             raise CommunicationError(
                 f"{what} over group {describe_group(group)}: the group was not prepared; call"
                 " prepare() with it on every rank before its first collective"
             )
+        return found
+
+    def _check_usable(self, what: str) -> None:
+        """Refuses to communicate after a backend failure: a timed-out or broken gloo group
+        has closed its connections, and late messages could land in a later collective."""
+        GROUPS.current()
+        if GROUPS.failure is not None:
+            raise CommunicationError(
+                f"{what} on rank {self.rank}: hostir's process groups are unusable after an"
+                f" earlier failure ({GROUPS.failure}); restart the ranks"
+            )
+
+    def _backend_error(self, where: str, error: BaseException) -> CommunicationError:
+        failure = backend_failure(where, self.rank, error, self.timeout)
+        if GROUPS.failure is None:
+            GROUPS.failure = failure
+        return failure
+
+    def post_failure(self, message: str) -> None:
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            store.set(f"{NOTICES}{self.rank}", f"{time.time()}|{message}")
+        except Exception:  # noqa: BLE001 - a notice is a courtesy: the store may be gone
+            pass
+
+    def failures_since(self, moment: float) -> list[tuple[int, str]]:
+        found = []
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            for rank in range(self.world_size):
+                key = f"{NOTICES}{rank}"
+                if rank == self.rank or not store.check([key]):
+                    continue
+                stamp, _, message = store.get(key).decode(errors="replace").partition("|")
+                if float(stamp) >= moment:
+                    found.append((rank, message))
+        except Exception:  # noqa: BLE001 - the store may be gone with a failed rank 0
+            return found
         return found
 
     def _sync_timeout(self) -> None:
@@ -190,6 +233,7 @@ class TorchCommunicator(Communicator):
     # -- Agreement ------------------------------------------------------------------
 
     def _agreement_group(self) -> Any:
+        self._check_usable("the agreement")
         cache = GROUPS.current()
         if AGREEMENT not in cache:
             # gloo whatever the default backend: the messages are small CPU tensors.
@@ -219,9 +263,10 @@ class TorchCommunicator(Communicator):
 
     def _agreement_failure(self, error: BaseException, arrivals: int | None) -> CommunicationError:
         where = "the agreement before the first collective (over every rank)"
-        failure = error if isinstance(error, CommunicationError) else None
-        if failure is None:
-            failure = backend_failure(where, self.rank, error, self.timeout)
+        if isinstance(error, CommunicationError):
+            failure = error  # recorded where it was raised
+        else:
+            failure = self._backend_error(where, error)
         missing = _missing(self.world_size, arrivals)
         if missing:
             return CommunicationError(
@@ -233,7 +278,7 @@ class TorchCommunicator(Communicator):
     # -- Collectives --------------------------------------------------------------
 
     def _work(self, what: str, handles: Sequence[Any], finish=None, keep=()) -> PendingWork:
-        return PendingWork(what, handles, finish, keep, rank=self.rank, timeout=self.timeout)
+        return PendingWork(what, handles, finish, keep, on_error=self._backend_error)
 
     def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
         process_group = self._group(group, "allgather")

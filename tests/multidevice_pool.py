@@ -175,7 +175,19 @@ def run_job(job: tuple, fixture: MultiDeviceTest) -> tuple:
         # Drop this frame: the traceback should start in the test.
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)
         return ("error", type(exc).__name__, "".join(lines))
-    return ("ok",)
+    return ("ok", BROKEN_WORLD) if world_broken() else ("ok",)
+
+
+BROKEN_WORLD = "broken world"
+"""Marks the reply of a test after which hostir refuses to communicate (a fault test that
+timed out a collective): the pool is replaced before the next test."""
+
+
+def world_broken() -> bool:
+    """Whether hostir's process groups failed in this worker (hostir then refuses to
+    communicate, so the pool must start afresh)."""
+    module = sys.modules.get("hostir.torch_communicator")
+    return module is not None and module.GROUPS.failure is not None
 
 
 def _load_function(module_name: str, module_path: str, qualname: str) -> Any:
@@ -280,6 +292,8 @@ class WorkerPool:
                     if replies[rank][0] not in ("ok", "ready"):
                         deadline = min(deadline, time.monotonic() + GRACE_S)
         if len(replies) < self.size or any(reply[0] == "died" for reply in replies.values()):
+            self.broken = True
+        if any(BROKEN_WORLD in reply[1:] for reply in replies.values()):
             self.broken = True
         return replies
 

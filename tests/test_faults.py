@@ -1,0 +1,386 @@
+"""Faults and bad inputs on several ranks: every rank ends with a named error, in time.
+
+One test per fault of the Reliability issue (docs/reliability.md lists them with
+their outcomes): ranks that bind different extents, a rank that fails before it
+communicates (in execute, or before it), a rank that stalls, a rank that fails in
+the middle of a run, a program without collectives, a schedule changed after
+execute. Tests whose fault times out a collective leave hostir's groups unusable
+on purpose; the harness then starts a fresh pool for the next test.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from frontend.errors import DefinitionError
+from hostir import HostIrEvaluator, Listener, cli
+from hostir.errors import (
+    CommunicationError,
+    DisagreementError,
+    InputError,
+    PeerFailureError,
+    SettingError,
+)
+from hostir.timeouts import DEFAULT_TIMEOUT_S, collective_timeout
+from tests.multidevice import launched_by_torchrun
+from tests.test_docs import child_environment
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Tests that start processes of their own run once, not once per torchrun rank.
+once = pytest.mark.skipif(
+    launched_by_torchrun() and os.environ.get("RANK") != "0",
+    reason="starts its own processes: runs on rank 0 only",
+)
+
+HIDDEN, FFN = 8, 8
+SHORT_TIMEOUT_S = 2.0
+"""The collective timeout of the tests whose fault is a rank that never answers."""
+
+
+def row_parallel(d: int) -> tuple[FusionDefinition, list]:
+    """``x @ w.T`` with the contraction sharded: partial sums and one Allreduce."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, HIDDEN))
+        w = fd.define_tensor((FFN, HIDDEN))
+        fd.add_output(fd.ops.linear(x, w))
+    for tv in (x, w):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(1, d)
+        tv.axis(1).parallelize(ParallelType.mesh_x)
+    return fd, [x, w]
+
+
+def gather_rows(d: int) -> tuple[FusionDefinition, list]:
+    """Token-sharded ``x`` made whole: one Allgather."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, HIDDEN))
+        whole = fd.ops.set(x)
+        fd.add_output(fd.ops.relu(whole))
+    x.set_device_mesh(mesh)
+    x.outer_split(0, d)
+    x.axis(0).parallelize(ParallelType.mesh_x)
+    whole.set_device_mesh(mesh)
+    return fd, [x]
+
+
+def permute_ring(d: int) -> tuple[FusionDefinition, list]:
+    """A column-parallel linear fed by a swizzled stream all-gather (CollectivePermutes)."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, HIDDEN))
+        w = fd.define_tensor((FFN, HIDDEN))
+        gathered = fd.ops.set(x)
+        fd.add_output(fd.ops.linear(gathered, w))
+    for tv in (x, w):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(0, d)
+        tv.axis(0).parallelize(ParallelType.mesh_x)
+    gathered.set_device_mesh(mesh)
+    gathered.outer_split(0, d)
+    gathered.swizzle1d(0, ParallelType.mesh_x)
+    gathered.axis(0).parallelize(ParallelType.stream)
+    return fd, [x, w]
+
+
+def local_only(d: int) -> tuple[FusionDefinition, list]:
+    """Pointwise work on column shards: no collective at all."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, HIDDEN))
+        fd.add_output(fd.ops.neg(fd.ops.relu(x)))
+    x.set_device_mesh(mesh)
+    x.outer_split(1, d)
+    x.axis(1).parallelize(ParallelType.mesh_x)
+    return fd, [x]
+
+
+PROGRAMS = {
+    "Allreduce": (row_parallel, lambda x, w: x @ w.T),
+    "Allgather": (gather_rows, lambda x: torch.relu(x)),
+    "CollectivePermute": (permute_ring, lambda x, w: x @ w.T),
+    "no collective": (local_only, lambda x: -torch.relu(x)),
+}
+
+
+def full_inputs(define, d: int, rows: int = 8) -> tuple[FusionDefinition, list, list]:
+    """A fresh definition, its input views and random full inputs (the same on every rank)."""
+    fd, tvs = define(d)
+    torch.manual_seed(0)
+    full = [torch.randn(rows, HIDDEN)] + [torch.randn(FFN, HIDDEN) for _ in tvs[1:]]
+    return fd, tvs, full
+
+
+def local_inputs(tvs: list, full: list, rank: int) -> list:
+    return [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
+
+
+# -- Ranks that bind different extents ----------------------------------------------------
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("program", list(PROGRAMS))
+@pytest.mark.parametrize("rows", [12, 4], ids=["more-rows", "fewer-rows"])
+def test_ranks_binding_different_extents_all_raise(multidevice_test, program, rows):
+    """Rank 1's token shard has another size than the others' (a symbolic extent): gloo
+    used to abort (more rows) or rank 1 returned wrong numbers while the others hung
+    (fewer rows). Now every rank raises DisagreementError naming i0, T0, dim 0 and the
+    extents seen, before any collective."""
+    define, reference = PROGRAMS[program]
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(define, multidevice_test.size)
+    local = local_inputs(tvs, full, rank)
+    if rank == 1:
+        rows_here = local[0].shape[0] * rows // 8
+        local[0] = torch.randn(rows_here, local[0].shape[1])
+    with pytest.raises(DisagreementError, match=r"extent i0 \(input T0 dim 0, global\)") as info:
+        fd.execute(local)
+    assert f"ranks 0, 2-3 bound 8, rank 1 bound {rows}" in str(info.value)
+    assert f"this is rank {rank}" in str(info.value)
+    # The same definition then runs on consistent inputs and matches torch.
+    (out,) = fd.execute(local_inputs(tvs, full, rank))
+    torch.testing.assert_close(out, shard_tensor(reference(*full), fd.host_ir().outputs[0], rank))
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_ranks_running_different_programs_all_raise(multidevice_test):
+    """Rank 1 gathers its rows while the others stay local: different programs (one with an
+    Allgather, one without) are refused on every rank before anything communicates."""
+    rank = multidevice_test.rank
+    define = gather_rows if rank == 1 else local_only
+    fd, tvs, full = full_inputs(define, multidevice_test.size)
+    with pytest.raises(DisagreementError, match=r"different programs .*rank 1 run [0-9a-f]{12}"):
+        fd.execute(local_inputs(tvs, full, rank))
+
+
+# -- Schedules and definitions after execute -------------------------------------------------
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_a_schedule_changed_after_execute_is_lowered_again(multidevice_test):
+    """A first execute lowers the gather program; sharding the output afterwards must run the
+    new program (no Allgather: a local slice), not the cached one."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    fd, tvs, full = full_inputs(gather_rows, d)
+    (before,) = fd.execute(local_inputs(tvs, full, rank))
+    torch.testing.assert_close(before, torch.relu(full[0]))
+    assert "Allgather" in str(fd.host_ir())
+    whole = fd.fusion.outputs()[0].definition.inputs()[0]
+    whole.outer_split(0, d)
+    whole.axis(0).parallelize(ParallelType.mesh_x)
+    (after,) = fd.execute(local_inputs(tvs, full, rank))
+    program = fd.host_ir()
+    assert "Allgather" not in str(program)
+    torch.testing.assert_close(after, shard_tensor(torch.relu(full[0]), program.outputs[0], rank))
+    assert fd.lowering_count == 2
+
+
+# -- A rank that fails, before or while communicating ---------------------------------------
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_a_rank_refusing_its_input_stops_the_others_by_name(multidevice_test):
+    """Rank 1 passes float64 where float32 is declared: rank 1 raises InputError naming the
+    input and dtypes; every other rank raises PeerFailureError naming rank 1 and that
+    error, before any collective (no bare gloo error, no waiting for a timeout)."""
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    local = local_inputs(tvs, full, rank)
+    if rank == 1:
+        local[1] = local[1].double()
+    started = time.monotonic()
+    if rank == 1:
+        with pytest.raises(InputError, match="input T1 must have dtype float32, got float64"):
+            fd.execute(local)
+    else:
+        with pytest.raises(PeerFailureError, match=r"rank 1: InputError: input T1 must have"):
+            fd.execute(local)
+    assert time.monotonic() - started < 60  # far from the 300 s default timeout
+
+
+def warm_up(multidevice_test) -> None:
+    """One agreed run, so that the agreement's process group exists before the fault."""
+    fd, tvs, full = full_inputs(local_only, multidevice_test.size)
+    fd.execute(local_inputs(tvs, full, multidevice_test.rank))
+
+
+@pytest.mark.world_sizes(4)
+def test_a_rank_that_never_executes_is_named_by_the_others(multidevice_test):
+    """Rank 1 fails before its execute (as if its script raised) and stays silent: the
+    others' agreement times out and names rank 1 as the rank that did not reach it."""
+    warm_up(multidevice_test)
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    if rank == 1:
+        return
+    started = time.monotonic()
+    with pytest.raises(CommunicationError, match="rank 1 did not reach the agreement"):
+        fd.execute(local_inputs(tvs, full, rank), timeout=SHORT_TIMEOUT_S)
+    assert time.monotonic() - started < 30 * SHORT_TIMEOUT_S  # the timeout, not a hang
+
+
+@pytest.mark.world_sizes(2)
+def test_a_stalled_rank_is_named_and_fails_too(multidevice_test):
+    """Rank 1 stalls before its execute until the others have given up on it: they fail
+    after one timeout naming rank 1; rank 1, when it arrives, fails at once (its peers
+    closed their connections) instead of waiting."""
+    warm_up(multidevice_test)
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    local = local_inputs(tvs, full, rank)
+    store = torch.distributed.distributed_c10d._get_default_store()
+    if rank == 1:
+        store.wait(["faults/stall/gave-up"])  # stalled until the others gave up
+        started = time.monotonic()
+        with pytest.raises(CommunicationError, match="agreement .* failed on rank 1"):
+            fd.execute(local, timeout=SHORT_TIMEOUT_S)
+        assert time.monotonic() - started < 30 * SHORT_TIMEOUT_S
+        return
+    with pytest.raises(CommunicationError, match="rank 1 did not reach the agreement"):
+        fd.execute(local, timeout=SHORT_TIMEOUT_S)
+    store.set("faults/stall/gave-up", "1")
+
+
+class FailOnRank(Listener):
+    """Injects a fault: raises before the first compute instruction on ``rank``."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def before(self, instruction, context, operands) -> None:
+        if context.rank == self.rank and type(instruction).__name__ == "Linear":
+            raise RuntimeError("injected fault")
+
+
+@pytest.mark.world_sizes(2)
+def test_a_rank_failing_mid_run_is_named_by_its_peers(multidevice_test):
+    """After the agreement, rank 1 fails before its partial matmul: the others' Allreduce
+    fails within the timeout, naming the collective, its group and rank 1's error."""
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    local = local_inputs(tvs, full, rank)
+    evaluator = HostIrEvaluator(fd.host_ir(), listeners=[FailOnRank(1)])
+    if rank == 1:
+        with pytest.raises(RuntimeError, match="injected fault"):
+            evaluator.run(local, timeout=SHORT_TIMEOUT_S)
+        return
+    with pytest.raises(CommunicationError) as info:
+        evaluator.run(local, timeout=SHORT_TIMEOUT_S)
+    message = str(info.value)
+    assert "wait R0 (Allreduce defining T" in message and "failed on rank" in message
+    assert "rank 1 failed first: RuntimeError: injected fault" in message
+
+
+# -- hostir run: the root cause, the end of every rank, and a clean exit ---------------------
+
+LAUNCHED = """
+import atexit, os, sys
+import torch, torch.distributed as dist
+
+def released():  # registered first, so it runs after hostir's own exit handlers
+    print(f"rank {os.environ['RANK']}: groups released {not dist.is_initialized()}", flush=True)
+
+atexit.register(released)
+sys.path.insert(0, sys.argv[1])
+from tests.test_faults import full_inputs, local_inputs, row_parallel
+from hostir import default_communicator
+
+world = default_communicator()
+fd, tvs, full = full_inputs(row_parallel, world.world_size)
+local = local_inputs(tvs, full, world.rank)
+if world.rank == int(sys.argv[2]):
+    local[1] = local[1].double()
+(out,) = fd.execute(local)
+torch.testing.assert_close(out, full[0] @ full[1].T)
+print(f"rank {world.rank}: OK", flush=True)
+"""
+
+
+def launch(tmp_path, nproc: int, bad_rank: int, *options: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED)
+    command = [sys.executable, "-m", "hostir.cli", "run", str(script), "--nproc", str(nproc)]
+    return subprocess.run(
+        [*command, *options, "--", str(REPO_ROOT), str(bad_rank)],
+        cwd=REPO_ROOT,
+        env=child_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@once
+def test_hostir_run_names_the_rank_that_failed_first(tmp_path):
+    """Rank 2 of 4 refuses its input: every rank ends, and ``hostir run`` exits 1 with rank
+    2's InputError (not a peer's PeerFailureError naming it)."""
+    done = launch(tmp_path, 4, 2)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("hostir: rank 2 exited with code 1: hostir.errors.InputError:"), last
+    assert "input T1 must have dtype float32, got float64" in last
+    assert done.stderr.count("PeerFailureError") >= 1  # the others said why they stopped
+
+
+@once
+def test_hostir_run_backend_gloo_and_groups_released_at_exit(tmp_path):
+    """A good run with an explicit ``--backend gloo``: both ranks match torch, and hostir's
+    process groups are destroyed before the interpreter ends (left to its teardown, gloo
+    aborted 6 of 30 torchrun runs of examples/row_parallel_streams.py)."""
+    done = launch(tmp_path, 2, -1, "--backend", "gloo")
+    assert done.returncode == 0, done.stderr
+    for rank in range(2):
+        assert f"rank {rank}: OK" in done.stdout
+        assert f"rank {rank}: groups released True" in done.stdout
+    assert "terminate called" not in done.stderr
+
+
+def test_hostir_run_backend_nccl_without_cuda_is_one_line(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: nccl is a valid choice here")
+    assert cli.main(["run", __file__, "--nproc", "2", "--backend", "nccl"]) == 2
+    err = capsys.readouterr().err
+    assert err == "hostir: error: --backend nccl needs CUDA, and this machine has no CUDA device\n"
+
+
+# -- Settings -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-3", "inf"])
+def test_a_bad_timeout_setting_is_named(monkeypatch, text):
+    monkeypatch.setenv("HOSTIR_TIMEOUT", text)
+    with pytest.raises(SettingError, match=f"HOSTIR_TIMEOUT.*{text}"):
+        collective_timeout()
+    with pytest.raises(SettingError, match="timeout: expected a positive number of seconds"):
+        collective_timeout(-1)
+
+
+def test_the_timeout_setting_and_its_default(monkeypatch):
+    monkeypatch.delenv("HOSTIR_TIMEOUT", raising=False)
+    assert collective_timeout().total_seconds() == DEFAULT_TIMEOUT_S
+    monkeypatch.setenv("HOSTIR_TIMEOUT", "2.5")
+    assert collective_timeout().total_seconds() == 2.5
+    assert collective_timeout(7).total_seconds() == 7
+
+
+def test_ops_after_the_definition_raise():
+    """An op added after the ``with`` block used to be silently left out of the program."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4,))
+        fd.add_output(fd.ops.relu(x))
+    with pytest.raises(DefinitionError, match=r"fd.ops.neg: the fusion definition is finished"):
+        fd.ops.neg(x)
+    assert len(fd.fusion.exprs()) == 1
+    data = torch.randn(4)
+    (out,) = fd.execute([data])
+    torch.testing.assert_close(out, torch.relu(data))
