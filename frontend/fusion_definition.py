@@ -24,6 +24,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default_communicator
 from hostir.agreement import RankFacts, agree
+from hostir.errors import HostIrError
 from hostir.inputs import bind_input_tensor
 from hostir.program_info import check_meshes_fit
 from hostir.race_checker import RaceChecker, race_checking_enabled
@@ -144,52 +145,64 @@ class FusionDefinition:
         wait for other ranks (default: ``HOSTIR_TIMEOUT``, else five minutes); see
         docs/reliability.md.
         """
-        if not self._finalized:
-            self._finalize()
-        for option in list(_enable_options) + list(_disable_options):
-            if option not in _KNOWN_OPTIONS:
-                raise DefinitionError(
-                    f"execute: unknown option {option!r}; known: {_KNOWN_OPTIONS}"
-                )
         inputs = list(inputs)
         use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
         communicator = default_communicator(use_cuda)
-        key = (self._fusion.schedule.version, tuple(_signature(x) for x in inputs))
-        program = self._programs.get(key)
+        key = (self._fusion.schedule.version, tuple(_signature(x) for x in inputs), str(device))
+        known = self._evaluators.get(key)
+        first = known is None or not known.has_agreed(inputs)
+        try:
+            options = [*_enable_options, *_disable_options]
+            evaluator = self._evaluator(key, inputs, communicator, device, options, timeout)
+        except Exception as error:  # a bug too: the peers must not wait for this rank
+            _tell_peers(error, communicator, first)
+            raise
+        return evaluator.run(inputs, timeout=timeout)
+
+    def _evaluator(
+        self,
+        key: tuple,
+        inputs: list[Any],
+        communicator: Any,
+        device: torch.device | str | None,
+        options: list[str],
+        timeout: float | None,
+    ) -> HostIrEvaluator:
+        """The evaluator for ``key`` (schedule version, input signature, device), lowering
+        and checking what it needs the first time."""
+        if not self._finalized:
+            self._finalize()
+        for option in options:
+            if option not in _KNOWN_OPTIONS:
+                raise DefinitionError(
+                    f"execute: unknown option {option!r}; known: {sorted(_KNOWN_OPTIONS)}"
+                )
+        collective_timeout(timeout)  # a bad value is refused here, where peers hear of it
+        program = self._programs.get(key[:2])
         if program is None:
-            program = self._programs[key] = self._validate_and_lower(inputs, communicator, timeout)
+            self._check_input_count(inputs)
+            self._validate(inputs, communicator.rank)
+            program = self._programs[key[:2]] = self._lower()
         self._last_program = (key[0], program)
         if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
             print(program, flush=True)
         # One evaluator per program and device: it prepares process groups only once.
-        evaluator = self._evaluators.get((key, str(device)))
+        evaluator = self._evaluators.get(key)
         if evaluator is None or evaluator.communicator is not communicator:
             listeners = [RaceChecker()] if race_checking_enabled() else []
             evaluator = HostIrEvaluator(
                 program, communicator=communicator, device=device, listeners=listeners
             )
-            self._evaluators[(key, str(device))] = evaluator
-        return evaluator.run(inputs, timeout=timeout)
+            self._evaluators[key] = evaluator
+        return evaluator
 
-    def _validate_and_lower(
-        self, inputs: list[Any], communicator: Any, timeout: float | None
-    ) -> HostIrContainer:
-        """The program for ``inputs``; a rank whose inputs or schedule are refused tells the
-        other ranks (they are about to agree on the program) before it raises."""
-        try:
-            expected = self._fusion.inputs()
-            if len(inputs) != len(expected):
-                names = ", ".join(v.name for v in expected)
-                raise InputError(
-                    f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}"
-                )
-            self._validate(inputs, communicator.rank)
-            return self._lower()
-        except Exception as error:  # a bug too: the peers must not wait for this rank
-            if communicator.world_size > 1:
-                communicator.set_timeout(collective_timeout(timeout))
-                agree(communicator, RankFacts.failed(error))
-            raise
+    def _check_input_count(self, inputs: list[Any]) -> None:
+        expected = self._fusion.inputs()
+        if len(inputs) != len(expected):
+            names = ", ".join(v.name for v in expected)
+            raise InputError(
+                f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}"
+            )
 
     def _lower(self) -> HostIrContainer:
         from lowering import lower_fusion  # only execute reaches into lowering
@@ -229,6 +242,22 @@ class FusionDefinition:
             validate_schedule(tv, env)
         if input_errors:
             raise input_errors[0]
+
+
+def _tell_peers(error: Exception, communicator: Any, first: bool) -> None:
+    """Lets the other ranks know this rank stops with ``error`` before it runs: through the
+    agreement they are entering (a signature this rank has not run yet), else through a
+    failure notice that names this rank in their communication errors."""
+    if communicator.world_size == 1:
+        return
+    if not first:
+        communicator.post_failure(f"{type(error).__name__}: {error}")
+        return
+    try:
+        communicator.set_timeout(collective_timeout())
+    except HostIrError:
+        pass  # a bad HOSTIR_TIMEOUT: the communicator keeps the timeout it has
+    agree(communicator, RankFacts.failed(error))
 
 
 def _signature(value: Any) -> tuple:

@@ -538,7 +538,15 @@ def init_process_group_from_env(use_cuda: bool) -> bool:
             os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
         )
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=collective_timeout())
+    timeout = collective_timeout()
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+    except (RuntimeError, ValueError) as error:
+        where = (
+            f"joining the process group ({backend}, rank {rank} of {world_size}, rendezvous at"
+            f" {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']})"
+        )
+        raise backend_failure(where, rank, error, timeout) from error
     # The group is ours: end it before the interpreter does. Left to interpreter teardown,
     # gloo's threads are sometimes destroyed while joinable, which aborts the process
     # ("terminate called without an active exception") after a successful run.

@@ -227,10 +227,9 @@ class HostIrEvaluator:
         inputs = list(inputs)
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
-        communicator.set_timeout(collective_timeout(timeout))
         check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
         context = RunContext(self, communicator, device)
-        failure = self._bind_inputs(context, inputs)
+        failure = self._set_timeout(communicator, timeout) or self._bind_inputs(context, inputs)
         if communicator.world_size > 1:
             signature = _signature(inputs)
             if signature not in self._agreed:
@@ -256,11 +255,25 @@ class HostIrEvaluator:
                 torch.cuda.set_stream(context.stream_pool.get(MAIN))
         return [self._output(context, value) for value in self.program.outputs]
 
+    def has_agreed(self, inputs: Sequence[Any]) -> bool:
+        """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
+        with them starts without the agreement)."""
+        return _signature(list(inputs)) in self._agreed
+
     def digest(self) -> str:
         """The program's digest: the SHA-256 of its text (the same on ranks running it)."""
         if self._digest is None:
             self._digest = hashlib.sha256(str(self.program).encode()).hexdigest()
         return self._digest
+
+    @staticmethod
+    def _set_timeout(communicator: Communicator, timeout: float | None) -> HostIrError | None:
+        """Sets the collective timeout; the error instead of raising it (see _bind_inputs)."""
+        try:
+            communicator.set_timeout(collective_timeout(timeout))
+        except HostIrError as error:
+            return error
+        return None
 
     def _bind_inputs(self, context: RunContext, inputs: list[Any]) -> HostIrError | None:
         """Binds every input; the first error instead of raising it (the agreement tells
@@ -275,6 +288,14 @@ class HostIrEvaluator:
                 self._bind_input(context, value, given)
         except HostIrError as error:
             return error
+        for value in self.program.inputs:
+            tensor = context.tensors.get(value.name)
+            if isinstance(tensor, torch.Tensor) and not _same_device(tensor.device, context.device):
+                return InputError(
+                    f"input {value.name} is on {tensor.device}, but this run is on"
+                    f" {context.device} (the device of the first tensor input, or the"
+                    " evaluator's device): pass every tensor on one device"
+                )
         return None
 
     def _facts(self, context: RunContext, failure: HostIrError | None) -> RankFacts:
@@ -542,6 +563,11 @@ def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float 
             raise InputError(f"input {value.name} is an {value.dtype.value} scalar, got {given!r}")
         return int(given)
     return float(given)
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device (``cuda`` without an index is the current one)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _device_of(inputs: Sequence[Any]) -> torch.device:
