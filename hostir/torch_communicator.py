@@ -271,7 +271,8 @@ class TorchCommunicator(Communicator):
         if missing:
             return CommunicationError(
                 f"{failure}; {describe_ranks(missing)} did not reach the agreement (stopped"
-                " or failed before its execute, or still busy)"
+                " or failed before its execute, still busy, or running inputs the ranks agreed"
+                " on before)"
             )
         return failure
 

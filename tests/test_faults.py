@@ -19,7 +19,7 @@ import time
 import pytest
 import torch
 
-from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from frontend import FusionDefinition, ParallelType, shard_tensor
 from frontend.errors import DefinitionError
 from hostir import HostIrEvaluator, Listener, cli
 from hostir.errors import (
@@ -30,6 +30,16 @@ from hostir.errors import (
     SettingError,
 )
 from hostir.timeouts import DEFAULT_TIMEOUT_S, collective_timeout
+from tests.fault_catalog import (
+    CATALOG,
+    PROGRAMS,
+    catalog_table,
+    full_inputs,
+    gather_rows,
+    local_inputs,
+    local_only,
+    row_parallel,
+)
 from tests.multidevice import launched_by_torchrun
 from tests.test_docs import child_environment
 
@@ -41,88 +51,8 @@ once = pytest.mark.skipif(
     reason="starts its own processes: runs on rank 0 only",
 )
 
-HIDDEN, FFN = 8, 8
 SHORT_TIMEOUT_S = 2.0
 """The collective timeout of the tests whose fault is a rank that never answers."""
-
-
-def row_parallel(d: int) -> tuple[FusionDefinition, list]:
-    """``x @ w.T`` with the contraction sharded: partial sums and one Allreduce."""
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, HIDDEN))
-        w = fd.define_tensor((FFN, HIDDEN))
-        fd.add_output(fd.ops.linear(x, w))
-    for tv in (x, w):
-        tv.set_device_mesh(mesh)
-        tv.outer_split(1, d)
-        tv.axis(1).parallelize(ParallelType.mesh_x)
-    return fd, [x, w]
-
-
-def gather_rows(d: int) -> tuple[FusionDefinition, list]:
-    """Token-sharded ``x`` made whole: one Allgather."""
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, HIDDEN))
-        whole = fd.ops.set(x)
-        fd.add_output(fd.ops.relu(whole))
-    x.set_device_mesh(mesh)
-    x.outer_split(0, d)
-    x.axis(0).parallelize(ParallelType.mesh_x)
-    whole.set_device_mesh(mesh)
-    return fd, [x]
-
-
-def permute_ring(d: int) -> tuple[FusionDefinition, list]:
-    """A column-parallel linear fed by a swizzled stream all-gather (CollectivePermutes)."""
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, HIDDEN))
-        w = fd.define_tensor((FFN, HIDDEN))
-        gathered = fd.ops.set(x)
-        fd.add_output(fd.ops.linear(gathered, w))
-    for tv in (x, w):
-        tv.set_device_mesh(mesh)
-        tv.outer_split(0, d)
-        tv.axis(0).parallelize(ParallelType.mesh_x)
-    gathered.set_device_mesh(mesh)
-    gathered.outer_split(0, d)
-    gathered.swizzle1d(0, ParallelType.mesh_x)
-    gathered.axis(0).parallelize(ParallelType.stream)
-    return fd, [x, w]
-
-
-def local_only(d: int) -> tuple[FusionDefinition, list]:
-    """Pointwise work on column shards: no collective at all."""
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, HIDDEN))
-        fd.add_output(fd.ops.neg(fd.ops.relu(x)))
-    x.set_device_mesh(mesh)
-    x.outer_split(1, d)
-    x.axis(1).parallelize(ParallelType.mesh_x)
-    return fd, [x]
-
-
-PROGRAMS = {
-    "Allreduce": (row_parallel, lambda x, w: x @ w.T),
-    "Allgather": (gather_rows, lambda x: torch.relu(x)),
-    "CollectivePermute": (permute_ring, lambda x, w: x @ w.T),
-    "no collective": (local_only, lambda x: -torch.relu(x)),
-}
-
-
-def full_inputs(define, d: int, rows: int = 8) -> tuple[FusionDefinition, list, list]:
-    """A fresh definition, its input views and random full inputs (the same on every rank)."""
-    fd, tvs = define(d)
-    torch.manual_seed(0)
-    full = [torch.randn(rows, HIDDEN)] + [torch.randn(FFN, HIDDEN) for _ in tvs[1:]]
-    return fd, tvs, full
-
-
-def local_inputs(tvs: list, full: list, rank: int) -> list:
-    return [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
 
 
 # -- Ranks that bind different extents ----------------------------------------------------
@@ -150,6 +80,39 @@ def test_ranks_binding_different_extents_all_raise(multidevice_test, program, ro
     # The same definition then runs on consistent inputs and matches torch.
     (out,) = fd.execute(local_inputs(tvs, full, rank))
     torch.testing.assert_close(out, shard_tensor(reference(*full), fd.host_ir().outputs[0], rank))
+
+
+@pytest.mark.world_sizes(4)
+def test_every_bad_input_of_the_catalog_ends_by_name_on_every_rank(multidevice_test):
+    """Each entry of tests/fault_catalog.py at 4 ranks: the faulty ranks raise what the
+    catalog says, the others too, nobody waits for a timeout, valid inputs match torch, and
+    the ranks still run the program correctly afterwards."""
+    rank, d = multidevice_test.rank, multidevice_test.size
+    problems = []
+    for fault in CATALOG:
+        define, reference = PROGRAMS[fault.program]
+        fd, tvs, full = full_inputs(define, d)
+        good = local_inputs(tvs, full, rank)
+        given = fault.mutate(good) if fault.applies_to(rank) else good
+        expected = fault.faulty if fault.applies_to(rank) else fault.others
+        outcome = run_outcome(fd, given, fault.full(full), reference, rank)
+        if outcome[0] != expected[0] or expected[1] not in outcome[1]:
+            problems.append(f"{fault.name} ({fault.program}, {fault.where}): {outcome}")
+        if run_outcome(fd, good, full, reference, rank)[0] != "ok":
+            problems.append(f"after {fault.name} ({fault.program}): the good run failed")
+    assert not problems, "\n".join(problems)
+
+
+def run_outcome(fd, given, full, reference, rank) -> tuple[str, str]:
+    """("ok", "") if the run matches torch, else (error class name, message)."""
+    try:
+        (out,) = fd.execute(given)
+    except Exception as error:  # every outcome is recorded, and compared by the caller
+        return (type(error).__name__, str(error))
+    expected = shard_tensor(reference(*full), fd.host_ir().outputs[0], rank)
+    if out.shape != expected.shape or not torch.allclose(out, expected, atol=1e-5, rtol=1e-4):
+        return ("wrong", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+    return ("ok", "")
 
 
 @pytest.mark.world_sizes(2, 4)
@@ -251,6 +214,27 @@ def test_a_stalled_rank_is_named_and_fails_too(multidevice_test):
     store.set("faults/stall/gave-up", "1")
 
 
+@pytest.mark.world_sizes(2)
+def test_a_rank_changing_its_shapes_alone_later_fails_by_name_in_time(multidevice_test):
+    """After a good first run, rank 1 alone passes more rows: its new signature sends it to
+    an agreement while rank 0 runs the agreed program. Their messages never mix (the
+    agreement has a group of its own): rank 1 names rank 0 as missing from the agreement,
+    rank 0's Allreduce times out naming the collective."""
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    local = local_inputs(tvs, full, rank)
+    fd.execute(local)
+    if rank == 1:
+        local[0] = torch.cat([local[0], local[0]])
+        with pytest.raises(CommunicationError, match="rank 0 did not reach the agreement"):
+            fd.execute(local, timeout=SHORT_TIMEOUT_S)
+    else:
+        with pytest.raises(
+            CommunicationError, match=r"Allreduce defining T\d+ .* failed on rank 0"
+        ):
+            fd.execute(local, timeout=SHORT_TIMEOUT_S)
+
+
 class FailOnRank(Listener):
     """Injects a fault: raises before the first compute instruction on ``rank``."""
 
@@ -292,7 +276,7 @@ def released():  # registered first, so it runs after hostir's own exit handlers
 
 atexit.register(released)
 sys.path.insert(0, sys.argv[1])
-from tests.test_faults import full_inputs, local_inputs, row_parallel
+from tests.fault_catalog import full_inputs, local_inputs, row_parallel
 from hostir import default_communicator
 
 world = default_communicator()
@@ -384,3 +368,11 @@ def test_ops_after_the_definition_raise():
     data = torch.randn(4)
     (out,) = fd.execute([data])
     torch.testing.assert_close(out, torch.relu(data))
+
+
+def test_the_docs_show_the_catalog():
+    """docs/reliability.md's table of bad inputs is the catalog the sweep above runs."""
+    text = (REPO_ROOT / "docs" / "reliability.md").read_text()
+    start = text.index("<!-- catalog: generated")
+    shown = text[text.index("\n", start) + 1 : text.index("<!-- end of catalog -->")]
+    assert shown == catalog_table()
