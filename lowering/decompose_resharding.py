@@ -177,9 +177,9 @@ def _rewrite(
     tensors: dict[str, LoweringTensor],
 ) -> LoweringOp:
     """``op`` reading renamed inputs and writing ``result``."""
-    values = {name: tensors[name].value() for name in tensors}
-    for old, new in renames.items():
-        values[old] = tensors[new].value()
+    # Only the op's own tensors: building every tensor's value per op made this pass
+    # quadratic in the fusion's size.
+    values = {name: tensors[renames.get(name, name)].value() for name in op.inputs}
     values[op.output] = result.value()
     bound = bind_values(instruction, values)
     names = tuple(

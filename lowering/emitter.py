@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from hostir import Set, TensorValue
 from hostir.instructions import Instruction
@@ -13,7 +13,7 @@ from lowering.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringFusion, LoweringOp
 
 
-def bind_values(instruction: Instruction, values: dict[str, TensorValue]) -> Instruction:
+def bind_values(instruction: Instruction, values: Mapping[str, TensorValue]) -> Instruction:
     """``instruction`` with every tensor field replaced by the final value of that name."""
     changes = {
         field.name: values[getattr(instruction, field.name).name]
@@ -40,12 +40,13 @@ class Emitter:
 
     def __init__(self, fusion: LoweringFusion) -> None:
         self.fusion = fusion
+        self.tensors = {tensor.name: tensor for tensor in fusion.tensors}
         self.values = {tensor.name: tensor.value() for tensor in fusion.tensors}
         self.requests: Iterator[int] = itertools.count()
         self.loops: Iterator[int] = itertools.count()
 
     def emit_op(
-        self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool = False
+        self, op: LoweringOp, values: Mapping[str, TensorValue], preallocated: bool = False
     ) -> list[Instruction]:
         """The instructions of ``op`` with its tensors bound to ``values``; with
         ``preallocated`` its output exists already and is written in place."""

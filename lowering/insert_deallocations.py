@@ -10,7 +10,7 @@ its source until its ``wait``, so the source's last use is the wait.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hostir import Deallocate, ForLoop, HostIrContainer, TensorValue, Wait
 from hostir.instructions import Instruction, defined_values, used_values
@@ -20,7 +20,7 @@ def insert_deallocations(program: HostIrContainer) -> HostIrContainer:
     """Adds ``deallocate T`` after the last use of every tensor the body defines that
     is not a program output (see module docstring)."""
     keep = {v.name for v in program.outputs} | {v.name for v in program.inputs}
-    return dataclasses.replace(program, body=_with_deallocations(program.body, keep))
+    return dataclasses.replace(program, body=_with_deallocations(program.body, keep.__contains__))
 
 
 def _uses(instruction: Instruction) -> set[str]:
@@ -32,31 +32,44 @@ def _uses(instruction: Instruction) -> set[str]:
     return names
 
 
-def _with_deallocations(body: Sequence[Instruction], keep: set[str]) -> tuple[Instruction, ...]:
+def _with_deallocations(
+    body: Sequence[Instruction], kept: Callable[[str], bool]
+) -> tuple[Instruction, ...]:
+    """``body`` with its deallocations; ``kept(name)``: the tensor outlives ``body``."""
     last_use: dict[str, int] = {}
     defined: dict[str, TensorValue] = {}
     pending: dict[str, set[str]] = {}  # request -> tensors its communication reads
+    uses = [_uses(instruction) for instruction in body]
     for index, instruction in enumerate(body):
         for value in defined_values(instruction):
             if isinstance(value, TensorValue):
                 defined[value.name] = value
                 last_use.setdefault(value.name, index)
-        reads = _uses(instruction)
-        for name in reads:
+        for name in uses[index]:
             last_use[name] = index
         if isinstance(instruction, Wait):
             for name in pending.pop(instruction.request.name, set()):
                 last_use[name] = index
         elif getattr(instruction, "request", None) is not None:
-            pending[instruction.request.name] = reads
+            pending[instruction.request.name] = uses[index]
+    freed: dict[int, list[TensorValue]] = {}
+    for name, value in defined.items():
+        if not kept(name):
+            freed.setdefault(last_use[name], []).append(value)
     result: list[Instruction] = []
     for index, instruction in enumerate(body):
         if isinstance(instruction, ForLoop):
-            after = set().union(*(_uses(later) for later in body[index + 1 :]))
-            inner = _with_deallocations(instruction.body, keep | after)
+            inner = _with_deallocations(instruction.body, _outliving(kept, last_use, index))
             instruction = dataclasses.replace(instruction, body=inner)
         result.append(instruction)
-        for name, value in defined.items():
-            if name not in keep and last_use[name] == index:
-                result.append(Deallocate(tensor=value))
+        result.extend(Deallocate(tensor=value) for value in freed.get(index, ()))
     return tuple(result)
+
+
+def _outliving(
+    kept: Callable[[str], bool], last_use: dict[str, int], index: int
+) -> Callable[[str], bool]:
+    """What outlives the loop at ``index``: what outlives its body, or is used after it.
+    (A predicate, not a set: copying the names used later for every loop would make this
+    pass quadratic in the number of loops.)"""
+    return lambda name: kept(name) or last_use.get(name, -1) > index

@@ -22,6 +22,7 @@ chunks, the loop ``for j in range(0, count)``:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from dataclasses import dataclass
 
@@ -118,7 +119,7 @@ class _Loop:
         self.emitter = emitter
         self.count = count
         self.ops = ops
-        self.tensors = {t.name: t for t in emitter.fusion.tensors}
+        self.tensors = emitter.tensors
         self.index = Symbol(name=f"j{next(emitter.loops)}")
         self.defined = {op.output for op in ops}
         used_later = {name for op in later for name in op.inputs} | set(emitter.fusion.outputs)
@@ -258,7 +259,7 @@ class _Loop:
         else:
             split = self.split_of(op.output)
             chunks[op.output] = chunk_value(self.emitter.values[op.output], split)
-        values = {**self.emitter.values, **chunks}
+        values = collections.ChainMap(chunks, self.emitter.values)  # no copy per op
         gather = self._stream_allgather(op, values, preallocated)
         if gather is not None:
             return out + gather
