@@ -5,7 +5,7 @@ For each mesh and each ``source -> target`` case (compact notation of
 shard, ``R`` replicate, ``P`` partial sum, ``[m,..]`` a non-default shard
 order), both sides redistribute the same local data in the same process:
 
-- ours: ``lowering.distribution.program_for(src, dst, shape)`` — the host IR
+- ours: ``tests.redistribution_programs.program_for(src, dst, shape)`` — the host IR
   program of ``fusion_for(...)`` (one ``set``; for a partial source the
   fusion's local ``sum`` over the partial values is dropped, so the program
   takes each rank's partial value as DTensor does) — run by one
@@ -82,12 +82,11 @@ from torch.profiler import ProfilerActivity, profile
 import hostir
 from frontend import FusionDefinition, shard_tensor
 from hostir import COLLECTIVES, HostIrEvaluator, Mesh
-from lowering.distribution import (
-    fusion_for,
-    parse_notation,
-    program_for,
-    reference_local,
-)
+from lowering.distribution import parse_notation
+
+# The resharding fusions and programs are test builders (tests/), not library code.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.redistribution_programs import fusion_for, program_for, reference_local  # noqa: E402
 
 MESHES = {4: [(2, 2)], 8: [(2, 2, 2), (2, 4)]}
 """The mesh shapes run at each world size."""

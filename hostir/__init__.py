@@ -41,7 +41,7 @@ from hostir.errors import (
     RaceError,
     VerifyError,
 )
-from hostir.evaluator import HostIrEvaluator, Listener, RunContext
+from hostir.evaluator import HostIrEvaluator
 from hostir.instructions import (
     COMPUTE,
     INSTRUCTIONS,
@@ -64,6 +64,7 @@ from hostir.instructions import (
 from hostir.parser import parse
 from hostir.printer import print_program
 from hostir.race_checker import RaceChecker
+from hostir.run_context import Listener, RunContext
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
 from hostir.sharding import (
     Mesh,

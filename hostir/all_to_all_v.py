@@ -37,7 +37,7 @@ from hostir.sharding import ReduceOp
 from hostir.values import TensorValue
 
 if TYPE_CHECKING:
-    from hostir.evaluator import RunContext
+    from hostir.run_context import RunContext
 
 
 def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict) -> list:

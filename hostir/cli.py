@@ -15,7 +15,7 @@ any other file is host IR text. See docs/cli.md.
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -246,46 +246,48 @@ def require_file(path: str) -> None:
         raise CommandError(f"not a file: {path}")
 
 
-def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
-    """``plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR``: explain a redistribution plan."""
-    parser = subparsers.add_parser(
-        "plan",
-        help="show a redistribution plan and its cost",
-        description="Explain the plan that reshards a tensor between two distributions: one "
-        "placement per mesh dim, outer first (S<dim>, R, P), e.g. --from S0S0 --to RR.",
-    )
-    parser.add_argument("--mesh", required=True, help="mesh shape, e.g. 2x2 or 2x2x2")
-    parser.add_argument("--shape", required=True, help="tensor shape, e.g. 8x8")
-    parser.add_argument("--from", dest="source", required=True, help="source, e.g. S0S0")
-    parser.add_argument("--to", dest="target", required=True, help="target, e.g. RR")
-    parser.add_argument("--dtype", default="float32", help="element type (default float32)")
-    parser.set_defaults(handler=plan_command)
-
-
-def plan_command(args: argparse.Namespace) -> int:
-    """Prints the plan's explanation."""
-    # SPEC section 2: the command line may reach into lowering; importing it by name keeps
-    # the hostir package free of lowering imports.
-    plan_text = importlib.import_module("lowering.plan_command").plan_text
-    print(plan_text(args.mesh, args.shape, args.source, args.target, args.dtype))
-    return 0
-
-
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     add_run_command,
     add_dump_command,
     add_viz_command,
     add_check_command,
-    add_plan_command,
 )
-"""One entry per subcommand, in the order ``--help`` lists them."""
+"""One entry per subcommand of this package, in the order ``--help`` lists them."""
+
+PLUGIN_GROUP = "hostir.commands"
+"""The entry point group through which other packages add subcommands: each entry point
+names an ``add_<name>_command(subparsers)`` function (``lowering`` adds ``plan`` this way,
+so this package never imports ``lowering``)."""
+
+
+def plugin_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """The subcommand declarations other installed packages provide, by entry point name;
+    one that cannot be loaded becomes a command that says why."""
+    found = []
+    for entry in sorted(importlib.metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            found.append(entry.load())
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not break the CLI
+            found.append(_unloadable(entry.name, entry.value, error))
+    return found
+
+
+def _unloadable(name: str, value: str, error: Exception) -> Callable:
+    def add_command(subparsers: argparse._SubParsersAction) -> None:
+        def fail(args: argparse.Namespace) -> int:
+            raise CommandFailed(f"the {name} command ({value}) could not be loaded: {error}")
+
+        parser = subparsers.add_parser(name, help=f"(unavailable: {value} failed to load)")
+        parser.set_defaults(handler=fail)
+
+    return add_command
 
 
 def build_parser() -> ArgumentParser:
-    """The parser with every subcommand of ``COMMANDS``."""
+    """The parser with every subcommand of ``COMMANDS`` and of the plugins."""
     parser = ArgumentParser(prog="hostir", description="Host IR programs: run, inspect, plan.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in COMMANDS:
+    for add_command in (*COMMANDS, *plugin_commands()):
         add_command(subparsers)
     return parser
 

@@ -34,7 +34,7 @@ from hostir.handler_common import Request, need, out_buffer
 from hostir.scalars import evaluate_scalar
 
 if TYPE_CHECKING:
-    from hostir.evaluator import RunContext
+    from hostir.run_context import RunContext
 
 
 def _split_dim(t: torch.Tensor, axis: int, inner: int | None, parts: int) -> torch.Tensor:

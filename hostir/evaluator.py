@@ -47,78 +47,12 @@ from hostir.instructions import (
 )
 from hostir.program_info import check_meshes_fit, program_teams
 from hostir.rank_text import describe_group
-from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
-from hostir.sharding import Mesh, local_extent
+from hostir.run_context import Listener, RunContext
+from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
+from hostir.sharding import Mesh
 from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool
 from hostir.timeouts import collective_timeout
 from hostir.values import RequestValue, StreamValue, TensorValue
-
-RANK_SYMBOL = RANK
-"""The scalar symbol bound to this process's rank."""
-
-
-class Listener:
-    """Observes execution; subclass and override what you need."""
-
-    def before(self, instruction: Instruction, context: RunContext, operands: dict) -> None:
-        """Called before ``instruction`` runs on this rank; ``operands`` are its resolved
-        inputs by field name (tensors, scalars, stream ids, requests)."""
-
-    def after(self, instruction: Instruction, context: RunContext, operands: dict) -> None:
-        """Called after ``instruction`` ran on this rank; its results are bound in
-        ``context.tensors`` by name."""
-
-    def finish(self, context: RunContext) -> None:
-        """Called once after the body ran, before the outputs are returned."""
-
-
-class RunContext:
-    """The state of one run: bound tensors and scalars, rank, device."""
-
-    def __init__(
-        self, evaluator: HostIrEvaluator, communicator: Communicator, device: torch.device
-    ):
-        self.evaluator = evaluator
-        self.communicator = communicator
-        self.device = device
-        self.tensors: dict[str, torch.Tensor | None] = {}
-        self.scalars: dict[str, int | float | bool] = {RANK_SYMBOL: communicator.rank}
-        self.current_stream: Any = MAIN
-        self.posted: dict[str, Instruction] = {}  # request name -> the communication defining it
-        self._shapes: dict[int, tuple[TensorValue, list[int]]] = {}
-        self.stream_pool = evaluator.stream_pool(device)
-
-    @property
-    def rank(self) -> int:
-        """This process's rank."""
-        return self.communicator.rank
-
-    def local_shape(self, value: TensorValue) -> list[int]:
-        """The shape of this rank's shard of ``value``.
-
-        Cached for the run: shapes depend only on the extents bound from the inputs
-        (never on loop indices), and loops ask for the same shapes every iteration.
-        """
-        cached = self._shapes.get(id(value))
-        if cached is not None and cached[0] is value:
-            return cached[1]
-        if value.sharding is None:
-            shape = [int(evaluate_scalar(e, self.scalars)) for e in value.shape]
-        else:
-            mesh = value.sharding.mesh
-            shape = [local_extent(parts, mesh, self.scalars) for parts in value.sharding.dims]
-        self._shapes[id(value)] = (value, shape)
-        return shape
-
-    def participates(self, value: TensorValue) -> bool:
-        """Whether this rank holds a shard of ``value``."""
-        return value.sharding is None or self.rank in value.sharding.mesh.devices
-
-    def run_body(self, body: Sequence[Instruction]) -> None:
-        """Runs ``body`` in this context (loops call back here)."""
-        for instruction in body:
-            self.evaluator.run_instruction(instruction, self)
-
 
 Handler = Callable[[RunContext, Any, dict[str, Any]], Sequence[Any]]
 
@@ -228,7 +162,7 @@ class HostIrEvaluator:
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
         check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
-        context = RunContext(self, communicator, device)
+        context = RunContext(self, self.program, communicator, device)
         failure = self._set_timeout(communicator, timeout) or self._bind_inputs(context, inputs)
         if communicator.world_size > 1:
             signature = _signature(inputs)

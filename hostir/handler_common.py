@@ -11,7 +11,7 @@ import torch
 from hostir.errors import EvaluationError
 
 if TYPE_CHECKING:
-    from hostir.evaluator import RunContext
+    from hostir.run_context import RunContext
 
 
 class Request:

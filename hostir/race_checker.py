@@ -59,7 +59,6 @@ import torch
 
 from hostir.communications import Wait
 from hostir.errors import RaceError
-from hostir.evaluator import Listener, RunContext
 from hostir.instructions import (
     Deallocate,
     ForLoop,
@@ -77,6 +76,7 @@ from hostir.race_records import (
     _region,
     _Stamp,
 )
+from hostir.run_context import Listener, RunContext
 from hostir.stream_handlers import MAIN
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.values import TensorValue
@@ -152,7 +152,7 @@ class RaceChecker(Listener):
         (The evaluator calls this once the body has run, where it supports it.)"""
         self._begin(context)
         stamp = self._tick(MAIN, context)
-        for value in context.evaluator.program.outputs:
+        for value in context.program.outputs:
             tensor = context.tensors.get(value.name)
             if isinstance(tensor, torch.Tensor):
                 access = (value.name, tensor, False, "read")

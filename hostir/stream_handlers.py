@@ -16,7 +16,7 @@ import torch
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 
 if TYPE_CHECKING:
-    from hostir.evaluator import RunContext
+    from hostir.run_context import RunContext
 
 MAIN = "main"
 """The id of the stream a run starts on."""

@@ -23,12 +23,9 @@ Conversions:
   ``[x, y]``. (A mesh has at most 3 dims, so at most one tensor dim can be
   sharded more than once and the suffix is unambiguous.)
 
-``fusion_for(src, dst, shape, dtype)`` builds the fusion that reshards one
-tensor from ``src`` to ``dst``; ``program_for`` lowers it to the host IR
-program that does only the resharding; ``reference_local`` is one rank's
-expected piece. They live in ``lowering.redistribution_programs`` and are
-re-exported here, as are ``as_mesh`` and ``mesh_axis_of_dim`` from
-``lowering.dtensor_placements``.
+``as_mesh`` and ``mesh_axis_of_dim`` from ``lowering.dtensor_placements`` are
+re-exported here. (The fusions and programs that reshard one tensor between two
+distributions, for tests and benchmarks, are in ``tests/redistribution_programs.py``.)
 """
 
 from __future__ import annotations
@@ -49,16 +46,12 @@ from lowering.dtensor_placements import (
     placements_of,
 )
 from lowering.errors import ReshardingError
-from lowering.redistribution_programs import fusion_for, program_for, reference_local
 
 __all__ = [
     "Distribution",
     "as_mesh",
-    "fusion_for",
     "mesh_axis_of_dim",
     "parse_notation",
-    "program_for",
-    "reference_local",
 ]
 
 _NOTATION = re.compile(r"S(\d+)|R|P(?:\((sum|max|min|prod)\))?")

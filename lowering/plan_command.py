@@ -1,15 +1,17 @@
-"""``hostir plan``: show a redistribution plan and its cost (the CLI's door into lowering).
+"""``hostir plan``: show a redistribution plan and its cost.
 
 ``hostir plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR`` prints
 ``Plan.explain()`` for resharding a tensor of that shape between the two
 distributions (notation: one placement per mesh dim, outer first — ``S<d>``,
-``R``, ``P``; see ``lowering.distribution.parse_notation``). SPEC section 2 lets
-the command line reach into lowering; ``hostir/cli.py`` imports this module by
-name so the ``hostir`` package itself never imports ``lowering``.
+``R``, ``P``; see ``lowering.distribution.parse_notation``). The command belongs
+to ``lowering``: this package declares it (``add_plan_command``) and registers it
+with the ``hostir`` command line through the ``hostir.commands`` entry point
+(pyproject.toml), so ``hostir`` never imports ``lowering``.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 
 from hostir import Const, DType, Mesh, TensorValue
@@ -57,3 +59,25 @@ def plan_text(mesh: str, shape: str, source: str, target: str, dtype: str = "flo
             )
         )
     return plan_resharding(*values).explain()
+
+
+def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
+    """``plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR``: explain a redistribution plan."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="show a redistribution plan and its cost",
+        description="Explain the plan that reshards a tensor between two distributions: one "
+        "placement per mesh dim, outer first (S<dim>, R, P), e.g. --from S0S0 --to RR.",
+    )
+    parser.add_argument("--mesh", required=True, help="mesh shape, e.g. 2x2 or 2x2x2")
+    parser.add_argument("--shape", required=True, help="tensor shape, e.g. 8x8")
+    parser.add_argument("--from", dest="source", required=True, help="source, e.g. S0S0")
+    parser.add_argument("--to", dest="target", required=True, help="target, e.g. RR")
+    parser.add_argument("--dtype", default="float32", help="element type (default float32)")
+    parser.set_defaults(handler=plan_command)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """Prints the plan's explanation."""
+    print(plan_text(args.mesh, args.shape, args.source, args.target, args.dtype))
+    return 0

@@ -14,14 +14,8 @@ from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import Mesh, MeshAxis, PartialAxis, ReduceOp, Symbol, slice_global_tensor
 from hostir.sharding import ShardPart, normalized
 from lowering import ReshardingError
-from lowering.distribution import (
-    Distribution,
-    fusion_for,
-    mesh_axis_of_dim,
-    parse_notation,
-    program_for,
-    reference_local,
-)
+from lowering.distribution import Distribution, mesh_axis_of_dim, parse_notation
+from tests.redistribution_programs import fusion_for, program_for, reference_local
 
 X, Y, Z = MeshAxis.X, MeshAxis.Y, MeshAxis.Z
 MESH_1D = Mesh(devices=(0, 1, 2, 3), shape=(4,))

@@ -14,7 +14,8 @@ import torch
 
 from frontend import shard_tensor
 from hostir import Mesh
-from lowering.distribution import fusion_for, parse_notation, reference_local
+from lowering.distribution import parse_notation
+from tests.redistribution_programs import fusion_for, reference_local
 
 SHAPE = (8, 8)
 TARGETS = ["".join(p) for p in itertools.product(["R", "S0", "S1"], repeat=2)]

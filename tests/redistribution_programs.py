@@ -8,8 +8,7 @@
 - ``reference_local``: one rank's piece of the unsharded tensor, the
   single-device reference of a resharding's output.
 
-``lowering.distribution`` re-exports these, so this module imports
-``Distribution`` for type annotations only (no import cycle).
+Only tests and benchmarks use them, so they live outside the library packages.
 """
 
 from __future__ import annotations
