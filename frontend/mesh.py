@@ -12,6 +12,9 @@ from frontend.errors import MeshError
 from frontend.types import ParallelType
 from hostir import Mesh, MeshAxis
 
+SHOWN_DEVICES = 16
+"""Up to this many devices, a DeviceMesh prints its device ids; beyond, its layout."""
+
 
 def _flatten(devices: Any) -> tuple[list[int], list[int]]:
     """Flat device list and shape from a tensor, a (nested) list or a range."""
@@ -90,6 +93,11 @@ class DeviceMesh:
         return hash(self._mesh)
 
     def __repr__(self) -> str:
+        # The devices themselves, as nvFuser and DTensor print them, while that stays short;
+        # the layout (shape : strides) of a larger mesh, so no message grows with its size.
+        if self._mesh.size <= SHOWN_DEVICES or not self._mesh.regular:
+            devices = torch.tensor(self._mesh.devices).reshape(self._mesh.shape).tolist()
+            return f"DeviceMesh({devices})"
         return f"DeviceMesh({self._mesh})"
 
     def _axis(self, parallel_type: ParallelType) -> MeshAxis:

@@ -284,7 +284,7 @@ class HostIrEvaluator:
         step = self._steps.get(id(instruction))
         if step is None:
             step = self._steps[id(instruction)] = _Step.prepare(instruction)
-        if step.devices is not None and context.rank not in step.devices:
+        if not step.runs_on(context.rank):
             for name in step.defined:
                 context.tensors[name] = None
             return
@@ -343,7 +343,9 @@ class _Step:
 
     __slots__ = (
         "handler",
-        "devices",
+        "mesh",
+        "rank",
+        "runs",
         "defined",
         "binds",
         "range_name",
@@ -357,8 +359,8 @@ class _Step:
     def prepare(instruction: Instruction) -> _Step:
         step = _Step()
         step.handler = HANDLERS[type(instruction)]
-        placement = _placement(instruction)
-        step.devices = frozenset(placement.devices) if placement is not None else None
+        step.mesh = _placement(instruction)
+        step.rank, step.runs = -1, True
         outs = defined_values(instruction)
         step.defined = [value.name for value in outs]
         step.binds = [
@@ -379,6 +381,14 @@ class _Step:
         request = getattr(instruction, "request", None)
         step.posts = request.name if type(instruction) in COLLECTIVES else None
         return step
+
+    def runs_on(self, rank: int) -> bool:
+        """Whether ``rank`` runs the instruction (it is on its mesh); remembered per rank."""
+        if self.mesh is None:
+            return True
+        if rank != self.rank:
+            self.rank, self.runs = rank, self.mesh.contains(rank)
+        return self.runs
 
     def describe(self) -> str:
         """``defining T3`` or ``into T2_c``, for error messages."""

@@ -2,9 +2,10 @@
 
 A document is one object with three keys, in this order::
 
-    {"format": "hostir", "version": 1, "program": <node>}
+    {"format": "hostir", "version": 2, "program": <node>}
 
-Version 1 writes values as follows:
+Version 2 writes values as follows (version 1, still read, differed only in its
+meshes: a device list and a shape, where version 2 writes a layout or a table):
 
 - A **node** (every IR dataclass: the container and its scalar inputs, tensor,
   stream and request values, scalars, meshes, shardings, teams, and every class
@@ -66,10 +67,10 @@ from hostir.values import RequestValue, StreamValue, TensorValue
 FORMAT = "hostir"
 """The ``format`` every document carries."""
 
-VERSION = 1
+VERSION = 2
 """The version :func:`to_json` writes."""
 
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
 """The versions :func:`from_json` reads."""
 
 NODE_CLASSES: tuple[type, ...] = (
@@ -162,6 +163,8 @@ def from_json(text: str | bytes) -> HostIrContainer:
             f" got {_describe_json(data)}"
         )
     _check_envelope(data)
+    if data["version"] == 1:
+        data = {**data, "program": _meshes_from_version_1(data["program"])}
     try:
         return JsonDocument.from_dict(data).program
     except UndefinedParameterError:
@@ -170,6 +173,27 @@ def from_json(text: str | bytes) -> HostIrContainer:
         raise JsonFormatError(
             f"unexpected top-level key(s) {extra}; a document has {', '.join(known)}"
         ) from None
+
+
+def _meshes_from_version_1(data: Any) -> Any:
+    """Version 1 wrote a mesh as its device list and shape; version 2 as a layout (shape,
+    strides, offset) or, for irregular meshes, a device table. Reads the first as the
+    second (the mesh finds its layout from its devices)."""
+    if isinstance(data, list):
+        return [_meshes_from_version_1(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    if data.get("node") == "Mesh" and "devices" in data:
+        rest = {k: v for k, v in data.items() if k not in ("node", "devices", "shape")}
+        return {
+            "node": "Mesh",
+            "shape": data["shape"],
+            "strides": [],
+            "offset": 0,
+            "table": data["devices"],
+            **rest,
+        }
+    return {key: _meshes_from_version_1(value) for key, value in data.items()}
 
 
 def decode(data: Any, path: str = "program") -> Any:

@@ -1,14 +1,24 @@
 """Device meshes and their named axes.
 
-A :class:`Mesh` is an N-d arrangement of device ids (ranks). Its axes are named
-from the innermost: ``x`` is the last axis, ``y`` the second to last, ``z`` the
-third to last (nvFuser's DIDx/DIDy/DIDz).
+A :class:`Mesh` is an N-d arrangement of device ids (ranks), 1 to 3 dims. Its
+axes are named from the innermost: ``x`` is the last axis, ``y`` the second to
+last, ``z`` the third to last (nvFuser's DIDx/DIDy/DIDz).
+
+A regular mesh is a *layout*, as in CuTe and PyTorch's ``_MeshLayout``: the
+device at coordinates ``c`` is ``offset + sum(c[k] * strides[k])``. It prints as
+``[16, 16, 16] : [256, 16, 1]`` (shape : strides, ``+ offset`` when not 0), and
+every question about it (is a device in it, what are its coordinates) is
+answered by arithmetic, without listing its devices: cost and text do not grow
+with the number of devices. A mesh whose devices follow no layout keeps them in
+a table and prints them as nested lists (``[[3, 1], [0, 2]]``).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hostir.errors import MeshError
@@ -29,30 +39,90 @@ class MeshAxis(enum.Enum):
         return position
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Mesh:
-    """Device ids arranged row-major in ``shape`` (1 to 3 dims)."""
+    """Devices arranged row-major in ``shape`` (1 to 3 dims): a layout (``strides`` and
+    ``offset``) when they follow one, else an explicit ``table`` (see the module docstring).
 
-    devices: tuple[int, ...]
+    Build it from its devices, ``Mesh(devices=(0, 1, 2, 3), shape=(2, 2))`` (a layout is
+    found when there is one), or as a layout, ``Mesh(shape=(16, 16), strides=(16, 1))``.
+    Two meshes with the same devices in the same arrangement are equal.
+    """
+
     shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    table: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        if not 1 <= len(self.shape) <= 3:
-            raise MeshError(f"a mesh has 1 to 3 dims, got shape {self.shape}")
-        if math.prod(self.shape) != len(self.devices):
-            raise MeshError(
-                f"mesh shape {self.shape} needs {math.prod(self.shape)} devices,"
-                f" got {len(self.devices)}"
-            )
-        if any(d < 0 for d in self.devices):
-            raise MeshError(f"mesh devices must be non-negative, got {list(self.devices)}")
-        if len(set(self.devices)) != len(self.devices):
-            raise MeshError(f"mesh devices must be distinct, got {list(self.devices)}")
+    def __init__(
+        self,
+        *,
+        shape: Sequence[int],
+        devices: Sequence[int] | None = None,
+        strides: Sequence[int] = (),
+        offset: int = 0,
+        table: Sequence[int] = (),
+    ) -> None:
+        shape = tuple(int(s) for s in shape)
+        if not 1 <= len(shape) <= 3 or any(s < 1 for s in shape):
+            raise MeshError(f"a mesh has 1 to 3 dims of positive sizes, got shape {shape}")
+        if devices is None and table:
+            devices = table
+        if devices is not None:
+            devices = tuple(int(d) for d in devices)
+            _check_devices(devices, shape)
+            strides, offset, table = _layout_of(devices, shape)
+        else:
+            strides, offset, table = tuple(int(s) for s in strides), int(offset), ()
+            if len(strides) != len(shape):
+                raise MeshError(f"mesh shape {shape} needs {len(shape)} strides, got {strides}")
+            if not _decodes(shape, strides, offset):
+                raise MeshError(
+                    f"the layout {_layout_text(shape, strides, offset)} is not a mesh: its"
+                    " devices must be distinct and non-negative"
+                )
+            strides = _canonical(shape, strides)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "strides", tuple(strides))
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "table", tuple(table))
 
     @property
     def ndim(self) -> int:
         """Number of mesh dims."""
         return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return math.prod(self.shape)
+
+    @property
+    def regular(self) -> bool:
+        """Whether the mesh is a layout (no device table)."""
+        return not self.table
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Every device, row-major (O(devices): prefer :meth:`contains`, :meth:`device`)."""
+        if self.table:
+            return self.table
+        return tuple(
+            self.device(coords) for coords in itertools.product(*(range(s) for s in self.shape))
+        )
+
+    def device(self, coords: Sequence[int]) -> int:
+        """The device at ``coords``."""
+        if self.table:
+            flat = 0
+            for coord, extent in zip(coords, self.shape, strict=True):
+                flat = flat * extent + coord
+            return self.table[flat]
+        return self.offset + sum(c * s for c, s in zip(coords, self.strides, strict=True))
+
+    def contains(self, device: int) -> bool:
+        """Whether ``device`` is in the mesh."""
+        return self.coordinates(device) is not None
 
     def axis_size(self, axis: MeshAxis) -> int:
         """Number of devices along ``axis``."""
@@ -64,22 +134,115 @@ class Mesh:
 
     def coordinates(self, device: int) -> tuple[int, ...] | None:
         """The position of ``device`` in the mesh, or None if it is not in it."""
-        if device not in self.devices:
-            return None
-        flat = self.devices.index(device)
-        coords = []
-        for extent in reversed(self.shape):
-            coords.append(flat % extent)
-            flat //= extent
-        return tuple(reversed(coords))
+        if self.table:
+            if device not in self.table:
+                return None
+            flat = self.table.index(device)
+            coords = []
+            for extent in reversed(self.shape):
+                coords.append(flat % extent)
+                flat //= extent
+            return tuple(reversed(coords))
+        return _decode(device, self.shape, self.strides, self.offset)
 
     def coordinate(self, device: int, axis: MeshAxis) -> int | None:
         """``device``'s coordinate on ``axis``, or None if it is not in the mesh."""
         coords = self.coordinates(device)
         return None if coords is None else coords[axis.dim(self.ndim)]
 
+    def max_device(self) -> int:
+        """The largest device id."""
+        if self.table:
+            return max(self.table)
+        return self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True))
+
     def __str__(self) -> str:
-        return _nested_list(list(self.devices), list(self.shape))
+        if self.table:
+            return _nested_list(list(self.table), list(self.shape))
+        return _layout_text(self.shape, self.strides, self.offset)
+
+
+def _check_devices(devices: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    if math.prod(shape) != len(devices):
+        raise MeshError(f"mesh shape {shape} needs {math.prod(shape)} devices, got {len(devices)}")
+    if any(d < 0 for d in devices):
+        raise MeshError(f"mesh devices must be non-negative, got {_some(devices)}")
+    if len(set(devices)) != len(devices):
+        raise MeshError(f"mesh devices must be distinct, got {_some(devices)}")
+
+
+def _some(devices: tuple[int, ...]) -> str:
+    """The devices for a message, shortened when there are many."""
+    if len(devices) <= 16:
+        return str(list(devices))
+    return f"[{', '.join(map(str, devices[:8]))}, ...] ({len(devices)} devices)"
+
+
+def _layout_of(
+    devices: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
+    """(strides, offset, ()) when ``devices`` (row-major over ``shape``) follow a layout that
+    decodes back (see :func:`_decode`), else ((), 0, devices)."""
+    offset = devices[0]
+    row_major = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+    strides = tuple(
+        devices[row_major[k]] - offset if shape[k] > 1 else row_major[k] for k in range(len(shape))
+    )
+    strides = _canonical(shape, strides)
+    expected = (
+        offset + sum(c * s for c, s in zip(coords, strides, strict=True))
+        for coords in itertools.product(*(range(n) for n in shape))
+    )
+    if all(a == b for a, b in zip(devices, expected, strict=True)) and _decodes(
+        shape, strides, offset
+    ):
+        return strides, offset, ()
+    return (), 0, devices
+
+
+def _canonical(shape: tuple[int, ...], strides: Sequence[int]) -> tuple[int, ...]:
+    """``strides`` with the stride of every size-1 dim made the row-major one (it places
+    nothing, so any value describes the same mesh: one value keeps meshes comparable)."""
+    return tuple(
+        s if n > 1 else math.prod(shape[k + 1 :])
+        for k, (n, s) in enumerate(zip(shape, strides, strict=True))
+    )
+
+
+def _decode(
+    device: int, shape: tuple[int, ...], strides: tuple[int, ...], offset: int
+) -> tuple[int, ...] | None:
+    """The coordinates of ``device`` in a layout whose positive strides nest (each larger
+    than the span of the smaller ones): digits by decreasing stride; None if not in it."""
+    rest = device - offset
+    coords = [0] * len(shape)
+    for k in sorted(range(len(shape)), key=lambda k: -strides[k]):
+        if shape[k] == 1:
+            continue
+        coord, rest = divmod(rest, strides[k])
+        if not 0 <= coord < shape[k]:
+            return None
+        coords[k] = coord
+    return tuple(coords) if rest == 0 else None
+
+
+def _decodes(shape: tuple[int, ...], strides: Sequence[int], offset: int) -> bool:
+    """Whether the layout is injective, non-negative and decodable by :func:`_decode`: its
+    strides, largest first, each exceed the span the smaller ones cover."""
+    if offset < 0:
+        return False
+    used = sorted((s, n) for n, s in zip(shape, strides, strict=True) if n > 1)
+    span = 0
+    for stride, size in used:
+        if stride <= span:
+            return False
+        span += (size - 1) * stride
+    return True
+
+
+def _layout_text(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> str:
+    text = f"{list(shape)} : {list(strides)}"
+    return text if offset == 0 else f"{text} + {offset}"
 
 
 def _nested_list(flat: list[int], shape: list[int]) -> str:

@@ -107,12 +107,13 @@ class _Builder:
         return handler(tree)
 
     def stmt_mesh_decl(self, tree: lark.Tree) -> None:
-        name, nested = tree.children
-        devices, shape = _nested(nested)
+        name, nested, strides, offset = tree.children
         if name in self.meshes:
             raise _fail(name, f"mesh {name} is declared twice")
         try:
-            self.meshes[str(name)] = Mesh(devices=tuple(devices), shape=tuple(shape))
+            self.meshes[str(name)] = _mesh(nested, strides, offset)
+        except ParseError:
+            raise
         except Exception as error:  # noqa: BLE001 - MeshError and shape errors alike
             raise _fail(name, f"mesh {name}: {error}") from None
 
@@ -286,6 +287,19 @@ class _Builder:
         positional = [a.children[0] for a in arguments if a.data == "positional"]
         keywords = {str(a.children[0]): a.children[1] for a in arguments if a.data == "keyword"}
         return builder(self, name, positional, keywords, targets)
+
+
+def _mesh(nested: lark.Tree, strides: lark.Tree | None, offset: lark.Token | None) -> Mesh:
+    """``[2, 4] : [4, 1] + 8`` (a layout: shape, strides, offset) or ``[[0, 1], [3, 2]]``
+    (the devices themselves)."""
+    if strides is None:
+        devices, shape = _nested(nested)
+        return Mesh(devices=tuple(devices), shape=tuple(shape))
+    shape, shape_dims = _nested(nested)
+    stride_values, stride_dims = _nested(strides)
+    if len(shape_dims) != 1 or len(stride_dims) != 1:
+        raise _fail(nested, "a mesh layout is a flat list of sizes : a flat list of strides")
+    return Mesh(shape=tuple(shape), strides=tuple(stride_values), offset=int(offset or 0))
 
 
 def _nested(tree: lark.Tree) -> tuple[list[int], list[int]]:

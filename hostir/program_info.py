@@ -54,8 +54,8 @@ def program_meshes(program: HostIrContainer) -> list[Mesh]:
 def check_meshes_fit(program: HostIrContainer, world_size: int) -> None:
     """Raises MeshError if a mesh names a device the world does not have."""
     for mesh in program_meshes(program):
-        if max(mesh.devices) >= world_size:
+        if mesh.max_device() >= world_size:
             raise MeshError(
-                f"mesh {mesh} needs device {max(mesh.devices)}, but the world has"
+                f"mesh {mesh} needs device {mesh.max_device()}, but the world has"
                 f" {world_size} rank(s) (0..{world_size - 1})"
             )

@@ -78,7 +78,7 @@ class RunContext:
 
     def participates(self, value: TensorValue) -> bool:
         """Whether this rank holds a shard of ``value``."""
-        return value.sharding is None or self.rank in value.sharding.mesh.devices
+        return value.sharding is None or value.sharding.mesh.contains(self.rank)
 
     def run_body(self, body: Sequence[Instruction]) -> None:
         """Runs ``body`` in this context (loops call back here)."""

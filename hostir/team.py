@@ -53,31 +53,36 @@ class Team:
                     coords[d] = c
                 for d, c in zip(team_dims, varying, strict=True):
                     coords[d] = c
-                group.append(self.mesh.devices[_flat_index(coords, self.mesh.shape)])
+                group.append(self.mesh.device(coords))
             groups.append(tuple(group))
         return tuple(groups)
 
     def group_of(self, device: int) -> tuple[int, ...] | None:
-        """The group holding ``device``, or None if it is not in the mesh."""
-        for group in self.groups:
-            if device in group:
-                return group
-        return None
+        """The group holding ``device`` (in team order), or None if it is not in the mesh;
+        computed from its coordinates, without listing the other groups."""
+        coords = self.mesh.coordinates(device)
+        if coords is None:
+            return None
+        team_dims = [axis.dim(self.mesh.ndim) for axis in self.axes]
+        group = []
+        for varying in itertools.product(*(range(self.mesh.shape[d]) for d in team_dims)):
+            member = list(coords)
+            for d, c in zip(team_dims, varying, strict=True):
+                member[d] = c
+            group.append(self.mesh.device(member))
+        return tuple(group)
 
     def position(self, device: int) -> int:
-        """``device``'s index in its group."""
-        group = self.group_of(device)
-        if group is None:
+        """``device``'s index in its group: its coordinates on the team axes, row-major."""
+        coords = self.mesh.coordinates(device)
+        if coords is None:
             raise MeshError(f"device {device} is not in team {self}")
-        return group.index(device)
+        index = 0
+        for axis in self.axes:
+            d = axis.dim(self.mesh.ndim)
+            index = index * self.mesh.shape[d] + coords[d]
+        return index
 
     def __str__(self) -> str:
         axes = ", ".join(axis.value for axis in self.axes)
         return f"{self.mesh}({axes})"
-
-
-def _flat_index(coords: list[int], shape: tuple[int, ...]) -> int:
-    flat = 0
-    for coord, extent in zip(coords, shape, strict=True):
-        flat = flat * extent + coord
-    return flat

@@ -80,7 +80,7 @@ def test_dump_script_lowers_without_ranks():
     done = hostir("dump", SCRIPT)
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert text.startswith("%HostIrContainer {\n  mesh M0 = [0, 1]\n")  # world size 2
+    assert text.startswith("%HostIrContainer {\n  mesh M0 = [2] : [1]\n")  # world size 2
     for line in ("CollectivePermute(T0, team=M0(x)", "shard_by_stream(T4", "linear(T3_c, T1"):
         assert line in text
     assert text.rstrip("\n").endswith("output T4\n}")
@@ -89,7 +89,7 @@ def test_dump_script_lowers_without_ranks():
 def test_dump_script_world_size_is_passed_to_fusion():
     done = hostir("dump", SCRIPT, "--world-size", "4")
     assert done.returncode == 0, done.stderr
-    assert "mesh M0 = [0, 1, 2, 3]" in done.stdout and "range(0, 4)" in done.stdout
+    assert "mesh M0 = [4] : [1]" in done.stdout and "range(0, 4)" in done.stdout
 
 
 def test_dump_hir_file_prints_the_file():
@@ -178,7 +178,7 @@ def test_run_with_host_ir_dump_prints_the_program_on_rank_0_only():
     done = hostir("run", SCRIPT, "--nproc", "2", HOSTIR_DUMP="host_ir")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("%HostIrContainer {") == 1
-    assert "mesh M0 = [0, 1]" in done.stdout
+    assert "mesh M0 = [2] : [1]" in done.stdout
     # The ranks share one pipe, so their lines may interleave: find, don't split.
     assert sorted(re.findall(r"rank [01]/2: OK", done.stdout)) == ["rank 0/2: OK", "rank 1/2: OK"]
 
@@ -206,7 +206,7 @@ def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     "args, code, message",
     [
-        (["dump", HIR, "--world-size", "1"], 1, f"{HIR}: mesh [0, 1] needs device 1"),
+        (["dump", HIR, "--world-size", "1"], 1, f"{HIR}: mesh [2] : [1] needs device 1"),
         (["dump", SCRIPT, "--world-size", "0"], 2, "--world-size must be at least 1, got 0"),
         (["dump", BROKEN], 1, f"{BROKEN}:14:5: unknown instruction linaer"),
         (["dump", "tests/data"], 2, "not a file: tests/data"),
@@ -280,7 +280,7 @@ def test_world_size_defaults_to_the_fusion_default(tmp_path, capsys):
     script = tmp_path / "three.py"
     script.write_text(DEFAULT_WORLD_SIZE_SCRIPT)
     assert main("dump", str(script)) == 0
-    assert "mesh M0 = [0, 1, 2]" in capsys.readouterr().out
+    assert "mesh M0 = [3] : [1]" in capsys.readouterr().out
 
 
 INTERNAL_BUG = """

@@ -108,7 +108,7 @@ def reduce_to_one_device() -> HostIrContainer:
 
 
 NESTED = """%HostIrContainer {
-  mesh M0 = [0, 1, 2, 3]
+  mesh M0 = [4] : [1]
   input T0 : float32[8, 4] @M0 {0: [x, 2]}
   for j0 in range(0, 2) {
     for j1 in range(1, 3) {

@@ -390,7 +390,7 @@ def test_to_json_is_deterministic():
     build = FUSIONS["stream_permute"]
     assert build().host_ir().to_json() == build().host_ir().to_json()
     text = program.to_json()
-    assert text.startswith('{\n "format": "hostir",\n "version": 1,\n "program": {\n  "node"')
+    assert text.startswith('{\n "format": "hostir",\n "version": 2,\n "program": {\n  "node"')
     document = json.loads(text)
     assert list(document) == ["format", "version", "program"]
     allgather = document["program"]["body"][3]
@@ -436,12 +436,12 @@ def test_another_format_is_refused():
     assert _refusal(lambda d: d.pop("format")) == 'format: expected "hostir", got no format'
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", 1.0, True, None])
+@pytest.mark.parametrize("version", [3, 0, "1", 1.0, True, None])
 def test_unknown_version_is_refused_naming_found_and_supported(version):
     message = _refusal(lambda d: d.update(version=version))
     assert message == (
         f"version: unsupported host IR JSON version {json.dumps(version)};"
-        " this hostir reads version 1"
+        " this hostir reads version 1, 2"
     )
 
 
@@ -495,8 +495,8 @@ def test_values_of_the_wrong_type_are_refused_with_their_path():
     assert message == "program.body[3].team.mesh: expected Mesh, got Symbol"
     message = _refusal(lambda d: d["program"]["body"][6]["lhs"].update(value="0.5"))
     assert message == 'program.body[6].lhs.value: expected int | float | bool, got str "0.5"'
-    message = _refusal(lambda d: d["program"]["body"][3]["team"]["mesh"].update(devices=[3, 1.0]))
-    assert message == "program.body[3].team.mesh.devices[1]: expected int, got float 1.0"
+    message = _refusal(lambda d: d["program"]["body"][3]["team"]["mesh"].update(table=[3, 1.0]))
+    assert message == "program.body[3].team.mesh.table[1]: expected int, got float 1.0"
     message = _refusal(lambda d: d["program"]["body"][3].update(axis=True))
     assert message == "program.body[3].axis: expected int, got bool true"
     message = _refusal(lambda d: d["program"]["body"][3].update(inner=[]))
@@ -514,10 +514,36 @@ def test_values_of_the_wrong_type_are_refused_with_their_path():
     assert message == "program: expected HostIrContainer, got Symbol"
 
 
-def test_nodes_their_constructors_reject_are_refused_with_their_path():
-    message = _refusal(
-        lambda d: d["program"]["body"][3]["team"]["mesh"].update(devices=[0, 0, 1, 2])
+def test_a_version_1_document_reads_its_meshes_as_device_lists():
+    """Version 1 wrote meshes as ``devices`` and ``shape``; they read back as the same
+    meshes (a layout where the devices follow one)."""
+    program = HostIrContainer(
+        inputs=(),
+        outputs=(),
+        body=tuple(i for i in every_instruction() if getattr(i, "team", None) is not None)[:2],
     )
+    document = json.loads(program.to_json())
+    document["version"] = 1
+
+    def old_meshes(node):
+        if isinstance(node, list):
+            return [old_meshes(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("node") == "Mesh":
+            if node["table"]:
+                devices = node["table"]
+            else:
+                layout = Mesh(shape=node["shape"], strides=node["strides"], offset=node["offset"])
+                devices = list(layout.devices)
+            return {"node": "Mesh", "devices": devices, "shape": node["shape"]}
+        return {key: old_meshes(value) for key, value in node.items()}
+
+    assert HostIrContainer.from_json(json.dumps(old_meshes(document))) == program
+
+
+def test_nodes_their_constructors_reject_are_refused_with_their_path():
+    message = _refusal(lambda d: d["program"]["body"][3]["team"]["mesh"].update(table=[0, 0, 1, 2]))
     assert message == "program.body[3].team.mesh: mesh devices must be distinct, got [0, 0, 1, 2]"
     axis_z = {"enum": "MeshAxis", "value": "z"}
     message = _refusal(lambda d: d["program"]["body"][3]["team"]["axes"].append(axis_z))

@@ -73,7 +73,7 @@ def test_program_with_every_instruction_kind(multidevice_test):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"output {index}")
 
 
-HEADER = "%HostIrContainer {\n  mesh M0 = [0, 1]\n"
+HEADER = "%HostIrContainer {\n  mesh M0 = [2] : [1]\n"
 BROKEN = {
     "unknown instruction": (
         HEADER + "  input T0 : float32[4] @M0\n  T1 : float32[4] @M0 = frobnicate(T0)\n}\n",
@@ -130,7 +130,7 @@ BROKEN = {
         HEADER + "  input T0 : float32[4] @M0 {0: [y, 2]}\n}\n",
         3,
         34,
-        "y is not an axis of mesh [0, 1]",
+        "y is not an axis of mesh [2] : [1]",
     ),
     "wrong operand kind": (
         HEADER
