@@ -13,7 +13,26 @@ class HostIrError(Exception):
 
 
 class VerifyError(HostIrError):
-    """A host IR program is malformed (undefined value, wrong operand kind, ...)."""
+    """A host IR program is malformed (undefined value, wrong operand kind, ...).
+
+    ``path`` (when the verifier knows it) is the offending instruction's index in the
+    program's body, then in each enclosing loop's body; ``line`` and ``col`` are set when
+    the program came from text, and then the message starts with ``line:col: ``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: tuple[int, ...] | None = None,
+        line: int | None = None,
+        col: int | None = None,
+    ) -> None:
+        super().__init__(f"{line}:{col}: {message}" if line is not None else message)
+        self.message = message
+        self.path = path
+        self.line = line
+        self.col = col
 
 
 class ParseError(HostIrError):

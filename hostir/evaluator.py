@@ -53,6 +53,7 @@ from hostir.sharding import Mesh
 from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool
 from hostir.timeouts import collective_timeout
 from hostir.values import RequestValue, StreamValue, TensorValue
+from hostir.verify import verify_located
 
 Handler = Callable[[RunContext, Any, dict[str, Any]], Sequence[Any]]
 
@@ -132,6 +133,7 @@ class HostIrEvaluator:
         missing = [cls.__name__ for cls in INSTRUCTIONS if cls not in HANDLERS]
         if missing:
             raise VerifyError(f"the evaluator has no handler for {', '.join(missing)}")
+        verify_located(program)
         self.program = program
         self.communicator = communicator
         self.listeners = tuple(listeners)

@@ -56,13 +56,14 @@ from dataclasses_json.undefined import UndefinedParameterError
 
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
-from hostir.errors import HostIrError, JsonFormatError
+from hostir.errors import HostIrError, JsonFormatError, VerifyError
 from hostir.instructions import INSTRUCTIONS, BinaryOpKind, Instruction, UnaryOpKind
 from hostir.mesh import Mesh, MeshAxis
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
 from hostir.sharding import PartialAxis, ReduceOp, Sharding, ShardPart
 from hostir.team import Team
 from hostir.values import RequestValue, StreamValue, TensorValue
+from hostir.verify import verify
 
 FORMAT = "hostir"
 """The ``format`` every document carries."""
@@ -152,7 +153,23 @@ def encode(value: Any, path: str = "program") -> Any:
 
 
 def from_json(text: str | bytes) -> HostIrContainer:
-    """The program of a JSON document; raises JsonFormatError naming what is wrong, where."""
+    """The program of a JSON document, verified (``hostir.verify``); raises JsonFormatError
+    naming what is wrong and where (the JSON path of the node, or of the instruction the
+    verifier refuses)."""
+    program = read_document(text)
+    try:
+        verify(program)
+    except VerifyError as error:
+        where = "program" + "".join(f".body[{index}]" for index in error.path or ())
+        if error.path is None:
+            where = "program.outputs"
+        raise JsonFormatError(f"{where}: {error.message}", path=error.path) from None
+    return program
+
+
+def read_document(text: str | bytes) -> HostIrContainer:
+    """The program of a JSON document as written, *not* verified: the codec alone, for
+    tools that inspect documents that need not run (``from_json`` verifies)."""
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

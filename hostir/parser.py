@@ -18,13 +18,14 @@ import lark
 from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
-from hostir.errors import ParseError
+from hostir.errors import ParseError, VerifyError
 from hostir.instruction_parsers import INSTRUCTION_PARSERS, kind_of, reduce_op
 from hostir.instructions import Allocate, Deallocate, ForLoop, Instruction
 from hostir.mesh import Mesh, MeshAxis
 from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
 from hostir.sharding import PartialAxis, Sharding, ShardPart
 from hostir.values import RequestValue, TensorValue
+from hostir.verify import verify
 
 _GRAMMAR = lark.Lark(
     resources.files("hostir").joinpath("hostir.lark").read_text(),
@@ -43,12 +44,21 @@ _SCALAR_OPS = {
 
 
 def parse(text: str) -> HostIrContainer:
-    """The program ``text`` describes; raises ParseError with ``line:col`` on error."""
+    """The program ``text`` describes, verified (``hostir.verify``); raises ParseError with
+    ``line:col`` for text that does not parse, VerifyError with ``line:col`` (of the
+    offending instruction) for a program that is not well formed."""
     try:
         tree = _GRAMMAR.parse(text)
     except lark.UnexpectedInput as error:
         raise _syntax_error(error, text) from None
-    return _Builder().program(tree)
+    builder = _Builder()
+    program = builder.program(tree)
+    try:
+        verify(program)
+    except VerifyError as error:
+        line, col = builder.positions.get(error.path, builder.end) if error.path else builder.end
+        raise VerifyError(error.message, path=error.path, line=line, col=col) from None
+    return program
 
 
 def _syntax_error(error: lark.UnexpectedInput, text: str) -> ParseError:
@@ -85,6 +95,9 @@ class _Builder:
         self.loop_indices: list[str] = []
         self.inputs: list[TensorValue | ScalarInput] = []
         self.outputs: list[TensorValue] = []
+        self.positions: dict[tuple[int, ...], tuple[int, int]] = {}  # instruction path -> line, col
+        self.path: tuple[int, ...] = ()  # of the statement being read
+        self.end = (1, 1)  # where the outputs are declared (for problems with them)
 
     # ----- program and statements -----
     def program(self, tree: lark.Tree) -> HostIrContainer:
@@ -96,10 +109,14 @@ class _Builder:
 
     def statements(self, tree: lark.Tree) -> list[Instruction]:
         body = []
+        prefix = self.path
         for statement in tree.children:
+            self.path = (*prefix, len(body))
             instruction = self.statement(statement)
             if instruction is not None:
+                self.positions[self.path] = _where(statement)
                 body.append(instruction)
+        self.path = prefix
         return body
 
     def statement(self, tree: lark.Tree) -> Instruction | None:
@@ -124,6 +141,8 @@ class _Builder:
 
     def stmt_output_decl(self, tree: lark.Tree) -> None:
         (name,) = tree.children
+        if not self.outputs:
+            self.end = _where(tree)
         self.outputs.append(self.tensor(name))
 
     def stmt_allocate(self, tree: lark.Tree) -> Instruction:

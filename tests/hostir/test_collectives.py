@@ -19,6 +19,7 @@ from hostir import (
     DType,
     Gather,
     HostIrContainer,
+    PartialAxis,
     HostIrEvaluator,
     MeshAxis,
     Reduce,
@@ -39,13 +40,15 @@ MESH = Mesh(devices=(0, 1, 2, 3), shape=(2, 2))
 ROWS, COLS = 4, 6
 
 
-def value(name: str, shape: tuple[int, ...], dims=None) -> TensorValue:
-    """A float32 value on MESH; ``dims`` maps a dim to its parts (replicated otherwise)."""
+def value(name: str, shape: tuple[int, ...], dims=None, partial=()) -> TensorValue:
+    """A float32 value on MESH; ``dims`` maps a dim to its parts (replicated otherwise),
+    ``partial`` lists (axis, op) pairs it is partial over."""
     parts = []
     for d, extent in enumerate(shape):
         given = (dims or {}).get(d)
         parts.append(given or (ShardPart(axis=None, extent=Const(value=extent)),))
-    sharding = Sharding(mesh=MESH, dims=tuple(parts))
+    partial_axes = tuple(PartialAxis(axis=a, op=op) for a, op in partial)
+    sharding = Sharding(mesh=MESH, dims=tuple(parts), partial=partial_axes)
     return TensorValue(
         name=name,
         dtype=DType.FLOAT32,
@@ -96,15 +99,20 @@ AXES = [MeshAxis.X, MeshAxis.Y]
 @pytest.mark.parametrize("axis", AXES)
 @pytest.mark.parametrize("dim", [0, 1])
 def test_allgather_and_reduce_scatter(multidevice_test, axis, dim):
-    """Allgather along dim 0 or 1, and ReduceScatter back (sum of members' data)."""
+    """Allgather along dim 0 or 1 (each member holds its block of the gathered tensor), and
+    ReduceScatter back (members hold partial sums: the sum of members' data)."""
     rank = multidevice_test.rank
     group = members(axis, rank)
-    src = value("a", (ROWS, COLS))
-    full = value("b", (ROWS * 2 if dim == 0 else ROWS, COLS * 2 if dim == 1 else COLS))
+    shape = (ROWS * 2 if dim == 0 else ROWS, COLS * 2 if dim == 1 else COLS)
+    blocks = value("a", shape, {dim: block(axis, (ROWS, COLS)[dim])})
+    full = value("b", shape)
     out = run(
-        Allgather(out=full, src=src, team=team(axis), axis=dim, request=R), src, per_rank(rank)
+        Allgather(out=full, src=blocks, team=team(axis), axis=dim, request=R),
+        blocks,
+        per_rank(rank),
     )
     torch.testing.assert_close(out, torch.cat([per_rank(m) for m in group], dim))
+    src = value("a", (ROWS, COLS), partial=[(axis, ReduceOp.SUM)])
     local = block(axis, (ROWS if dim == 0 else COLS) // 2)
     scattered = value("c", (ROWS, COLS), {dim: local})
     out = run(
@@ -119,9 +127,10 @@ def test_allgather_and_reduce_scatter(multidevice_test, axis, dim):
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("axis", AXES)
 def test_allreduce_max(multidevice_test, axis):
-    """Allreduce with max within each group."""
+    """Allreduce with max within each group (members hold partial maxima)."""
     rank = multidevice_test.rank
-    src, out_value = value("a", (ROWS, COLS)), value("b", (ROWS, COLS))
+    src = value("a", (ROWS, COLS), partial=[(axis, ReduceOp.MAX)])
+    out_value = value("b", (ROWS, COLS))
     out = run(
         Allreduce(out=out_value, src=src, team=team(axis), op=ReduceOp.MAX, request=R),
         src,

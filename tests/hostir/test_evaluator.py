@@ -33,6 +33,7 @@ from hostir import (
     Symbol,
     Unary,
     UnaryOpKind,
+    VerifyError,
 )
 from hostir.evaluator import HANDLERS
 from hostir.instructions import keyword
@@ -170,8 +171,8 @@ def test_use_after_deallocate_is_an_error():
             Set(out=y, src=tensor("t", 2)),
         ),
     )
-    with pytest.raises(EvaluationError, match="t is used before it is defined"):
-        HostIrEvaluator(program).run([torch.randn(2)])
+    with pytest.raises(VerifyError, match=r"body\[2\] \(set defining y\): set uses t after its"):
+        HostIrEvaluator(program)  # refused before it runs
 
 
 def test_input_errors_name_the_input():
@@ -204,7 +205,7 @@ def test_sharded_input_extent_binding_and_divisibility():
 
 def test_mesh_larger_than_world_is_refused():
     """A program on devices the world lacks fails before running, naming the mesh."""
-    x = tensor("x", 4, sharding=block_sharded([0, 1, 2], 1, 0, 4))
+    x = tensor("x", 12, sharding=block_sharded([0, 1, 2], 1, 0, 4))
     program = HostIrContainer(inputs=(x,), outputs=(x,), body=())
     with pytest.raises(MeshError, match=r"mesh \[3\] : \[1\] needs device 2, but the world has 1"):
         HostIrEvaluator(program).run([torch.randn(4)])
