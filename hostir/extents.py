@@ -24,8 +24,10 @@ Normal = tuple[Fraction, tuple[object, ...]]
 
 def normal_form(extent: Scalar) -> Normal:
     """``extent`` as a coefficient and a sorted product of atoms (see module docstring)."""
-    if isinstance(extent, Const) and isinstance(extent.value, int) and not isinstance(
-        extent.value, bool
+    if (
+        isinstance(extent, Const)
+        and isinstance(extent.value, int)
+        and not isinstance(extent.value, bool)
     ):
         return Fraction(extent.value), ()
     if isinstance(extent, BinaryExpr) and extent.op is ScalarOp.MUL:

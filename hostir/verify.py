@@ -307,8 +307,6 @@ def instruction_at(program: HostIrContainer, path: Path) -> Instruction:
     return instruction
 
 
-
-
 def describe_location(program: HostIrContainer, path: Path | None) -> str:
     """``body[3] (linear defining T4)``: where a verifier path points, in words."""
     if path is None:

@@ -70,9 +70,7 @@ def _expect(instruction: Any, shape: tuple[Scalar, ...], dtype: DType | None) ->
 def _torch_dtype(kind: str, operands: tuple[object, ...]) -> DType | str:
     """The dtype torch gives ``kind`` on one-element operands (dtypes or Python types), or
     torch's refusal as text."""
-    args = [
-        torch.ones(1, dtype=o.to_torch()) if isinstance(o, DType) else o(1) for o in operands
-    ]
+    args = [torch.ones(1, dtype=o.to_torch()) if isinstance(o, DType) else o(1) for o in operands]
     try:
         result = _TORCH_OPS[kind](*args)
         return DType.from_torch(result.dtype)
@@ -207,8 +205,7 @@ def _rule_matmul(instruction: Matmul, scalars: ScalarTypes) -> str | None:
         return f"matmul: operands {_shape(a)} and {_shape(b)} must have at least 2 dims"
     if differ(a.shape[-1], b.shape[-2]):
         return (
-            f"matmul: the contraction extents differ: {a.name} {_shape(a)} and"
-            f" {b.name} {_shape(b)}"
+            f"matmul: the contraction extents differ: {a.name} {_shape(a)} and {b.name} {_shape(b)}"
         )
     batch = _broadcast(a.shape[:-2], b.shape[:-2])
     if batch is None:
@@ -221,8 +218,10 @@ def _rule_matmul(instruction: Matmul, scalars: ScalarTypes) -> str | None:
 
 def _rule_broadcast_in_dim(instruction: BroadcastInDim, scalars: ScalarTypes) -> str | None:
     src, out, dims = instruction.src, instruction.out, instruction.broadcast_dims
-    if len(dims) != src.ndim or list(dims) != sorted(set(dims)) or any(
-        not 0 <= d < out.ndim for d in dims
+    if (
+        len(dims) != src.ndim
+        or list(dims) != sorted(set(dims))
+        or any(not 0 <= d < out.ndim for d in dims)
     ):
         return (
             f"broadcast_in_dim: broadcast_dims {list(dims)} must place the {src.ndim} dims of"
