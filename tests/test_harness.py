@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from hostir import cli, launcher
+from tests.child_runs import Python, Run
 from tests.multidevice import MultiDeviceTest, launched_by_torchrun
 
 pytest_plugins = ["pytester"]
@@ -178,19 +177,18 @@ dist.destroy_process_group()
 
 
 @once
-def test_cli_run_all_reduce(tmp_path, monkeypatch):
-    without_launcher_variables(monkeypatch)
+def test_cli_run_all_reduce(tmp_path, child_runs):
     script = tmp_path / "all_reduce.py"
     script.write_text(ALL_REDUCE_SCRIPT)
-    command = [sys.executable, "-m", "hostir.cli", "run", str(script), "--nproc", "2"]
-    done = subprocess.run([*command, "--", str(tmp_path)], cwd=REPO_ROOT, timeout=120)
-    assert done.returncode == 0
+    args = ("run", str(script), "--nproc", "2", "--", str(tmp_path))
+    done = child_runs.result(Run("hostir run all_reduce", Python("module", "hostir.cli", args), 2))
+    assert done.returncode == 0 and not done.killed, done.describe()
     assert [float((tmp_path / f"rank{r}.txt").read_text()) for r in range(2)] == [3.0, 3.0]
 
 
-def test_cli_missing_script_is_a_one_line_error():
-    command = [sys.executable, "-m", "hostir.cli", "run", "no_such_script.py", "--nproc", "2"]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+def test_cli_missing_script_is_a_one_line_error(child_runs):
+    args = ("run", "no_such_script.py", "--nproc", "2")
+    done = child_runs.result(Run("hostir run missing", Python("module", "hostir.cli", args)))
     assert done.returncode != 0
     assert done.stderr == "hostir: error: script not found: no_such_script.py\n"
 
