@@ -316,6 +316,8 @@ class WorkerPool:
         rule of tests/cpu_watch.py over ``limits.hang_s``, or over GRACE_S once
         a rank has reported anything but success: the others are then likely
         blocked in a collective the failed rank left), or at ``limits.wall_s``.
+        The window starts afresh at each answer: until then the others may
+        have been waiting, idle, for the rank that answered.
         """
         start = time.monotonic()
         watch = CpuWatch(limits.hang_s, start)
@@ -328,14 +330,15 @@ class WorkerPool:
                 self._procs[r].sentinel for r in pending
             ]
             ready = multiprocessing.connection.wait(waitables, SAMPLE_S)
-            for rank in pending:
-                if self._conns[rank] in ready or self._procs[rank].sentinel in ready:
-                    replies[rank] = self._receive(rank)
-                    if replies[rank][0] not in ("ok", "ready") and not failed:
-                        failed = True
-                        window = min(GRACE_S, watch.window_s)
-                        watch = CpuWatch(window, time.monotonic())
+            answered = [
+                r for r in pending if self._conns[r] in ready or self._procs[r].sentinel in ready
+            ]
+            for rank in answered:
+                replies[rank] = self._receive(rank)
+                failed = failed or replies[rank][0] not in ("ok", "ready")
             now = time.monotonic()
+            if answered:  # the others may have been waiting for it: a new window starts
+                watch = CpuWatch(min(GRACE_S, limits.hang_s) if failed else limits.hang_s, now)
             pending = [r for r in range(self.size) if r not in replies]
             watch.sample(now, cpu_of_processes([self._procs[r].pid for r in pending]))
             if pending and watch.hung(now):
