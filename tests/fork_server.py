@@ -9,8 +9,9 @@ behaves like a fresh ``python`` process started with the request's command:
   ``argv``, ``cwd`` and ``env`` (the whole environment) as given;
 - stdin is /dev/null; stdout and stderr go to the files named ``stdout`` and
   ``stderr``;
-- the child starts a session of its own, so its pid is its process group and
-  session: signalling the group reaches everything it starts;
+- the child starts a process group of its own (not a session: see
+  tests/child_runs.py), so signalling the group its pid names reaches
+  everything it starts;
 - it exits as the interpreter would: ``SystemExit`` gives the exit code, an
   uncaught exception prints its traceback and gives 1, and ``atexit``
   handlers run. The interpreter's own teardown is skipped (it takes about a
@@ -112,7 +113,7 @@ def _child(request: dict) -> NoReturn:
     """Becomes the process the request describes, runs it and exits."""
     status = 1
     try:
-        os.setsid()
+        os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _redirect(request["stdout"], request["stderr"])
         os.chdir(request["cwd"])

@@ -20,8 +20,8 @@ when the first pool started.
 
 Limits (``collect``) tell a hang from slowness with the rule of
 tests/cpu_watch.py, applied to the ranks that have not answered: they are
-given up on when none of them used more than 2 % of a core for the hang
-window (``Limits.hang_s``, 30 s by default), or for ``GRACE_S`` once one
+given up on when none of them used more than 10 % of a core, or was waiting
+to run, for the hang window (``Limits.hang_s``, 30 s by default), or for ``GRACE_S`` once one
 rank has failed (the others are then usually blocked in a collective it
 left); the wall-clock limit (``Limits.wall_s``, 300 s) is only a backstop.
 Before a pool is given up on, each silent worker writes its Python stacks
@@ -54,7 +54,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.cpu_watch import CpuWatch, Limits, cpu_of_processes
+from tests.cpu_watch import CpuWatch, Limits, usage_of_processes
 
 FIXTURE = "multidevice_test"
 GRACE_S = 10.0
@@ -340,7 +340,7 @@ class WorkerPool:
             if answered:  # the others may have been waiting for it: a new window starts
                 watch = CpuWatch(min(GRACE_S, limits.hang_s) if failed else limits.hang_s, now)
             pending = [r for r in range(self.size) if r not in replies]
-            watch.sample(now, cpu_of_processes([self._procs[r].pid for r in pending]))
+            watch.sample(now, usage_of_processes([self._procs[r].pid for r in pending]))
             if pending and watch.hung(now):
                 self.silence = _describe_hang(watch.window_s, limits, failed)
             elif pending and now - start > limits.wall_s:

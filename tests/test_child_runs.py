@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tests.child_runs import Python, Result, Run, Scheduler, child_environment
-from tests.cpu_watch import CpuWatch, Limits
+from tests.cpu_watch import CpuWatch, Limits, Usage
 from tests.multidevice import launched_by_torchrun
 
 pytestmark = pytest.mark.skipif(
@@ -118,7 +118,7 @@ def limit_runs(child_runs: Scheduler) -> dict[str, Result]:
 
 def test_a_hung_run_is_stopped_and_shows_where(limit_runs):
     result = limit_runs["hangs.py"]
-    assert result.killed.startswith("hung: no process used more than 2% of a core for 1 s")
+    assert result.killed.startswith("hung: for 1 s no process used more than 10% of a core")
     assert result.returncode == -signal.SIGABRT  # its stacks first
     assert result.stdout == "started\n"
     assert 'File "hangs.py", line 4 in <module>' in result.stderr, result.stderr
@@ -141,15 +141,20 @@ def test_other_runs_are_stopped_at_the_wall_clock_limit(limit_runs):
     assert result.describe().startswith("stopped: over the wall-clock limit of 1 s")
 
 
-def test_cpu_watch_needs_a_whole_window():
+def test_cpu_watch_needs_a_whole_window_without_progress():
+    asleep = lambda cpu: Usage(cpu, runnable=False)  # noqa: E731
     watch = CpuWatch(window_s=10, start=0)
-    watch.sample(0, {1: 0.0, 2: 5.0})
-    watch.sample(9, {1: 0.0, 2: 5.0})
+    watch.sample(0, {1: asleep(0.0), 2: asleep(5.0)})
+    watch.sample(9, {1: asleep(0.0), 2: asleep(5.0)})
     assert not watch.hung(9)  # less than a window since the start
-    watch.sample(10, {1: 0.1, 2: 5.1})
-    assert watch.hung(10)  # 0.1 s in 10 s: 1 % of a core
-    watch.sample(11, {1: 0.1, 2: 5.1, 3: 0.5})
+    watch.sample(10, {1: asleep(0.5), 2: asleep(5.9)})
+    assert watch.hung(10)  # at most 0.9 s in 10 s: 9 % of a core
+    watch.sample(11, {1: asleep(0.5), 2: asleep(5.9), 3: asleep(1.5)})
     assert not watch.hung(11)  # a new process that used CPU is progress
+    watch.sample(21, {1: asleep(0.5), 2: asleep(5.9), 3: asleep(1.5)})
+    assert watch.hung(21)
+    watch.sample(22, {1: Usage(0.5, runnable=True), 2: asleep(5.9), 3: asleep(1.5)})
+    assert not watch.hung(22)  # starved of CPU, but waiting to run
 
 
 # ---------------------------------------------------------------------------
