@@ -152,13 +152,18 @@ def test_slow_rank_is_not_a_hang(multidevice_test):
         while time.process_time() - start < 2.5:  # 2.5 s of CPU: longer than the window
             pass
     dist.barrier()  # rank 1 waits, using no CPU, for the slow rank 0
+
+def test_pools_stop_after_their_last_test(request):
+    from tests.multidevice import _POOLS
+    assert request.config.stash[_POOLS] == {}
 """
 
 
 @once
 def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     """Failures, deaths and hangs are reported per rank, with the stacks of silent ranks;
-    a rank that is slow (using CPU) is not taken for a hung one."""
+    a rank that is slow (using CPU) is not taken for a hung one; a pool stops after the
+    last test of its size."""
     without_launcher_variables(monkeypatch)
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
     monkeypatch.setenv("HOSTIR_TEST_HANG_S", "4")  # also bounds the stuck rank's grace
@@ -166,7 +171,7 @@ def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     start = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "tests.multidevice", "-rs", "-v", timeout=300)
     elapsed = time.monotonic() - start
-    result.assert_outcomes(failed=4, passed=3, skipped=1)
+    result.assert_outcomes(failed=4, passed=4, skipped=1)
     out = result.stdout.str()
     assert "rank 1: ValueError" in out and "boom on one rank" in out
     assert "rank 0: no reply after the failure above" in out
