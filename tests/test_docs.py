@@ -38,6 +38,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.child_runs import Python, Result, Run, Scheduler, ranks_ok
+from tests.child_runs import child_environment as child_environment  # for older importers
 from tests.multidevice import launched_by_torchrun
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
