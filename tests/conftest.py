@@ -11,4 +11,4 @@ import os
 os.environ.setdefault("HOSTIR_CHECK_RACES", "1")
 os.environ.setdefault("HOSTIR_CHECK_ROUND_TRIP", "1")
 
-pytest_plugins = ["tests.multidevice"]
+pytest_plugins = ["tests.multidevice", "tests.child_runs"]

@@ -14,10 +14,11 @@ sizes it supports::
 Plain ``pytest`` (no launcher variables): each such test is parametrized over
 its world sizes (ids ``ws1``, ``ws2``, ...). World size 1 runs in the pytest
 process with no process group. World size N > 1 runs the test function in a
-pool of N persistent spawned worker processes joined in a gloo group; the pool
-is started on first use and reused until the session ends or a test leaves it
-broken (a rank stuck, dead or timed out), in which case the next test of that
-size gets a fresh one.
+pool of N persistent worker processes joined in a gloo group (forked from a
+fork server that has imported torch once, see tests/multidevice_pool.py); the
+pool is started on first use and reused until the last selected test of its
+size is done, or until a test leaves it broken (a rank stuck, dead or timed
+out), in which case the next test of that size gets a fresh one.
 
 Under ``torchrun`` (``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set) every process is
 one rank: the default group is created at session start (nccl with CUDA, else
@@ -37,9 +38,21 @@ Rules for test authors, so that both modes behave the same:
 - Workers keep their state between tests (random generator, imported
   modules): seed explicitly, e.g. ``torch.manual_seed(0)`` in the test.
 - A test must fail or pass on all ranks together; if one rank fails the others
-  get 10 s to finish before the pool is stopped. The time limit is 120 s, set
-  per test with ``@pytest.mark.timeout(seconds)`` or globally with
-  ``HOSTIR_TEST_TIMEOUT``.
+  are given up on once they have used no CPU for 10 s (blocked, usually in a
+  collective the failed rank left), and the pool is stopped.
+
+Time limits tell a hang from slowness (tests/cpu_watch.py), so a busy machine
+makes tests slower but never fails them: a run (or a pool's start) is given
+up on when none of its ranks that have not answered used more than 10 % of a
+core, or was waiting to run, for the hang window (30 s; ``HOSTIR_TEST_HANG_S``, or per test
+``@pytest.mark.timeout(hang=seconds)`` for a test that waits on purpose), or
+at the wall-clock backstop (300 s; ``HOSTIR_TEST_TIMEOUT``, or per test
+``@pytest.mark.timeout(seconds)``). The report then shows each silent rank's
+Python stacks. The pools' gloo groups time out collectives after the default
+wall-clock limit, so a slow peer is never declared dead before that.
+
+Under torchrun none of this applies: the default group's timeout is
+``HOSTIR_TEST_TIMEOUT`` or 120 s, as before, and tests have no other limit.
 """
 
 from __future__ import annotations
@@ -53,6 +66,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.cpu_watch import Limits, default_limits
 from tests.multidevice_pool import (
     FIXTURE,
     MultiDeviceTest,
@@ -62,8 +76,8 @@ from tests.multidevice_pool import (
 )
 
 DEFAULT_WORLD_SIZES = (1, 2, 4)
-DEFAULT_TIMEOUT_S = 120.0
-"""Per-test limit for a pool run; ``@pytest.mark.timeout(s)`` or HOSTIR_TEST_TIMEOUT change it."""
+TORCHRUN_TIMEOUT_S = 120.0
+"""Timeout of the default group under torchrun unless HOSTIR_TEST_TIMEOUT is set."""
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
@@ -87,12 +101,15 @@ def world_sizes_of(node: Any) -> tuple[int, ...]:
     return sizes
 
 
-def timeout_of(item: pytest.Item) -> float:
-    """Seconds a pool run of ``item`` may take: its timeout marker, HOSTIR_TEST_TIMEOUT, 120."""
+def limits_of(item: pytest.Item) -> Limits:
+    """The limits of a pool run of ``item``: those of its timeout marker (wall-clock
+    seconds, and ``hang=`` seconds), else HOSTIR_TEST_TIMEOUT and HOSTIR_TEST_HANG_S."""
+    limits = default_limits()
     marker = item.get_closest_marker("timeout")
-    if marker is not None and (marker.args or "timeout" in marker.kwargs):
-        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
-    return float(os.environ.get("HOSTIR_TEST_TIMEOUT", DEFAULT_TIMEOUT_S))
+    if marker is None:
+        return limits
+    wall = marker.args[0] if marker.args else marker.kwargs.get("timeout", limits.wall_s)
+    return Limits(wall_s=float(wall), hang_s=float(marker.kwargs.get("hang", limits.hang_s)))
 
 
 def world_fixture() -> MultiDeviceTest:
@@ -118,7 +135,7 @@ def init_launcher_group() -> None:
     if torch.cuda.is_available():
         backend = "nccl"
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    timeout = float(os.environ.get("HOSTIR_TEST_TIMEOUT", DEFAULT_TIMEOUT_S))
+    timeout = float(os.environ.get("HOSTIR_TEST_TIMEOUT", TORCHRUN_TIMEOUT_S))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
 
 
@@ -127,6 +144,8 @@ def init_launcher_group() -> None:
 
 
 _POOLS = pytest.StashKey[dict]()
+_LAST_USERS = pytest.StashKey[dict]()
+"""Test id -> the world sizes whose pool no later selected test uses."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -135,7 +154,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "world_sizes(*sizes): world sizes a multi-rank test runs at (default 1, 2, 4)"
     )
     config.addinivalue_line(
-        "markers", "timeout(seconds): time limit of a multi-rank test run in worker processes"
+        "markers",
+        "timeout(seconds, hang=seconds): wall-clock limit and hang window of a multi-rank "
+        "test run in worker processes",
     )
     config.stash[_POOLS] = {}
 
@@ -178,6 +199,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Notes, for each world size, the last selected test that runs on its pool."""
+    last = {}
+    for item in session.items:
+        size = _pool_size(item)
+        if size > 1:
+            last[size] = item.nodeid
+    users: dict[str, list[int]] = {}
+    for size, nodeid in last.items():
+        users.setdefault(nodeid, []).append(size)
+    session.config.stash[_LAST_USERS] = users
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Stops the pools no later test needs. Idle workers are not free: each gloo group
+    they joined keeps a thread that wakes every few milliseconds (a 4-rank pool holds
+    about 35 groups by the end of the suite)."""
+    for size in item.config.stash.get(_LAST_USERS, {}).get(item.nodeid, ()):
+        pool = item.config.stash[_POOLS].pop(size, None)
+        if pool is not None:
+            pool.shutdown()
+
+
+def _pool_size(item: pytest.Item) -> int:
+    """The world size a test runs at in plain pytest (1: in this process)."""
+    if launched_by_torchrun() or FIXTURE not in getattr(item, "fixturenames", ()):
+        return 1
+    return item.callspec.params.get(FIXTURE, 1) if hasattr(item, "callspec") else 1
+
+
 @pytest.fixture
 def multidevice_test(request: pytest.FixtureRequest) -> MultiDeviceTest | PoolStandIn:
     """This rank's view of the world the test runs in (see the module docstring)."""
@@ -192,35 +243,33 @@ def multidevice_test(request: pytest.FixtureRequest) -> MultiDeviceTest | PoolSt
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Runs a world-size-N test on the N workers of a pool instead of in this process."""
-    if launched_by_torchrun() or FIXTURE not in pyfuncitem.fixturenames:
-        return None
-    size = pyfuncitem.callspec.params.get(FIXTURE, 1) if hasattr(pyfuncitem, "callspec") else 1
+    size = _pool_size(pyfuncitem)
     if size == 1:
         return None
     job = _pickle_job(pyfuncitem)
-    pool = _pool(pyfuncitem.config, size)
-    timeout = timeout_of(pyfuncitem)
+    limits = limits_of(pyfuncitem)
+    pool = _pool(pyfuncitem.config, size, limits)
     try:
         pool.submit(job)
-        replies = pool.collect(timeout)
+        replies = pool.collect(limits)
     except BaseException:  # Ctrl-C: the workers are busy, stop them without waiting
         pool.broken = True
         raise
     finally:
         if pool.broken:  # stuck or dead ranks: free them now, start afresh next time
             pyfuncitem.config.stash[_POOLS].pop(size).shutdown()
-    _report(replies, size, timeout, pool.broken)
+    _report(replies, pool)
     return True
 
 
-def _pool(config: pytest.Config, size: int) -> WorkerPool:
+def _pool(config: pytest.Config, size: int, limits: Limits) -> WorkerPool:
     """The pool for ``size``, started if there is none (yet, or since the last one broke)."""
     pools = config.stash[_POOLS]
     if size in pools:
         return pools[size]
-    pool = WorkerPool(size)
+    pool = WorkerPool(size, default_limits())
     try:
-        problem = pool.wait_ready()
+        problem = pool.wait_ready(limits)
     except BaseException:  # Ctrl-C while starting
         pool.broken = True
         pool.shutdown()
@@ -256,12 +305,14 @@ def _pickling_problem(value: Any) -> str | None:
     return None
 
 
-def _report(replies: dict[int, tuple], size: int, timeout: float, broken: bool) -> None:
+def _report(replies: dict[int, tuple], pool: WorkerPool) -> None:
     """Turns the ranks' replies into this test's outcome in the pytest process."""
+    size = pool.size
     failed = len(replies) < size or any(r[0] in ("error", "died") for r in replies.values())
     if failed:
-        message = f"failed at world size {size}:\n{format_failures(replies, size, timeout)}"
-        if broken:
+        failures = format_failures(replies, size, pool.silence, pool.stacks)
+        message = f"failed at world size {size}:\n{failures}"
+        if pool.broken:
             message += "\n\n(the worker pool was stopped; the next test starts a fresh one)"
         pytest.fail(message, pytrace=False)
     skips = [reply[1] for reply in replies.values() if reply[0] == "skip"]

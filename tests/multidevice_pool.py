@@ -7,9 +7,25 @@
   pool's gloo group, then runs jobs (a test module, its path, the test's
   qualified name and its arguments, pickled) until told to stop, importing test
   modules by name with pytest's assertion rewriting.
-- Parent side (``WorkerPool``, ``format_failures``): N spawned workers for one
-  world size, with the group's TCP store hosted by the parent, and the
-  per-rank report of a failed run.
+- Parent side (``WorkerPool``, ``format_failures``): N workers for one world
+  size, with the group's TCP store hosted by the parent, and the per-rank
+  report of a failed run.
+
+Workers are forked from multiprocessing's fork server, which imports torch
+and the project once (``PRELOAD``) for all pools of the session: a worker
+costs tens of milliseconds instead of a second of importing torch, and a
+broken pool is cheap to replace. (Where there is no fork server, workers
+are spawned.) Workers therefore see the environment the pytest process had
+when the first pool started.
+
+Limits (``collect``) tell a hang from slowness with the rule of
+tests/cpu_watch.py, applied to the ranks that have not answered: they are
+given up on when none of them used more than 10 % of a core, or was waiting
+to run, for the hang window (``Limits.hang_s``, 30 s by default), or for ``GRACE_S`` once one
+rank has failed (the others are then usually blocked in a collective it
+left); the wall-clock limit (``Limits.wall_s``, 300 s) is only a backstop.
+Before a pool is given up on, each silent worker writes its Python stacks
+(``faulthandler`` on SIGUSR1), and the report shows where it was stuck.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import datetime
+import faulthandler
 import importlib
 import importlib.util
 import multiprocessing
@@ -24,8 +41,10 @@ import multiprocessing.connection
 import os
 import pathlib
 import pickle
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -35,12 +54,17 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.cpu_watch import CpuWatch, Limits, usage_of_processes
+
 FIXTURE = "multidevice_test"
 GRACE_S = 10.0
-"""How long the other ranks may take to answer once one rank has failed."""
-START_TIMEOUT_S = 120.0
-"""How long a pool may take to start (spawn, import torch, join the group)."""
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)
+"""Once one rank has failed, the others are given up on after this long without CPU progress."""
+SAMPLE_S = 1.0
+"""How often the CPU used by ranks that have not answered is read."""
+STACKS_WAIT_S = 2.0
+"""How long silent workers may take to write their stacks."""
+PRELOAD = ("torch", "torch.distributed", __name__, "hostir", "frontend", "lowering")
+"""Modules the workers' fork server imports once (names that fail to import are skipped)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +129,22 @@ class WorkerSpec:
     size: int
     port: int
     sys_path: list[str]
+    stacks: str
+    """The file this worker writes its Python stacks to on SIGUSR1."""
+    collective_timeout_s: float
+
+
+_STACKS_FILE = None
+"""Kept open for faulthandler, which writes to it from a signal handler."""
 
 
 def worker_main(spec: WorkerSpec, conn: multiprocessing.connection.Connection) -> None:
     """Entry point of a pool worker: join the group, then run jobs until told to stop."""
+    global _STACKS_FILE
     # Ctrl-C reaches the whole process group; the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _STACKS_FILE = open(spec.stacks, "w")  # open for the process's lifetime
+    faulthandler.register(signal.SIGUSR1, file=_STACKS_FILE, all_threads=True)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     try:
         fixture = _join_group(spec)
@@ -153,8 +187,11 @@ def _join_group(spec: WorkerSpec) -> MultiDeviceTest:
         MASTER_PORT=str(spec.port),
     )
     store = dist.TCPStore("127.0.0.1", spec.port, spec.size, is_master=False)
+    # As long as the harness's wall-clock limit: a slow peer is never declared dead
+    # before the harness would give up; hung ones are found sooner by the hang rule.
+    timeout = datetime.timedelta(seconds=spec.collective_timeout_s)
     dist.init_process_group(
-        "gloo", store=store, rank=spec.rank, world_size=spec.size, timeout=COLLECTIVE_TIMEOUT
+        "gloo", store=store, rank=spec.rank, world_size=spec.size, timeout=timeout
     )
     cpu = torch.device("cpu")
     return MultiDeviceTest(spec.size, spec.rank, spec.size, spec.rank, cpu)
@@ -232,22 +269,37 @@ def _import_test_module(module_name: str, module_path: str) -> Any:
 # Parent side: the pool of workers for one world size
 
 
+def _context() -> multiprocessing.context.BaseContext:
+    """The fork server context (set up to preload torch), else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # effective until the server starts
+    return context
+
+
 class WorkerPool:
-    """N spawned worker processes, one per rank, sharing a gloo group.
+    """N worker processes, one per rank, sharing a gloo group.
 
     The parent hosts the group's TCP store, so the port is bound by the time a
     worker connects: two sessions on one machine cannot race for it.
+    ``silence`` says why ranks missing from the last ``collect`` did not answer,
+    and ``stacks`` where each of them was (its Python stacks).
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, limits: Limits) -> None:
         self.size = size
         self.broken = False
+        self.silence = ""
+        self.stacks: dict[int, str] = {}
+        self._folder = tempfile.mkdtemp(prefix=f"hostir-pool{size}-")
         self._store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
-        context = multiprocessing.get_context("spawn")
+        context = _context()
         self._conns = []
         self._procs = []
         for rank in range(size):
-            spec = WorkerSpec(rank, size, self._store.port, list(sys.path))
+            stacks = os.path.join(self._folder, f"stacks{rank}.txt")
+            spec = WorkerSpec(rank, size, self._store.port, list(sys.path), stacks, limits.wall_s)
             parent_end, child_end = context.Pipe()
             proc = context.Process(target=worker_main, args=(spec, child_end), daemon=True)
             proc.start()
@@ -255,13 +307,13 @@ class WorkerPool:
             self._conns.append(parent_end)
             self._procs.append(proc)
 
-    def wait_ready(self) -> str | None:
+    def wait_ready(self, limits: Limits) -> str | None:
         """Waits until every worker has joined the group; else says why they could not."""
-        replies = self.collect(START_TIMEOUT_S)
+        replies = self.collect(limits)
         if len(replies) == self.size and all(reply[0] == "ready" for reply in replies.values()):
             return None
         self.broken = True
-        failures = format_failures(replies, self.size, START_TIMEOUT_S)
+        failures = format_failures(replies, self.size, self.silence, self.stacks)
         return f"could not start {self.size} workers:\n{failures}"
 
     def submit(self, job: bytes) -> None:
@@ -269,28 +321,45 @@ class WorkerPool:
         for conn in self._conns:
             conn.send_bytes(job)
 
-    def collect(self, timeout: float) -> dict[int, tuple]:
-        """Each rank's reply; ranks missing from the result did not answer in time.
+    def collect(self, limits: Limits) -> dict[int, tuple]:
+        """Each rank's reply; ranks missing from the result did not answer (see ``silence``).
 
-        Once a rank reports anything but success, the others get only GRACE_S
-        more: they are likely blocked in a collective the failed rank left.
+        The ranks that have not answered are given up on when they hang (the
+        rule of tests/cpu_watch.py over ``limits.hang_s``, or over GRACE_S once
+        a rank has reported anything but success: the others are then likely
+        blocked in a collective the failed rank left), or at ``limits.wall_s``.
+        The window starts afresh at each answer: until then the others may
+        have been waiting, idle, for the rank that answered.
         """
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        watch = CpuWatch(limits.hang_s, start)
         replies: dict[int, tuple] = {}
+        failed = False
+        self.silence, self.stacks = "", {}
         while len(replies) < self.size:
-            remaining = deadline - time.monotonic()
             pending = [r for r in range(self.size) if r not in replies]
             waitables = [self._conns[r] for r in pending] + [
                 self._procs[r].sentinel for r in pending
             ]
-            ready = multiprocessing.connection.wait(waitables, max(remaining, 0))
-            if not ready:
+            ready = multiprocessing.connection.wait(waitables, SAMPLE_S)
+            answered = [
+                r for r in pending if self._conns[r] in ready or self._procs[r].sentinel in ready
+            ]
+            for rank in answered:
+                replies[rank] = self._receive(rank)
+                failed = failed or replies[rank][0] not in ("ok", "ready")
+            now = time.monotonic()
+            if answered:  # the others may have been waiting for it: a new window starts
+                watch = CpuWatch(min(GRACE_S, limits.hang_s) if failed else limits.hang_s, now)
+            pending = [r for r in range(self.size) if r not in replies]
+            watch.sample(now, usage_of_processes([self._procs[r].pid for r in pending]))
+            if pending and watch.hung(now):
+                self.silence = _describe_hang(watch.window_s, limits, failed)
+            elif pending and now - start > limits.wall_s:
+                self.silence = limits.describe_wall()
+            if self.silence:
+                self.stacks = self._dump_stacks(pending)
                 break
-            for rank in pending:
-                if self._conns[rank] in ready or self._procs[rank].sentinel in ready:
-                    replies[rank] = self._receive(rank)
-                    if replies[rank][0] not in ("ok", "ready"):
-                        deadline = min(deadline, time.monotonic() + GRACE_S)
         if len(replies) < self.size or any(reply[0] == "died" for reply in replies.values()):
             self.broken = True
         if any(BROKEN_WORLD in reply[1:] for reply in replies.values()):
@@ -307,6 +376,24 @@ class WorkerPool:
             pass
         proc.join(1)
         return ("died", f"worker process died (exit code {proc.exitcode})")
+
+    def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
+        """Each silent rank's Python stacks, written by faulthandler on SIGUSR1."""
+        paths = {rank: pathlib.Path(self._folder, f"stacks{rank}.txt") for rank in ranks}
+        for rank in ranks:
+            try:
+                os.kill(self._procs[rank].pid, signal.SIGUSR1)
+            except OSError:  # gone
+                paths.pop(rank)
+        deadline = time.monotonic() + STACKS_WAIT_S
+        sizes: dict[int, int] = {}
+        while time.monotonic() < deadline:  # until every file has stopped growing
+            time.sleep(0.1)
+            now = {rank: path.stat().st_size for rank, path in paths.items() if path.exists()}
+            if now == sizes and all(now.values()) and len(now) == len(paths):
+                break
+            sizes = now
+        return {rank: path.read_text(errors="replace") for rank, path in paths.items()}
 
     def request_stop(self) -> None:
         """Asks idle workers to leave the group and exit (stuck ones will not hear it)."""
@@ -330,22 +417,35 @@ class WorkerPool:
                 proc.join()
         for conn in self._conns:
             conn.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
         self.broken = True
 
 
-def format_failures(replies: dict[int, tuple], size: int, timeout: float) -> str:
-    """One block per rank that failed, died or did not answer, each prefixed ``rank R:``.
+def _describe_hang(window_s: float, limits: Limits, failed: bool) -> str:
+    if failed:
+        return (
+            f"no reply after the failure above, and no CPU used for {window_s:g} s "
+            "(probably blocked in a collective)"
+        )
+    return (
+        f"no reply: {limits.describe_hang()}; a test that waits on purpose for longer "
+        "can say so with @pytest.mark.timeout(hang=seconds)"
+    )
+
+
+def format_failures(
+    replies: dict[int, tuple], size: int, silence: str, stacks: dict[int, str]
+) -> str:
+    """One block per rank that failed, died or did not answer, each prefixed ``rank R:``;
+    a rank that did not answer says why (``silence``) and shows its stacks.
 
     Errors come first: a rank that did not answer is usually waiting for them.
     """
     errors = [f"rank {r}: {e[1]}\n{e[2].rstrip()}" for r, e in replies.items() if e[0] == "error"]
     deaths = [f"rank {r}: {e[1]}" for r, e in replies.items() if e[0] == "died"]
-    if errors or deaths:
-        silence = "no reply after the failure above (probably blocked in a collective)"
-    else:
-        silence = (
-            f"no reply within the {timeout:g} s time limit (change it with "
-            "@pytest.mark.timeout(seconds) or HOSTIR_TEST_TIMEOUT)"
-        )
-    silent = [f"rank {r}: {silence}" for r in range(size) if r not in replies]
+    silent = []
+    for rank in range(size):
+        if rank not in replies:
+            where = stacks.get(rank, "").strip()
+            silent.append(f"rank {rank}: {silence}" + (f"\nits stacks:\n{where}" if where else ""))
     return "\n\n".join(sorted(errors) + sorted(deaths) + silent)

@@ -1,26 +1,29 @@
 """The ``hostir`` console script: ``dump``, ``viz``, ``check`` and ``run``.
 
-Most tests start ``python -m hostir.cli`` (one the installed ``hostir``
-executable) from the repository root, on the files of ``tests/data/cli_*``,
-and check the exit code, the output and that errors are one line without a
-traceback. The last section calls ``cli.main`` in this process, for the
-cases that need no fresh interpreter (each one costs a second of importing
-torch).
+Most tests run ``python -m hostir.cli`` (one the installed ``hostir``
+executable, a fresh process) from the repository root, on the files of
+``tests/data/cli_*``, and check the exit code, the output and that errors are
+one line without a traceback. They go through the session's ``child_runs``
+(tests/child_runs.py): ``python -m hostir.cli`` is a fork of its fork server,
+which has imported torch once, so each costs milliseconds instead of a second.
+The last section calls ``cli.main`` in this process, for the cases that need
+no process of their own.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 
 from hostir import cli
+from tests.child_runs import Python, Result, Run, Scheduler
 from tests.multidevice import launched_by_torchrun
 from tests.test_docs import Fence, parse_markdown
 
@@ -30,7 +33,6 @@ SCRIPT = str(DATA / "cli_column_parallel.py")
 HIR = str(DATA / "cli_column_parallel.hir")
 BROKEN = str(DATA / "cli_broken.hir")
 NO_FUSION = str(DATA / "cli_no_fusion.py")
-TIMEOUT_S = 120
 
 pytestmark = pytest.mark.skipif(
     launched_by_torchrun() and os.environ.get("RANK") != "0",
@@ -38,29 +40,20 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def environment(**extra: str) -> dict[str, str]:
-    """Ours without launcher variables (a child is a world of its own) and without the
-    variables that change the CLI's output, plus ``extra``."""
-    prefixes = ("MASTER_", "TORCHELASTIC_", "ROLE_", "GROUP_", "OMPI_COMM_WORLD_")
-    dropped = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
-    dropped |= {"HOSTIR_DUMP", "HOSTIR_TRACEBACK"}
-    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(prefixes)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    env.update(extra)
-    return env
+@pytest.fixture
+def hostir(child_runs: Scheduler, request: pytest.FixtureRequest) -> Callable[..., Result]:
+    """``hostir(*args, command=None, **env)`` runs ``python -m hostir.cli ARGS`` (or the
+    fresh process ``command ARGS``) from the repository root, with ``env`` added to a
+    plain environment (tests/child_runs.py), and returns its Result."""
+    calls = itertools.count()
 
+    def run(*args: str, command: tuple[str, ...] | None = None, **env: str) -> Result:
+        program = Python("module", "hostir.cli", args) if command is None else (*command, *args)
+        ranks = int(args[args.index("--nproc") + 1]) if "--nproc" in args else 1
+        name = f"{request.node.nodeid} #{next(calls)}"
+        return child_runs.result(Run(name, program, ranks=ranks, env=tuple(env.items())))
 
-def hostir(*args: str, command: tuple[str, ...] | None = None, **env: str):
-    """Runs ``python -m hostir.cli ARGS`` (or ``command ARGS``) from the repository root."""
-    command = command or (sys.executable, "-m", "hostir.cli")
-    return subprocess.run(
-        [*command, *args],
-        cwd=REPO_ROOT,
-        env=environment(**env),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    return run
 
 
 def assert_one_line_error(done, code: int, *fragments: str) -> None:
@@ -76,7 +69,7 @@ def assert_one_line_error(done, code: int, *fragments: str) -> None:
 # dump
 
 
-def test_dump_script_lowers_without_ranks():
+def test_dump_script_lowers_without_ranks(hostir):
     done = hostir("dump", SCRIPT)
     assert done.returncode == 0, done.stderr
     text = done.stdout
@@ -86,31 +79,31 @@ def test_dump_script_lowers_without_ranks():
     assert text.rstrip("\n").endswith("output T4\n}")
 
 
-def test_dump_script_world_size_is_passed_to_fusion():
+def test_dump_script_world_size_is_passed_to_fusion(hostir):
     done = hostir("dump", SCRIPT, "--world-size", "4")
     assert done.returncode == 0, done.stderr
     assert "mesh M0 = [4] : [1]" in done.stdout and "range(0, 4)" in done.stdout
 
 
-def test_dump_hir_file_prints_the_file():
+def test_dump_hir_file_prints_the_file(hostir):
     done = hostir("dump", HIR)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (REPO_ROOT / HIR).read_text()
 
 
-def test_dump_json_is_a_versioned_document():
+def test_dump_json_is_a_versioned_document(hostir):
     done = hostir("dump", HIR, "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert isinstance(document, dict) and "version" in document
 
 
-def test_dump_missing_file():
+def test_dump_missing_file(hostir):
     done = hostir("dump", "tests/data/cli_no_such_file.py")
     assert_one_line_error(done, 2, "file not found: tests/data/cli_no_such_file.py")
 
 
-def test_dump_script_without_fusion_says_what_to_add():
+def test_dump_script_without_fusion_says_what_to_add(hostir):
     done = hostir("dump", NO_FUSION)
     assert done.returncode == 1 and done.stdout == ""  # the script's print went to stderr
     assert "Traceback" not in done.stderr
@@ -124,7 +117,7 @@ def test_dump_script_without_fusion_says_what_to_add():
 # viz
 
 
-def test_viz_svg(tmp_path):
+def test_viz_svg(hostir, tmp_path):
     out = tmp_path / "program.svg"
     done = hostir("viz", SCRIPT, "-o", str(out))
     assert done.returncode == 0, done.stderr
@@ -132,7 +125,7 @@ def test_viz_svg(tmp_path):
     assert "CollectivePermute" in out.read_text()
 
 
-def test_viz_traffic_svg_with_the_installed_executable(tmp_path):
+def test_viz_traffic_svg_with_the_installed_executable(hostir, tmp_path):
     executable = shutil.which("hostir")
     if executable is None:
         pytest.skip("the hostir console script is not installed (pip install -e .)")
@@ -142,7 +135,7 @@ def test_viz_traffic_svg_with_the_installed_executable(tmp_path):
     assert out.read_text().lstrip().startswith(("<svg", "<?xml"))
 
 
-def test_viz_without_graphviz_says_to_install_it(tmp_path):
+def test_viz_without_graphviz_says_to_install_it(hostir, tmp_path):
     done = hostir("viz", HIR, "-o", str(tmp_path / "p.svg"), PATH=str(tmp_path))  # no dot
     assert_one_line_error(done, 1, "install graphviz")
 
@@ -151,13 +144,13 @@ def test_viz_without_graphviz_says_to_install_it(tmp_path):
 # check
 
 
-def test_check_ok():
+def test_check_ok(hostir):
     done = hostir("check", HIR)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{HIR}: ok (14 instructions)\n"
 
 
-def test_check_broken_file_gives_line_and_column():
+def test_check_broken_file_gives_line_and_column(hostir):
     done = hostir("check", BROKEN)
     assert done.returncode == 1 and done.stdout == ""
     assert "Traceback" not in done.stderr
@@ -168,12 +161,12 @@ def test_check_broken_file_gives_line_and_column():
 # usage errors and run
 
 
-def test_unknown_subcommand():
+def test_unknown_subcommand(hostir):
     done = hostir("frobnicate")
     assert_one_line_error(done, 2, "invalid choice: 'frobnicate'")
 
 
-def test_run_with_host_ir_dump_prints_the_program_on_rank_0_only():
+def test_run_with_host_ir_dump_prints_the_program_on_rank_0_only(hostir):
     """HOSTIR_DUMP=host_ir: the program is printed once, and both ranks check OK."""
     done = hostir("run", SCRIPT, "--nproc", "2", HOSTIR_DUMP="host_ir")
     assert done.returncode == 0, done.stderr
@@ -351,7 +344,7 @@ def test_docs_show_what_the_commands_print(tmp_path, monkeypatch, capsys):
 # plan
 
 
-def test_plan_explains_a_fused_gather():
+def test_plan_explains_a_fused_gather(hostir):
     """`hostir plan` prints the plan: one Allgather over the flattened team."""
     done = hostir("plan", "--mesh", "2x2", "--shape", "8x8", "--from", "S0S0", "--to", "RR")
     assert done.returncode == 0, done.stderr
@@ -359,7 +352,7 @@ def test_plan_explains_a_fused_gather():
     assert "1 collective(s), 1 step(s)" in done.stdout
 
 
-def test_plan_explains_a_permutation_and_a_reduction_first():
+def test_plan_explains_a_permutation_and_a_reduction_first(hostir):
     """S0S1 -> S1S0 is one CollectivePermute; PS0 -> RR reduces before it gathers."""
     done = hostir("plan", "--mesh", "2x2", "--shape", "8x8", "--from", "S0S1", "--to", "S1S0")
     assert "1. CollectivePermute over M0(y, x)" in done.stdout
@@ -368,7 +361,7 @@ def test_plan_explains_a_permutation_and_a_reduction_first():
     assert lines[1].startswith("1. Allreduce over M0(y)") and lines[2].startswith("2. Allgather")
 
 
-def test_plan_refuses_uneven_shapes_in_one_line():
+def test_plan_refuses_uneven_shapes_in_one_line(hostir):
     """An extent that does not split evenly: one error line, exit 1."""
     done = hostir("plan", "--mesh", "2x2", "--shape", "7x8", "--from", "S0S0", "--to", "RR")
     assert_one_line_error(done, 1, "dim 0 of extent 7 does not split evenly over 4 devices")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from hostir import cli, launcher
+from tests.child_runs import Python, Run
 from tests.multidevice import MultiDeviceTest, launched_by_torchrun
 
 pytest_plugins = ["pytester"]
@@ -114,7 +113,7 @@ def test_shard_tensor_1d_uses_the_rank():
 # Failures: reported per rank, never a hang (an inner pytest run)
 
 INNER_TESTS = """
-import os, pytest, torch, torch.distributed as dist
+import os, time, pytest, torch, torch.distributed as dist
 
 pytestmark = pytest.mark.world_sizes(2)
 
@@ -141,26 +140,49 @@ class TestInClass:
 
 def test_bad_assert(multidevice_test):
     assert multidevice_test.rank + 40 == 41
+
+@pytest.mark.timeout(hang=1)
+def test_every_rank_hangs(multidevice_test):
+    time.sleep(60)
+
+@pytest.mark.timeout(hang=1)
+def test_slow_rank_is_not_a_hang(multidevice_test):
+    if multidevice_test.rank == 0:
+        start = time.process_time()
+        while time.process_time() - start < 2.5:  # 2.5 s of CPU: longer than the window
+            pass
+    dist.barrier()  # rank 1 waits, using no CPU, for the slow rank 0
+
+def test_pools_stop_after_their_last_test(request):
+    from tests.multidevice import _POOLS
+    assert request.config.stash[_POOLS] == {}
 """
 
 
 @once
 def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
+    """Failures, deaths and hangs are reported per rank, with the stacks of silent ranks;
+    a rank that is slow (using CPU) is not taken for a hung one; a pool stops after the
+    last test of its size."""
     without_launcher_variables(monkeypatch)
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    monkeypatch.setenv("HOSTIR_TEST_TIMEOUT", "4")  # also bounds the stuck rank's grace
+    monkeypatch.setenv("HOSTIR_TEST_HANG_S", "4")  # also bounds the stuck rank's grace
     pytester.makepyfile(test_inner=INNER_TESTS)
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "tests.multidevice", "-rs", timeout=90)
+    result = pytester.runpytest_subprocess("-p", "tests.multidevice", "-rs", "-v", timeout=300)
     elapsed = time.monotonic() - start
-    result.assert_outcomes(failed=3, passed=2, skipped=1)
+    result.assert_outcomes(failed=4, passed=4, skipped=1)
     out = result.stdout.str()
     assert "rank 1: ValueError" in out and "boom on one rank" in out
-    assert "rank 0: no reply" in out
+    assert "rank 0: no reply after the failure above" in out
+    assert "in test_rank1_raises" in out  # the stuck rank's stack: where it waits
     assert "rank 1: worker process died (exit code 3)" in out
     assert "skipped inside a worker" in out
     assert "assert (0 + 40) == 41" in out  # assertion rewriting works in the workers
-    assert elapsed < 60
+    assert "rank 0: no reply: hung: for 1 s no process used more than 10% of a core" in out
+    assert "in test_every_rank_hangs" in out
+    assert "test_inner.py::test_slow_rank_is_not_a_hang[ws2] PASSED" in out
+    assert elapsed < 60  # far below the 300 s wall-clock limit a missed hang would wait for
 
 
 # ---------------------------------------------------------------------------
@@ -178,19 +200,18 @@ dist.destroy_process_group()
 
 
 @once
-def test_cli_run_all_reduce(tmp_path, monkeypatch):
-    without_launcher_variables(monkeypatch)
+def test_cli_run_all_reduce(tmp_path, child_runs):
     script = tmp_path / "all_reduce.py"
     script.write_text(ALL_REDUCE_SCRIPT)
-    command = [sys.executable, "-m", "hostir.cli", "run", str(script), "--nproc", "2"]
-    done = subprocess.run([*command, "--", str(tmp_path)], cwd=REPO_ROOT, timeout=120)
-    assert done.returncode == 0
+    args = ("run", str(script), "--nproc", "2", "--", str(tmp_path))
+    done = child_runs.result(Run("hostir run all_reduce", Python("module", "hostir.cli", args), 2))
+    assert done.returncode == 0 and not done.killed, done.describe()
     assert [float((tmp_path / f"rank{r}.txt").read_text()) for r in range(2)] == [3.0, 3.0]
 
 
-def test_cli_missing_script_is_a_one_line_error():
-    command = [sys.executable, "-m", "hostir.cli", "run", "no_such_script.py", "--nproc", "2"]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+def test_cli_missing_script_is_a_one_line_error(child_runs):
+    args = ("run", "no_such_script.py", "--nproc", "2")
+    done = child_runs.result(Run("hostir run missing", Python("module", "hostir.cli", args)))
     assert done.returncode != 0
     assert done.stderr == "hostir: error: script not found: no_such_script.py\n"
 
