@@ -26,7 +26,7 @@ import torch
 
 from hostir import launcher, scripts
 from hostir.container import HostIrContainer
-from hostir.errors import HostIrError, ParseError
+from hostir.errors import HostIrError, ParseError, VerifyError
 
 FAILURE = 1
 USAGE_ERROR = 2
@@ -179,14 +179,20 @@ def render(graph, fmt: str) -> bytes:
 
 
 def add_check_command(subparsers: argparse._SubParsersAction) -> None:
-    """``check FILE.hir``: parse and verify host IR text."""
+    """``check FILE.hir [--world-size N]``: parse and verify host IR text."""
     parser = subparsers.add_parser(
         "check",
         help="parse and verify a .hir file",
-        description="Parse and verify host IR text. Prints 'FILE: ok (N instructions)', or "
-        "'FILE:LINE:COL: message' on stderr and exits 1.",
+        description="Parse and verify host IR text (hostir.verify). Prints 'FILE: ok (N "
+        "instructions)', or 'FILE:LINE:COL: message' on stderr and exits 1.",
     )
     parser.add_argument("file", metavar="FILE.hir", help="host IR text")
+    parser.add_argument(
+        "--world-size",
+        metavar="N",
+        type=int,
+        help="also check the program runs on N ranks: every mesh fits in them",
+    )
     parser.set_defaults(handler=check_command)
 
 
@@ -199,13 +205,18 @@ def check_command(args: argparse.Namespace) -> int:
             f"check reads host IR text, not a script: {path} (to lower a script, use"
             " 'hostir dump SCRIPT')"
         )
+    if args.world_size is not None and args.world_size < 1:
+        raise CommandError(f"--world-size must be at least 1, got {args.world_size}")
     try:
-        program = scripts.load_hir(path)
-    except ParseError as error:
-        print(f"{path}:{error}", file=sys.stderr)  # ParseError reads "LINE:COL: message"
+        program = scripts.load_program(path, args.world_size)
+    except (ParseError, VerifyError) as error:
+        if getattr(error, "line", None) is None:
+            print(f"{path}: {error}", file=sys.stderr)
+        else:
+            print(f"{path}:{error}", file=sys.stderr)  # the message reads "LINE:COL: ..."
         return FAILURE
-    except HostIrError as error:  # VerifyError: no position
-        print(f"{path}: {error}", file=sys.stderr)
+    except HostIrError as error:  # a mesh that does not fit the world
+        print(f"{error}", file=sys.stderr)
         return FAILURE
     print(f"{path}: ok ({scripts.instruction_count(program.body)} instructions)")
     return 0

@@ -43,16 +43,19 @@ _SCALAR_OPS = {
 }
 
 
-def parse(text: str) -> HostIrContainer:
+def parse(text: str, *, verify_program: bool = True) -> HostIrContainer:
     """The program ``text`` describes, verified (``hostir.verify``); raises ParseError with
     ``line:col`` for text that does not parse, VerifyError with ``line:col`` (of the
-    offending instruction) for a program that is not well formed."""
+    offending instruction) for a program that is not well formed. ``verify_program=False``
+    reads text that need not be well formed (for tools that inspect it)."""
     try:
         tree = _GRAMMAR.parse(text)
     except lark.UnexpectedInput as error:
         raise _syntax_error(error, text) from None
     builder = _Builder()
     program = builder.program(tree)
+    if not verify_program:
+        return program
     try:
         verify(program)
     except VerifyError as error:

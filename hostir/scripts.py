@@ -29,7 +29,6 @@ from hostir.errors import HostIrError
 from hostir.instructions import ForLoop, Instruction
 from hostir.parser import parse
 from hostir.program_info import check_meshes_fit
-from hostir.verify import verify_program
 
 DEFAULT_WORLD_SIZE = 2
 """The world size a script's ``fusion`` gets when neither the command line nor the
@@ -76,9 +75,7 @@ def load_hir(path: str) -> HostIrContainer:
         raise ScriptError(
             f"{path}: not UTF-8 text (byte {error.start}); expected host IR text or a .py script"
         ) from None
-    program = parse(text)
-    verify_program(program)
-    return program
+    return parse(text)  # parse verifies
 
 
 def load_script(path: str, world_size: int | None = None) -> HostIrContainer:

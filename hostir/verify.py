@@ -123,10 +123,12 @@ class _Walk:
         if type(instruction) not in RULE_FREE | set(COMPUTE_RULES) | set(COMMUNICATION_RULES):
             name = type(instruction).__name__
             raise VerifyError(f"{name} is not a host IR instruction", path=path)
+        if isinstance(instruction, Deallocate):
+            self.deallocate(instruction.tensor, path)
         for value in used_values(instruction):
             self.use(value, instruction, path)
         if isinstance(instruction, Deallocate):
-            self.deallocate(instruction.tensor, path)
+            self.freed.add(instruction.tensor.name)
         elif isinstance(instruction, Wait):
             self.wait(instruction.request, path)
         elif isinstance(instruction, ForLoop):
@@ -208,6 +210,7 @@ class _Walk:
             )
 
     def deallocate(self, value: TensorValue, path: Path) -> None:
+        """Checks a deallocate before its operand is used (a second one reads as that)."""
         name = value.name
         if name in self.outputs:
             raise VerifyError(f"deallocate {name}: {name} is an output of the program", path=path)
@@ -219,7 +222,6 @@ class _Walk:
                 " (the next iteration would deallocate it again)",
                 path=path,
             )
-        self.freed.add(name)
 
     def wait(self, request: RequestValue, path: Path) -> None:
         name = request.name
