@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hostir.catalog import COMMUNICATING, Kind, classes_of_kind, declare
 from hostir.scalars import Scalar
 from hostir.sharding import MeshAxis, ReduceOp
 from hostir.team import Team
 from hostir.values import RequestValue, TensorValue
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Allgather:
     """Every member gets all members' ``src`` concatenated along ``axis``."""
@@ -40,6 +42,7 @@ class Allgather:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReduceScatter:
     """Reduce ``src`` over the group with ``op``; member p keeps chunk p along ``axis``."""
@@ -56,6 +59,7 @@ class ReduceScatter:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Allreduce:
     """Every member gets the ``op``-reduction of all members' ``src``."""
@@ -70,6 +74,7 @@ class Allreduce:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Broadcast:
     """Every member gets the ``src`` of the member at position ``root``."""
@@ -84,6 +89,7 @@ class Broadcast:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reduce:
     """The member at ``root`` gets the ``op``-reduction of all members' ``src``."""
@@ -99,6 +105,7 @@ class Reduce:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Gather:
     """The member at ``root`` gets all members' ``src`` concatenated along ``axis``."""
@@ -108,12 +115,13 @@ class Gather:
     out: TensorValue
     src: TensorValue
     team: Team
-    root: Scalar
     axis: int
+    root: Scalar
     request: RequestValue
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scatter:
     """Member p gets chunk p along ``axis`` of the ``src`` of the member at ``root``."""
@@ -123,12 +131,13 @@ class Scatter:
     out: TensorValue
     src: TensorValue
     team: Team
-    root: Scalar
     axis: int
+    root: Scalar
     request: RequestValue
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllToAll:
     """Member p sends chunk q of ``src`` along ``split_axis`` to member q, and
@@ -145,6 +154,7 @@ class AllToAll:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllToAllV:
     """MPI's alltoallv, driven by the block layouts of ``src`` and ``out`` (same mesh).
@@ -168,6 +178,7 @@ class AllToAllV:
     preallocated: bool = False
 
 
+@declare(kind=Kind.POINT_TO_POINT, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendRecv:
     """The member at ``sender`` sends ``src`` to the member at ``receiver``."""
@@ -183,6 +194,7 @@ class SendRecv:
     preallocated: bool = False
 
 
+@declare(kind=Kind.POINT_TO_POINT, positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectivePermute:
     """Each member sends ``src`` to the member at ``send_peer`` and receives into ``out``
@@ -200,6 +212,7 @@ class CollectivePermute:
     preallocated: bool = False
 
 
+@declare(kind=Kind.CONTROL, keyword="wait")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wait:
     """Block until the communication that defined ``request`` completed."""
@@ -209,6 +222,7 @@ class Wait:
     request: RequestValue
 
 
+@declare(kind=Kind.LOCAL_RESHARD, keyword="local_shard", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalShard:
     """``out`` is this rank's piece of ``src`` along ``axis``: the local dim viewed
@@ -225,22 +239,9 @@ class LocalShard:
     preallocated: bool = False
 
 
-COLLECTIVES = frozenset(
-    {
-        Allgather,
-        ReduceScatter,
-        Allreduce,
-        Broadcast,
-        Reduce,
-        Gather,
-        Scatter,
-        AllToAll,
-        AllToAllV,
-        SendRecv,
-        CollectivePermute,
-    }
-)
-"""Instructions that communicate over a team and define a request."""
+COLLECTIVES = classes_of_kind(*COMMUNICATING)
+"""The built-in instructions that communicate over a team and define a request
+(``hostir.catalog.classes_of_kind`` also finds classes declared later)."""
 
 ROOTED = frozenset({Broadcast, Reduce, Gather, Scatter})
 """Collectives with a root member."""

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import graphviz
 
-from hostir.communications import COLLECTIVES, CollectivePermute, SendRecv, Wait
+from hostir.catalog import Kind, declaration_of
+from hostir.communications import Wait
 from hostir.container import HostIrContainer
 from hostir.dot_style import CODE_FONT, FONT
 from hostir.instructions import (
-    Allocate,
     Deallocate,
     ForLoop,
     Instruction,
@@ -35,7 +35,7 @@ from hostir.instructions import (
 )
 from hostir.printer import _MeshNames, print_declaration, print_instruction, print_team
 from hostir.printer import print_stream as _print_stream
-from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
+from hostir.streams import SetCurrentStream
 from hostir.traffic_dot import ITERATION_COLOURS as ITERATION_COLOURS  # re-exported
 from hostir.traffic_dot import to_traffic_dot as to_traffic_dot  # re-exported
 from hostir.values import RequestValue
@@ -46,20 +46,29 @@ WRAP = 46
 STREAM_COLOURS = ("#e6e6e6", "#cfe2ff", "#ffdfb0", "#cdeccd", "#f5cfe0", "#e2d6f5", "#fff0a0")
 """Fill colours of streams, in order of first appearance (``main`` is usually first)."""
 
-_P2P = frozenset({CollectivePermute, SendRecv})
-_SHAPES: dict[type, str] = {
-    **{cls: "hexagon" for cls in COLLECTIVES - _P2P},
-    **{cls: "cds" for cls in _P2P},
-    Wait: "octagon",
-}
-"""Node shape by instruction class; anything else is a box."""
+_SHAPES: dict[Kind, str] = {Kind.COLLECTIVE: "hexagon", Kind.POINT_TO_POINT: "cds"}
+"""Node shape by the kind an instruction is declared with (waits are octagons); anything
+else is a box."""
 
-_STYLES: dict[type, str] = {
-    **{cls: "filled,bold" for cls in COLLECTIVES | {Wait}},
-    **{cls: "filled,dashed" for cls in (Allocate, Deallocate, ShardByStream)},
-    **{cls: "filled,dotted" for cls in (GetCurrentStream, SetCurrentStream, Synchronize)},
+_STYLES: dict[Kind, str] = {
+    Kind.COLLECTIVE: "filled,bold",
+    Kind.POINT_TO_POINT: "filled,bold",
+    Kind.MEMORY: "filled,dashed",
+    Kind.STREAM: "filled,dotted",
 }
-"""Node style by instruction class; anything else (compute) is a filled rounded box."""
+"""Node style by kind; anything else (compute) is a filled rounded box."""
+
+
+def _shape(instruction: Instruction) -> str | None:
+    if isinstance(instruction, Wait):
+        return "octagon"
+    return _SHAPES.get(declaration_of(type(instruction)).kind)
+
+
+def _style(instruction: Instruction) -> str:
+    if isinstance(instruction, Wait):
+        return "filled,bold"
+    return _STYLES.get(declaration_of(type(instruction)).kind, "filled,rounded")
 
 _LEGEND_SHAPES = (("hexagon", "collective"), ("cds", "permute / send-recv"), ("octagon", "wait"))
 
@@ -147,15 +156,15 @@ def _draw_instruction(
         drawing.stream = _print_stream(instruction.stream, drawing.meshes)
     node = f"i{len(drawing.order)}"
     drawing.order.append(node)
-    cls = type(instruction)
+    shape = _shape(instruction)
     graph.node(
         node,
         label=instruction_label(instruction, drawing.meshes),
-        shape=_SHAPES.get(cls, "box"),
-        style=_STYLES.get(cls, "filled,rounded"),
+        shape=shape or "box",
+        style=_style(instruction),
         fillcolor=drawing.colour(drawing.stream),
-        penwidth="2" if cls in _SHAPES else "1",
-        margin="0.3,0.1" if cls in _SHAPES else "0.12,0.04",
+        penwidth="2" if shape else "1",
+        margin="0.3,0.1" if shape else "0.12,0.04",
     )
     for value in used_values(instruction):
         attributes = {"label": value.name}

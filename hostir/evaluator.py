@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from hostir.agreement import BoundExtent, RankFacts, agree
+from hostir.catalog import COMMUNICATING, declaration_of
 from hostir.communication_handlers import COMMUNICATION_HANDLERS
-from hostir.communications import COLLECTIVES, Wait
+from hostir.communications import Wait
 from hostir.communicator import Communicator, default_communicator
 from hostir.compute import COMPUTE_HANDLERS
 from hostir.container import HostIrContainer, ScalarInput
@@ -36,7 +37,6 @@ from hostir.errors import (
 )
 from hostir.inputs import bind_input_tensor
 from hostir.instructions import (
-    INSTRUCTIONS,
     Allocate,
     Deallocate,
     ForLoop,
@@ -45,7 +45,7 @@ from hostir.instructions import (
     defined_values,
     keyword,
 )
-from hostir.program_info import check_meshes_fit, program_teams
+from hostir.program_info import check_meshes_fit, program_teams, walk_instructions
 from hostir.rank_text import describe_group
 from hostir.run_context import Listener, RunContext
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
@@ -102,6 +102,13 @@ def _compute_handler(run: Callable) -> Handler:
     return handle
 
 
+def register_handler(cls: type, handler: Handler) -> None:
+    """Makes ``handler`` run instructions of ``cls`` (a class declared outside the package):
+    ``handler(context, instruction, operands)`` returns the values of ``cls.OUTS`` in order
+    (see docs/extending.md)."""
+    HANDLERS[cls] = handler
+
+
 HANDLERS: dict[type, Handler] = {
     **COMMUNICATION_HANDLERS,
     **STREAM_HANDLERS,
@@ -130,10 +137,14 @@ class HostIrEvaluator:
         listeners: Sequence[Listener] = (),
         device: torch.device | str | None = None,
     ) -> None:
-        missing = [cls.__name__ for cls in INSTRUCTIONS if cls not in HANDLERS]
-        if missing:
-            raise VerifyError(f"the evaluator has no handler for {', '.join(missing)}")
         verify_located(program)
+        used = {type(i) for i in walk_instructions(program.body)}
+        missing = sorted(cls.__name__ for cls in used if cls not in HANDLERS)
+        if missing:
+            raise VerifyError(
+                f"the evaluator has no handler for {', '.join(missing)}"
+                " (register one with hostir.evaluator.register_handler)"
+            )
         self.program = program
         self.communicator = communicator
         self.listeners = tuple(listeners)
@@ -379,9 +390,10 @@ class _Step:
         step.operands = [(name, getattr(instruction, name)) for name in names]
         # Communications run on ranks that may not hold their source (a broadcast's
         # receivers); their handlers check what each rank needs.
-        step.optional = type(instruction) in COLLECTIVES or isinstance(instruction, Wait)
+        communicates = declaration_of(type(instruction)).kind in COMMUNICATING
+        step.optional = communicates or isinstance(instruction, Wait)
         request = getattr(instruction, "request", None)
-        step.posts = request.name if type(instruction) in COLLECTIVES else None
+        step.posts = request.name if communicates and request is not None else None
         return step
 
     def runs_on(self, rank: int) -> bool:

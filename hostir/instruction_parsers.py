@@ -1,42 +1,30 @@
-"""One parser per instruction keyword: call arguments to an instruction.
+"""Reading a call's arguments into an instruction: the parser's half of ``hostir.syntax``.
 
-The mirror of ``printer.print_instruction``: a call ``kw(positional..., key=value...)``
-with its assignment targets becomes the instruction of keyword ``kw``. Each
-function receives the parser's builder (names, scalars, meshes, errors with
-``line:col``), the keyword token, the positional and keyword argument trees,
-and the targets on the left of ``=``.
+The mirror of ``printer.print_instruction`` for calls: ``kw(positional...,
+key=value...)`` with its assignment targets becomes the instruction the keyword
+names in the catalog, each argument read by its field's kind. The functions
+receive the parser's builder (names, scalars, meshes, errors with ``line:col``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import lark
 
-from hostir.communications import COLLECTIVES, LocalShard
-from hostir.instructions import (
-    Binary,
-    BinaryOpKind,
-    BroadcastInDim,
-    Cast,
-    Instruction,
-    Linear,
-    Matmul,
-    Permute,
-    Set,
-    ShardByStream,
-    Sum,
-    Unary,
-    UnaryOpKind,
-)
-from hostir.mesh import MeshAxis
+from hostir.catalog import by_keyword
+from hostir.communications import Wait
+from hostir.instructions import Allocate, Deallocate, ForLoop, Instruction
 from hostir.sharding import ReduceOp
-from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
+from hostir.syntax import FieldKind, field_kinds, parse_call
 from hostir.team import Team
 from hostir.values import RequestValue, StreamValue, TensorValue
 
 Builder = Any  # hostir.parser._Builder; typed loosely to keep the modules acyclic
+
+STATEMENTS = {Allocate: "allocate T : type", Deallocate: "deallocate T", Wait: "wait R"}
+STATEMENTS[ForLoop] = "for i in range(a, b) { ... }"
+"""The statements of the language, which are not calls (how to write each)."""
 
 
 def kind_of(value: Any) -> str:
@@ -52,12 +40,74 @@ def kind_of(value: Any) -> str:
 
 def reduce_op(b: Builder, node: Any) -> ReduceOp:
     """A ReduceOp from its name token (or a ``name`` tree)."""
-    token = node.children[0] if isinstance(node, lark.Tree) else node
-    try:
-        return ReduceOp(str(token))
-    except ValueError:
-        known = ", ".join(op.value for op in ReduceOp)
-        raise b.fail(token, f"unknown reduction {token}; expected one of {known}") from None
+    return _enum(b, ReduceOp, node)
+
+
+def parse_instruction(
+    b: Builder, name: lark.Token, positional: list, keywords: dict, targets: list
+) -> Instruction:
+    """The instruction the call ``name(...)`` with ``targets`` reads as."""
+    found = by_keyword(str(name))
+    if found is None:
+        raise b.fail(name, f"unknown instruction {name}")
+    declaration, fixed = found
+    if declaration.cls in STATEMENTS:
+        form = STATEMENTS[declaration.cls]
+        raise b.fail(name, f"{name} is a statement, not a call: write {form}")
+    return parse_call(
+        declaration.cls,
+        fixed,
+        lambda kind, enum_class, node: _READERS[kind](b, node, enum_class),
+        name,
+        positional,
+        keywords,
+        targets,
+        lambda call, outs, given, preallocated: _results(
+            b, declaration.cls, call, outs, given, keywords, preallocated
+        ),
+        b.fail,
+    )
+
+
+def _results(
+    b: Builder,
+    cls: type,
+    name: lark.Token,
+    outs: list[str],
+    targets: list,
+    keywords: dict,
+    preallocated: bool,
+) -> dict[str, Any]:
+    """The values the call defines, from its targets in ``OUTS`` order (``out`` from
+    ``out=`` when preallocated)."""
+    kinds = field_kinds(cls)
+    values: dict[str, Any] = {}
+    if preallocated:
+        values["out"], values["preallocated"] = b.tensor(keywords["out"]), True
+        outs = [field for field in outs if field != "out"]
+    if len(targets) != len(outs):
+        raise b.fail(name, f"{name} defines {len(outs)} value(s) here, got {len(targets)}")
+    for field, target in zip(outs, targets, strict=True):
+        kind = kinds[field][0]
+        if kind is FieldKind.TENSOR:
+            if getattr(target, "data", None) != "tensor_declaration":
+                raise b.fail(target, f"{name}: declare its output like T1 : float32[4] @M0")
+            values[field] = b.declaration(target)
+            b.define(target.children[0], values[field])
+            continue
+        if getattr(target, "data", None) != "plain_target":
+            raise b.fail(target, f"{name}: name its {field} with a plain name, like R0")
+        token = target.children[0]
+        values[field] = (
+            RequestValue(name=str(token))
+            if kind is FieldKind.REQUEST
+            else (StreamValue(name=str(token)))
+        )
+        b.define(token, values[field])
+    return values
+
+
+# ----- reading one value --------------------------------------------------------------
 
 
 def _name_token(b: Builder, node: Any, what: str) -> lark.Token:
@@ -66,26 +116,26 @@ def _name_token(b: Builder, node: Any, what: str) -> lark.Token:
     raise b.fail(node, f"expected {what}")
 
 
-def _int(b: Builder, node: Any) -> int:
+def _int(b: Builder, node: Any, enum_class: Any = None) -> int:
     if isinstance(node, lark.Tree) and node.data == "int":
         return int(node.children[0])
     raise b.fail(node, "expected an integer")
 
 
-def _ints(b: Builder, node: Any) -> tuple[int, ...]:
+def _ints(b: Builder, node: Any, enum_class: Any = None) -> tuple[int, ...]:
     if isinstance(node, lark.Tree) and node.data == "list":
         return tuple(_int(b, item) for item in node.children if item is not None)
     raise b.fail(node, "expected a list of integers like [0, 1]")
 
 
-def _bool(b: Builder, node: Any) -> bool:
+def _bool(b: Builder, node: Any, enum_class: Any = None) -> bool:
     token = _name_token(b, node, "true or false")
     if str(token) not in ("true", "false"):
         raise b.fail(token, f"expected true or false, got {token}")
     return str(token) == "true"
 
 
-def _team(b: Builder, node: Any) -> Team:
+def _team(b: Builder, node: Any, enum_class: Any = None) -> Team:
     if not (isinstance(node, lark.Tree) and node.data == "apply"):
         raise b.fail(node, "expected a team like M0(x) or M0(y, x)")
     mesh_token, *axes = node.children
@@ -93,7 +143,7 @@ def _team(b: Builder, node: Any) -> Team:
     return Team(mesh=mesh, axes=tuple(b.mesh_axis(a, mesh) for a in axes if a is not None))
 
 
-def _operand(b: Builder, node: Any) -> Any:
+def _operand(b: Builder, node: Any, enum_class: Any = None) -> Any:
     """A tensor if ``node`` names one, else a scalar expression."""
     if isinstance(node, lark.Tree) and node.data == "name":
         value = b.values.get(str(node.children[0]))
@@ -102,100 +152,7 @@ def _operand(b: Builder, node: Any) -> Any:
     return b.scalar(node)
 
 
-_FIELD_PARSERS: dict[str, Callable[[Builder, Any], Any]] = {
-    "src": lambda b, n: b.tensor(n),
-    "input": lambda b, n: b.tensor(n),
-    "weight": lambda b, n: b.tensor(n),
-    "bias": lambda b, n: b.tensor(n),
-    "lhs": _operand,
-    "rhs": _operand,
-    "dims": _ints,
-    "broadcast_dims": _ints,
-    "keepdim": _bool,
-    "axis": _int,
-    "split_axis": _int,
-    "concat_axis": _int,
-    "index": lambda b, n: b.scalar(n),
-    "inner": lambda b, n: b.scalar(n),
-    "root": lambda b, n: b.scalar(n),
-    "sender": lambda b, n: b.scalar(n),
-    "receiver": lambda b, n: b.scalar(n),
-    "send_peer": lambda b, n: b.scalar(n),
-    "recv_peer": lambda b, n: b.scalar(n),
-    "team": _team,
-    "op": reduce_op,
-    "mesh_axis": lambda b, n: MeshAxis(str(_name_token(b, n, "a mesh axis x, y or z"))),
-}
-"""How each instruction field is read from an argument."""
-
-
-def _fields(
-    b: Builder, name: lark.Token, cls: type, positional: list, keywords: dict, order: tuple
-) -> dict[str, Any]:
-    """Field values from positional arguments (in ``order``) and ``key=value`` ones."""
-    if len(positional) != len(order):
-        raise b.fail(
-            name,
-            f"{name} takes {len(order)} positional operand(s) ({', '.join(order)}),"
-            f" got {len(positional)}",
-        )
-    fields = {f: _FIELD_PARSERS[f](b, node) for f, node in zip(order, positional, strict=True)}
-    allowed = set(cls.__dataclass_fields__) - {"out", "request", "preallocated", "op"} - set(order)
-    if cls in (Unary, Binary):
-        allowed -= {"op"}
-    elif "op" in cls.__dataclass_fields__:
-        allowed.add("op")
-    for key, node in keywords.items():
-        if key == "out":
-            continue
-        if key not in allowed:
-            raise b.fail(node, f"{name} has no argument {key}; it takes {sorted(allowed)}")
-        fields[key] = _FIELD_PARSERS[key](b, node)
-    return fields
-
-
-def _outputs(
-    b: Builder, name: lark.Token, keywords: dict, targets: list, request: bool
-) -> dict[str, Any]:
-    """``out`` (declared on the left, or ``out=`` an existing tensor) and the request."""
-    fields: dict[str, Any] = {}
-    expected = (0 if "out" in keywords else 1) + (1 if request else 0)
-    if len(targets) != expected:
-        raise b.fail(name, f"{name} defines {expected} value(s) here, got {len(targets)}")
-    if "out" in keywords:
-        fields["out"], fields["preallocated"] = b.tensor(keywords["out"]), True
-    else:
-        declaration = targets[0]
-        if getattr(declaration, "data", None) != "tensor_declaration":
-            raise b.fail(declaration, f"{name}: declare its output like T1 : float32[4] @M0")
-        fields["out"] = b.declaration(declaration)
-        b.define(declaration.children[0], fields["out"])
-    if request:
-        token = targets[-1]
-        if getattr(token, "data", None) != "plain_target":
-            raise b.fail(token, f"{name}: name its request after the output, like R0")
-        fields["request"] = RequestValue(name=str(token.children[0]))
-        b.define(token.children[0], fields["request"])
-    return fields
-
-
-def _compute(cls: type, order: tuple, **fixed: Any) -> Callable[..., Instruction]:
-    def parse(b: Builder, name: lark.Token, positional: list, keywords: dict, targets: list):
-        fields = _fields(b, name, cls, positional, keywords, order)
-        return cls(**fixed, **fields, **_outputs(b, name, keywords, targets, request=False))
-
-    return parse
-
-
-def _communication(cls: type) -> Callable[..., Instruction]:
-    def parse(b: Builder, name: lark.Token, positional: list, keywords: dict, targets: list):
-        fields = _fields(b, name, cls, positional, keywords, ("src",))
-        return cls(**fields, **_outputs(b, name, keywords, targets, request=True))
-
-    return parse
-
-
-def _stream_argument(b: Builder, node: Any) -> StreamValue:
+def _stream(b: Builder, node: Any, enum_class: Any = None) -> StreamValue:
     if isinstance(node, lark.Tree) and node.data == "apply" and str(node.children[0]) == "stream":
         return StreamValue(index=b.scalar(node.children[1]))
     token = _name_token(b, node, "a stream: a name or stream(i)")
@@ -205,39 +162,31 @@ def _stream_argument(b: Builder, node: Any) -> StreamValue:
     return value
 
 
-def _get_current_stream(b: Builder, name, positional, keywords, targets) -> Instruction:
-    if positional or keywords or len(targets) != 1 or targets[0].data != "plain_target":
-        raise b.fail(name, "write it as: main = get_current_stream()")
-    stream = StreamValue(name=str(targets[0].children[0]))
-    b.define(targets[0].children[0], stream)
-    return GetCurrentStream(out=stream)
+def _enum(b: Builder, enum_class: Any, node: Any) -> Any:
+    token = node.children[0] if isinstance(node, lark.Tree) else node
+    try:
+        return enum_class(str(token))
+    except ValueError:
+        known = ", ".join(member.value for member in enum_class)
+        what = "reduction" if enum_class is ReduceOp else enum_class.__name__
+        raise b.fail(token, f"unknown {what} {token}; expected one of {known}") from None
 
 
-def _stream_use(cls: type) -> Callable[..., Instruction]:
-    def parse(b: Builder, name: lark.Token, positional: list, keywords: dict, targets: list):
-        if len(positional) != 1 or keywords or targets:
-            raise b.fail(name, f"write it as: {name}(main) or {name}(stream(i))")
-        return cls(stream=_stream_argument(b, positional[0]))
-
-    return parse
+def _unreadable(b: Builder, node: Any, enum_class: Any = None) -> Any:
+    raise b.fail(node, "this argument cannot be written in text")
 
 
-INSTRUCTION_PARSERS: dict[str, Callable[..., Instruction]] = {
-    "set": _compute(Set, ("src",)),
-    **{op.value: _compute(Unary, ("src",), op=op) for op in UnaryOpKind},
-    **{op.value: _compute(Binary, ("lhs", "rhs"), op=op) for op in BinaryOpKind},
-    "cast": _compute(Cast, ("src",)),
-    "sum": _compute(Sum, ("src",)),
-    "linear": _compute(Linear, ("input", "weight")),
-    "matmul": _compute(Matmul, ("lhs", "rhs")),
-    "broadcast_in_dim": _compute(BroadcastInDim, ("src",)),
-    "permute": _compute(Permute, ("src",)),
-    "shard_by_stream": _compute(ShardByStream, ("src",)),
-    "local_shard": _compute(LocalShard, ("src",)),
-    "get_current_stream": _get_current_stream,
-    "set_current_stream": _stream_use(SetCurrentStream),
-    "synchronize": _stream_use(Synchronize),
+_READERS = {
+    FieldKind.TENSOR: lambda b, node, _: b.tensor(node),
+    FieldKind.OPERAND: _operand,
+    FieldKind.SCALAR: lambda b, node, _: b.scalar(node),
+    FieldKind.INT: _int,
+    FieldKind.BOOL: _bool,
+    FieldKind.INTS: _ints,
+    FieldKind.TEAM: _team,
+    FieldKind.STREAM: _stream,
+    FieldKind.ENUM: lambda b, node, enum_class: _enum(b, enum_class, node),
+    FieldKind.REQUEST: _unreadable,
+    FieldKind.OTHER: _unreadable,
 }
-"""The parser of every call keyword (statements like ``wait`` are parsed in parser.py)."""
-
-INSTRUCTION_PARSERS.update({cls.__name__: _communication(cls) for cls in COLLECTIVES})
+"""How each kind of field is read from an argument."""

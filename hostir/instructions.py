@@ -15,6 +15,8 @@ import enum
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+from hostir.catalog import Instruction, Kind, classes_of_kind, declare, instruction_classes
+from hostir.catalog import keyword as keyword
 from hostir.scalars import Scalar, Symbol
 from hostir.values import RequestValue, TensorValue
 
@@ -37,6 +39,7 @@ class BinaryOpKind(enum.Enum):
     DIV = "div"
 
 
+@declare(kind=Kind.MEMORY, keyword="allocate")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Allocate:
     """Create an uninitialised local buffer for ``out`` (its local shard shape)."""
@@ -46,6 +49,7 @@ class Allocate:
     out: TensorValue
 
 
+@declare(kind=Kind.MEMORY, keyword="deallocate")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deallocate:
     """Release the buffer bound to ``tensor``; later uses are errors."""
@@ -55,6 +59,7 @@ class Deallocate:
     tensor: TensorValue
 
 
+@declare(kind=Kind.COMPUTE, keyword="set", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Set:
     """``out = src.clone()``: a copy (a resharding point in the fusion)."""
@@ -66,6 +71,7 @@ class Set:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Unary:
     """``out = op(src)`` elementwise."""
@@ -78,6 +84,7 @@ class Unary:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("lhs", "rhs"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Binary:
     """``out = op(lhs, rhs)`` elementwise; an operand may be a scalar."""
@@ -91,6 +98,7 @@ class Binary:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, keyword="cast", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cast:
     """``out = src.to(out.dtype)``."""
@@ -102,6 +110,7 @@ class Cast:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, keyword="sum", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sum:
     """``out = src.sum(dims, keepdim)`` over local data (a partial sum if sharded)."""
@@ -115,6 +124,7 @@ class Sum:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, keyword="linear", positional=("input", "weight"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Linear:
     """``out = torch.nn.functional.linear(input, weight, bias)``."""
@@ -128,6 +138,7 @@ class Linear:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, keyword="matmul", positional=("lhs", "rhs"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Matmul:
     """``out = torch.matmul(lhs, rhs)``."""
@@ -140,6 +151,7 @@ class Matmul:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, keyword="broadcast_in_dim", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BroadcastInDim:
     """``out``: ``src`` with its dim ``i`` placed at ``broadcast_dims[i]``, expanded."""
@@ -152,6 +164,7 @@ class BroadcastInDim:
     preallocated: bool = False
 
 
+@declare(kind=Kind.COMPUTE, keyword="permute", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Permute:
     """``out = src.permute(dims)``."""
@@ -164,6 +177,7 @@ class Permute:
     preallocated: bool = False
 
 
+@declare(kind=Kind.MEMORY, keyword="shard_by_stream", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardByStream:
     """``out`` aliases chunk ``index`` of ``src`` split evenly along ``axis``."""
@@ -176,6 +190,7 @@ class ShardByStream:
     index: Scalar
 
 
+@declare(kind=Kind.CONTROL, keyword="for")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForLoop:
     """Run ``body`` with ``index`` bound to ``start, start+1, ..., stop-1``."""
@@ -188,121 +203,17 @@ class ForLoop:
     body: tuple[Instruction, ...]
 
 
-# The communication instructions live in their own module; the catalog lists them too.
-from hostir.communications import (  # noqa: E402 - after the local classes on purpose
-    COLLECTIVES,
-    Allgather,
-    Allreduce,
-    AllToAll,
-    AllToAllV,
-    Broadcast,
-    CollectivePermute,
-    Gather,
-    LocalShard,
-    Reduce,
-    ReduceScatter,
-    Scatter,
-    SendRecv,
-    Wait,
-)
-from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize  # noqa: E402
+# The communication and stream instructions live in their own modules; importing them
+# here declares them, so that importing this module gives the whole built-in catalog.
+import hostir.communications  # noqa: E402, F401 - after the local classes on purpose
+import hostir.streams  # noqa: E402, F401
 
-COMPUTE = frozenset({Set, Unary, Binary, Cast, Sum, Linear, Matmul, BroadcastInDim, Permute})
+COMPUTE = classes_of_kind(Kind.COMPUTE)
 """Instructions that run a torch op and may write into a preallocated ``out``."""
 
-INSTRUCTIONS: tuple[type, ...] = (
-    Allocate,
-    Deallocate,
-    Set,
-    Unary,
-    Binary,
-    Cast,
-    Sum,
-    Linear,
-    Matmul,
-    BroadcastInDim,
-    Permute,
-    ShardByStream,
-    ForLoop,
-    LocalShard,
-    Allgather,
-    ReduceScatter,
-    Allreduce,
-    Broadcast,
-    Reduce,
-    Gather,
-    Scatter,
-    AllToAll,
-    AllToAllV,
-    SendRecv,
-    CollectivePermute,
-    Wait,
-    GetCurrentStream,
-    SetCurrentStream,
-    Synchronize,
-)
-"""Every instruction class; completeness tests check each has a keyword, handler, ..."""
-
-Instruction = (
-    Allocate
-    | Deallocate
-    | Set
-    | Unary
-    | Binary
-    | Cast
-    | Sum
-    | Linear
-    | Matmul
-    | BroadcastInDim
-    | Permute
-    | ShardByStream
-    | ForLoop
-    | LocalShard
-    | Allgather
-    | ReduceScatter
-    | Allreduce
-    | Broadcast
-    | Reduce
-    | Gather
-    | Scatter
-    | AllToAll
-    | AllToAllV
-    | SendRecv
-    | CollectivePermute
-    | Wait
-    | GetCurrentStream
-    | SetCurrentStream
-    | Synchronize
-)
-
-_KEYWORDS: dict[type, str] = {
-    Allocate: "allocate",
-    Deallocate: "deallocate",
-    Set: "set",
-    Cast: "cast",
-    Sum: "sum",
-    Linear: "linear",
-    Matmul: "matmul",
-    BroadcastInDim: "broadcast_in_dim",
-    Permute: "permute",
-    ShardByStream: "shard_by_stream",
-    ForLoop: "for",
-    LocalShard: "local_shard",
-    Wait: "wait",
-    GetCurrentStream: "get_current_stream",
-    SetCurrentStream: "set_current_stream",
-    Synchronize: "synchronize",
-    # Communications are named by their kind, as in nvFuser and the profiler
-    # ranges SPEC section 4 names (hir::Allgather, hir::CollectivePermute).
-    **{cls: cls.__name__ for cls in COLLECTIVES},
-}
-
-
-def keyword(instruction: Instruction) -> str:
-    """The instruction's keyword in text and profiler ranges (``hir::<keyword>``)."""
-    if isinstance(instruction, Unary | Binary):
-        return instruction.op.value
-    return _KEYWORDS[type(instruction)]
+INSTRUCTIONS: tuple[type, ...] = instruction_classes()
+"""The built-in catalog (``hostir.catalog.instruction_classes()`` also lists classes
+declared later, from outside the package)."""
 
 
 def defined_values(instruction: Instruction) -> list[TensorValue | RequestValue]:

@@ -54,13 +54,15 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from dataclasses_json import DataClassJsonMixin, Undefined, config
 from dataclasses_json.undefined import UndefinedParameterError
 
+from hostir.catalog import Instruction, instruction_classes, is_instruction
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import HostIrError, JsonFormatError, VerifyError
-from hostir.instructions import INSTRUCTIONS, BinaryOpKind, Instruction, UnaryOpKind
+from hostir.instructions import INSTRUCTIONS, BinaryOpKind, UnaryOpKind
 from hostir.mesh import Mesh, MeshAxis
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
 from hostir.sharding import PartialAxis, ReduceOp, Sharding, ShardPart
+from hostir.syntax import FieldKind, field_kinds
 from hostir.team import Team
 from hostir.values import RequestValue, StreamValue, TensorValue
 from hostir.verify import verify
@@ -74,7 +76,7 @@ VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)
 """The versions :func:`from_json` reads."""
 
-NODE_CLASSES: tuple[type, ...] = (
+VALUE_CLASSES: tuple[type, ...] = (
     HostIrContainer,
     ScalarInput,
     TensorValue,
@@ -89,9 +91,12 @@ NODE_CLASSES: tuple[type, ...] = (
     PartialAxis,
     Sharding,
     Team,
-    *INSTRUCTIONS,
 )
-"""Every dataclass a program holds; its JSON tag is its class name."""
+"""Every dataclass a program holds besides its instructions; a node's JSON tag is its class
+name, for instructions too (every class of ``hostir.catalog.instruction_classes()``)."""
+
+NODE_CLASSES: tuple[type, ...] = (*VALUE_CLASSES, *INSTRUCTIONS)
+"""The value classes and the built-in instructions."""
 
 ENUM_CLASSES: tuple[type[enum.Enum], ...] = (
     DType,
@@ -114,10 +119,31 @@ def _by_name(classes: tuple[type, ...]) -> dict[str, type]:
 NODES: dict[str, type] = _by_name(NODE_CLASSES)
 ENUMS: dict[str, type[enum.Enum]] = _by_name(ENUM_CLASSES)
 
+
+def node_class(tag: str) -> type | None:
+    """The class a node tag names: a value class, or any declared instruction class."""
+    found = NODES.get(tag)
+    if found is not None:
+        return found
+    return next((cls for cls in instruction_classes() if cls.__name__ == tag), None)
+
+
+def enum_class(tag: str) -> type[enum.Enum] | None:
+    """The enum an enum tag names: one of ENUM_CLASSES, or one a declared instruction's
+    fields use."""
+    found = ENUMS.get(tag)
+    if found is not None:
+        return found
+    for cls in instruction_classes():
+        for kind, member_class, _ in field_kinds(cls).values():
+            if kind is FieldKind.ENUM and member_class.__name__ == tag:
+                return member_class
+    return None
+
 _PRIMITIVES = (bool, int, float, str)
 
 # Unions printed by name in messages, largest first (Operand is TensorValue | Scalar).
-_NAMED_UNIONS: tuple[tuple[str, Any], ...] = (("Instruction", Instruction), ("Scalar", Scalar))
+_NAMED_UNIONS: tuple[tuple[str, Any], ...] = (("Scalar", Scalar),)
 
 
 # ----- writing -----
@@ -133,7 +159,7 @@ def to_json(program: HostIrContainer) -> str:
 def encode(value: Any, path: str = "program") -> Any:
     """``value`` as JSON-ready data: tagged objects, lists and primitives."""
     if isinstance(value, enum.Enum):
-        if ENUMS.get(type(value).__name__) is not type(value):
+        if enum_class(type(value).__name__) is not type(value):
             raise JsonFormatError(f"{path}: {value!r} is not a host IR enum")
         return {"enum": type(value).__name__, "value": value.value}
     if value is None or type(value) in _PRIMITIVES:
@@ -141,7 +167,7 @@ def encode(value: Any, path: str = "program") -> Any:
     if isinstance(value, tuple):
         return [encode(item, f"{path}[{i}]") for i, item in enumerate(value)]
     cls = type(value)
-    if NODES.get(cls.__name__) is not cls:
+    if node_class(cls.__name__) is not cls:
         raise JsonFormatError(f"{path}: {cls.__name__} {value!r} is not a host IR node")
     obj: dict[str, Any] = {"node": cls.__name__}
     for name, _ in _fields_of(cls):
@@ -253,7 +279,7 @@ def _decode_program(data: Any) -> HostIrContainer:
 
 def _decode_node(data: dict[str, Any], path: str) -> Any:
     tag = data["node"]
-    cls = NODES.get(tag) if isinstance(tag, str) else None
+    cls = node_class(tag) if isinstance(tag, str) else None
     if cls is None:
         raise JsonFormatError(
             f"{path}: unknown node tag {json.dumps(tag)}; known tags: {', '.join(NODES)}"
@@ -283,7 +309,7 @@ def _decode_node(data: dict[str, Any], path: str) -> Any:
 
 def _decode_enum(data: dict[str, Any], path: str) -> enum.Enum:
     tag = data["enum"]
-    cls = ENUMS.get(tag) if isinstance(tag, str) else None
+    cls = enum_class(tag) if isinstance(tag, str) else None
     if cls is None:
         raise JsonFormatError(
             f"{path}: unknown enum tag {json.dumps(tag)}; known tags: {', '.join(ENUMS)}"
@@ -312,6 +338,8 @@ def _fields_of(cls: type) -> tuple[tuple[str, Any], ...]:
 
 def _conforms(value: Any, hint: Any) -> bool:
     """Whether ``value`` fits the annotation ``hint`` (bool is not an int here)."""
+    if hint is Instruction:
+        return is_instruction(value)
     origin = get_origin(hint)
     if origin in (Union, UnionType):
         return any(_conforms(value, arg) for arg in get_args(hint))

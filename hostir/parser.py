@@ -19,7 +19,7 @@ from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import ParseError, VerifyError
-from hostir.instruction_parsers import INSTRUCTION_PARSERS, kind_of, reduce_op
+from hostir.instruction_parsers import kind_of, parse_instruction, reduce_op
 from hostir.instructions import Allocate, Deallocate, ForLoop, Instruction
 from hostir.mesh import Mesh, MeshAxis
 from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
@@ -303,12 +303,9 @@ class _Builder:
     def instruction(self, call: lark.Tree, targets: list) -> Instruction:
         name, *arguments = call.children
         arguments = [a for a in arguments if a is not None]
-        builder = INSTRUCTION_PARSERS.get(str(name))
-        if builder is None:
-            raise _fail(name, f"unknown instruction {name}")
         positional = [a.children[0] for a in arguments if a.data == "positional"]
         keywords = {str(a.children[0]): a.children[1] for a in arguments if a.data == "keyword"}
-        return builder(self, name, positional, keywords, targets)
+        return parse_instruction(self, name, positional, keywords, targets)
 
 
 def _mesh(nested: lark.Tree, strides: lark.Tree | None, offset: lark.Token | None) -> Mesh:

@@ -19,25 +19,20 @@ inner: a mesh axis name or a local extent. Unlisted dims are replicated.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from hostir.communications import COLLECTIVES, LocalShard, Wait
+from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.instructions import (
-    COMPUTE,
     Allocate,
-    BroadcastInDim,
     Deallocate,
     ForLoop,
     Instruction,
-    Linear,
-    Permute,
-    ShardByStream,
-    Sum,
     keyword,
 )
 from hostir.scalars import Scalar, print_scalar
-from hostir.sharding import Mesh, MeshAxis, ReduceOp, Sharding, ShardPart
-from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
+from hostir.sharding import Mesh, Sharding, ShardPart
+from hostir.syntax import FieldKind, print_call
 from hostir.team import Team
 from hostir.values import StreamValue, TensorValue
 
@@ -105,45 +100,36 @@ def print_sharding(
 
 
 def print_instruction(instruction: Instruction, meshes: _MeshNames) -> list[str]:
-    """The lines of one instruction (several for a loop)."""
-    printer = _PRINTERS.get(type(instruction))
-    if printer is None:
-        raise TypeError(f"no printer for instruction {type(instruction).__name__}")
-    return printer(instruction, meshes)
+    """The lines of one instruction (several for a loop): a statement of the language, or
+    a call written as its declaration says (``hostir.syntax``)."""
+    statement = _STATEMENTS.get(type(instruction))
+    if statement is not None:
+        return statement(instruction, meshes)
+    return [
+        print_call(
+            instruction,
+            keyword(instruction),
+            _value_printers(meshes),
+            lambda value: print_declaration(value, meshes),
+        )
+    ]
 
 
-def _operand(value: object, meshes: _MeshNames) -> str:
-    if isinstance(value, TensorValue):
-        return value.name
-    return print_scalar(value, meshes.name)  # type: ignore[arg-type]
-
-
-def _ints(values: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
-
-
-def _compute_params(instruction: Instruction, meshes: _MeshNames) -> list[str]:
-    """The operands and ``key=value`` attributes of a compute instruction."""
-    if isinstance(instruction, Linear):
-        ins = [instruction.input.name, instruction.weight.name]
-        ins += [f"bias={instruction.bias.name}"] if instruction.bias else []
-    else:
-        ins = [_operand(getattr(instruction, name), meshes) for name in instruction.INS]
-    if isinstance(instruction, Sum):
-        ins += [f"dims={_ints(instruction.dims)}", f"keepdim={str(instruction.keepdim).lower()}"]
-    if isinstance(instruction, BroadcastInDim):
-        ins += [f"broadcast_dims={_ints(instruction.broadcast_dims)}"]
-    if isinstance(instruction, Permute):
-        ins += [f"dims={_ints(instruction.dims)}"]
-    return ins
-
-
-def _print_compute(instruction: Instruction, meshes: _MeshNames) -> list[str]:
-    params = _compute_params(instruction, meshes)
-    out = instruction.out  # type: ignore[union-attr]
-    if instruction.preallocated:  # type: ignore[union-attr]
-        return [f"{keyword(instruction)}({', '.join(params + [f'out={out.name}'])})"]
-    return [f"{print_declaration(out, meshes)} = {keyword(instruction)}({', '.join(params)})"]
+def _value_printers(meshes: _MeshNames) -> dict[FieldKind, Callable[[Any], str]]:
+    """How each kind of field prints, with this program's mesh names."""
+    return {
+        FieldKind.TENSOR: lambda value: value.name,
+        FieldKind.OPERAND: lambda value: (
+            value.name if isinstance(value, TensorValue) else print_scalar(value, meshes.name)
+        ),
+        FieldKind.SCALAR: lambda value: print_scalar(value, meshes.name),
+        FieldKind.INT: str,
+        FieldKind.BOOL: lambda value: "true" if value else "false",
+        FieldKind.INTS: lambda values: "[" + ", ".join(str(v) for v in values) + "]",
+        FieldKind.TEAM: lambda team: print_team(team, meshes),
+        FieldKind.STREAM: lambda stream: print_stream(stream, meshes),
+        FieldKind.ENUM: lambda member: member.value,
+    }
 
 
 def _print_allocate(instruction: Allocate, meshes: _MeshNames) -> list[str]:
@@ -152,13 +138,6 @@ def _print_allocate(instruction: Allocate, meshes: _MeshNames) -> list[str]:
 
 def _print_deallocate(instruction: Deallocate, meshes: _MeshNames) -> list[str]:
     return [f"deallocate {instruction.tensor.name}"]
-
-
-def _print_shard_by_stream(instruction: ShardByStream, meshes: _MeshNames) -> list[str]:
-    out = print_declaration(instruction.out, meshes)
-    index = print_scalar(instruction.index, meshes.name)
-    args = f"{instruction.src.name}, axis={instruction.axis}, index={index}"
-    return [f"{out} = shard_by_stream({args})"]
 
 
 def _print_for_loop(instruction: ForLoop, meshes: _MeshNames) -> list[str]:
@@ -170,63 +149,13 @@ def _print_for_loop(instruction: ForLoop, meshes: _MeshNames) -> list[str]:
     return lines + ["}"]
 
 
+def _print_wait(instruction: Wait, meshes: _MeshNames) -> list[str]:
+    return [f"wait {instruction.request.name}"]
+
+
 def print_team(team: Team, meshes: _MeshNames) -> str:
     """``M0(y, x)``: the team's mesh and its axes, outer first."""
     return f"{meshes.name(team.mesh)}({', '.join(axis.value for axis in team.axes)})"
-
-
-_COMMUNICATION_PARAMS = (
-    "axis",
-    "inner",
-    "split_axis",
-    "concat_axis",
-    "root",
-    "sender",
-    "receiver",
-    "send_peer",
-    "recv_peer",
-    "mesh_axis",
-    "op",
-)
-"""Attributes of communications, printed as ``key=value`` in this order when set."""
-
-
-def _param_text(value: object, meshes: _MeshNames) -> str:
-    if isinstance(value, MeshAxis | ReduceOp):
-        return value.value
-    if isinstance(value, int):
-        return str(value)
-    return print_scalar(value, meshes.name)  # type: ignore[arg-type]
-
-
-def _communication_params(instruction: Instruction, meshes: _MeshNames) -> list[str]:
-    params = [instruction.src.name]  # type: ignore[union-attr]
-    team = getattr(instruction, "team", None)
-    if team is not None:
-        params.append(f"team={print_team(team, meshes)}")
-    for name in _COMMUNICATION_PARAMS:
-        value = getattr(instruction, name, None)
-        if value is not None:
-            params.append(f"{name}={_param_text(value, meshes)}")
-    if getattr(instruction, "preallocated", False):
-        params.append(f"out={instruction.out.name}")  # type: ignore[union-attr]
-    return params
-
-
-def _print_communication(instruction: Instruction, meshes: _MeshNames) -> list[str]:
-    """``T3 : <type>, R0 = Allgather(T2, team=M0(x), axis=0)``."""
-    call = f"{keyword(instruction)}({', '.join(_communication_params(instruction, meshes))})"
-    defined = []
-    if not getattr(instruction, "preallocated", False):
-        defined.append(print_declaration(instruction.out, meshes))  # type: ignore[union-attr]
-    request = getattr(instruction, "request", None)
-    if request is not None:
-        defined.append(request.name)
-    return [f"{', '.join(defined)} = {call}" if defined else call]
-
-
-def _print_wait(instruction: Wait, meshes: _MeshNames) -> list[str]:
-    return [f"wait {instruction.request.name}"]
 
 
 def print_stream(stream: StreamValue, meshes: _MeshNames) -> str:
@@ -236,24 +165,10 @@ def print_stream(stream: StreamValue, meshes: _MeshNames) -> str:
     return f"stream({print_scalar(stream.index, meshes.name)})"
 
 
-def _print_get_current_stream(instruction: GetCurrentStream, meshes: _MeshNames) -> list[str]:
-    return [f"{instruction.out.name} = get_current_stream()"]
-
-
-def _print_stream_use(instruction: SetCurrentStream | Synchronize, meshes: _MeshNames) -> list[str]:
-    return [f"{keyword(instruction)}({print_stream(instruction.stream, meshes)})"]
-
-
-_PRINTERS: dict[type, Callable[..., list[str]]] = {
-    GetCurrentStream: _print_get_current_stream,
-    SetCurrentStream: _print_stream_use,
-    Synchronize: _print_stream_use,
-    Wait: _print_wait,
-    LocalShard: _print_communication,
-    **{cls: _print_communication for cls in COLLECTIVES},
+_STATEMENTS: dict[type, Callable[..., list[str]]] = {
     Allocate: _print_allocate,
     Deallocate: _print_deallocate,
-    ShardByStream: _print_shard_by_stream,
     ForLoop: _print_for_loop,
-    **{cls: _print_compute for cls in COMPUTE},
+    Wait: _print_wait,
 }
+"""The statements of the language; every other instruction prints as a call."""

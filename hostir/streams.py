@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hostir.catalog import Kind, declare
 from hostir.values import StreamValue
 
 
+@declare(kind=Kind.STREAM, keyword="get_current_stream")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetCurrentStream:
     """Binds ``out`` to the stream currently in use."""
@@ -26,6 +28,7 @@ class GetCurrentStream:
     out: StreamValue
 
 
+@declare(kind=Kind.STREAM, keyword="set_current_stream", positional=("stream",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SetCurrentStream:
     """Makes ``stream`` the stream that runs the following instructions."""
@@ -35,6 +38,7 @@ class SetCurrentStream:
     stream: StreamValue
 
 
+@declare(kind=Kind.STREAM, keyword="synchronize", positional=("stream",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Synchronize:
     """The current stream waits for everything enqueued on ``stream`` so far."""

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 import graphviz
 
 from hostir.blocks import Operand, all_to_all_v_pieces, print_box
+from hostir.catalog import COMMUNICATING, declaration_of
 from hostir.communications import (
-    COLLECTIVES,
     Allgather,
     Allreduce,
     AllToAll,
@@ -142,7 +142,7 @@ def _communicates(instruction: Instruction) -> bool:
     """Whether ``instruction`` is a communication or a loop holding one."""
     if isinstance(instruction, ForLoop):
         return any(_communicates(inner) for inner in instruction.body)
-    return type(instruction) in COLLECTIVES
+    return declaration_of(type(instruction)).kind in COMMUNICATING
 
 
 def _communications(
@@ -150,7 +150,7 @@ def _communications(
 ) -> Iterator[tuple[Instruction, Iteration]]:
     """Each communication of ``body`` with the loop indices of each of its iterations."""
     for instruction in body:
-        if type(instruction) in COLLECTIVES:
+        if declaration_of(type(instruction)).kind in COMMUNICATING:
             yield instruction, tuple(env.items())
         elif isinstance(instruction, ForLoop):
             name = instruction.index.name

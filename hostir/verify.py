@@ -29,13 +29,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hostir.catalog import is_instruction
 from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import VerifyError
 from hostir.extents import Normal, normal_form, times
 from hostir.instructions import (
-    INSTRUCTIONS,
     Allocate,
     Deallocate,
     ForLoop,
@@ -52,11 +52,6 @@ from hostir.verify_communication import COMMUNICATION_RULES
 from hostir.verify_compute import COMPUTE_RULES
 
 Path = tuple[int, ...]
-
-RULE_FREE = frozenset(
-    cls for cls in INSTRUCTIONS if cls not in COMPUTE_RULES and cls not in COMMUNICATION_RULES
-)
-"""Instructions checked by the walk alone (allocate, deallocate, loops, waits, streams)."""
 
 
 def verify(program: HostIrContainer) -> None:
@@ -120,9 +115,9 @@ class _Walk:
             self.instruction(instruction, (*prefix, index))
 
     def instruction(self, instruction: Instruction, path: Path) -> None:
-        if type(instruction) not in RULE_FREE | set(COMPUTE_RULES) | set(COMMUNICATION_RULES):
+        if not is_instruction(instruction):
             name = type(instruction).__name__
-            raise VerifyError(f"{name} is not a host IR instruction", path=path)
+            raise VerifyError(f"{name} is not a declared host IR instruction", path=path)
         if isinstance(instruction, Deallocate):
             self.deallocate(instruction.tensor, path)
         for value in used_values(instruction):

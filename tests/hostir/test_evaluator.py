@@ -37,39 +37,36 @@ from hostir import (
 )
 from hostir.evaluator import HANDLERS
 from hostir.instructions import keyword
-from hostir.printer import _PRINTERS
 from hostir.scalars import add, mul
 from tests.hostir.programs import block_sharded, c, tensor
 
 
 def test_every_instruction_has_a_keyword_handler_printer_parser_and_json_tag():
-    """Catalog completeness: each instruction class is known to every table."""
-    from hostir.instruction_parsers import INSTRUCTION_PARSERS
-    from hostir.json_format import NODES
+    """Catalog completeness: each declared class is known to every table that is not derived
+    from its declaration (its handler, its verifier rule); its keywords find it, its
+    statements have their parser, and the JSON codec knows its tag."""
+    from hostir.catalog import Kind, by_keyword, declaration_of, instruction_classes
+    from hostir.json_format import node_class
     from hostir.parser import _Builder
+    from hostir.verify_communication import COMMUNICATION_RULES
+    from hostir.verify_compute import COMPUTE_RULES
 
-    statements = {"allocate", "deallocate", "wait", "for"}  # parsed as statements
+    statements = {"allocate": "allocate", "deallocate": "deallocate", "wait": "wait"}
+    statements["for"] = "for_loop"
+    assert set(INSTRUCTIONS) <= set(instruction_classes())
     for cls in INSTRUCTIONS:
+        declaration = declaration_of(cls)
         assert cls in HANDLERS, cls
-        assert cls in _PRINTERS, cls
-        assert NODES.get(cls.__name__) is cls, cls
-        name = _keyword_of(cls)
-        if name in statements:
-            assert hasattr(_Builder, f"stmt_{'for_loop' if name == 'for' else name}"), cls
-        else:
-            assert name in INSTRUCTION_PARSERS, cls
+        assert node_class(cls.__name__) is cls, cls
+        for word in declaration.keywords():
+            assert by_keyword(word)[0].cls is cls, word
+            if word in statements:
+                assert hasattr(_Builder, f"stmt_{statements[word]}"), cls
+        if declaration.kind is Kind.COMPUTE:
+            assert cls in COMPUTE_RULES, cls
+        if declaration.kind in (Kind.COLLECTIVE, Kind.POINT_TO_POINT, Kind.LOCAL_RESHARD):
+            assert cls in COMMUNICATION_RULES, cls
     assert keyword(Unary(op=UnaryOpKind.NEG, out=tensor("a", 1), src=tensor("b", 1))) == "neg"
-
-
-def _keyword_of(cls: type) -> str:
-    """The keyword of an instruction class (Unary/Binary: their first op's keyword)."""
-    from hostir.instructions import _KEYWORDS
-
-    if cls is Unary:
-        return UnaryOpKind.NEG.value
-    if cls is Binary:
-        return BinaryOpKind.ADD.value
-    return _KEYWORDS[cls]
 
 
 def test_chunked_loop_writes_into_preallocated_output():
