@@ -69,3 +69,24 @@ def test_broadcast_in_dim_to_a_dim_sharded_elsewhere(multidevice_test, source):
         _shard(b, mesh, 0, X)
     full = torch.randn(8, generator=torch.Generator().manual_seed(0))
     run_against_torch(fd, multidevice_test, [full], [full.expand(4, 8)])
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_a_producer_placed_by_one_consumer_places_its_other_consumers(multidevice_test):
+    """x has no mesh; z = x + w places x (from its consumer z), and x must then place
+    y = relu(x). Propagation ran the producer pass once, before x had a mesh, and refused
+    y as meshless (about 1 in 6 fuzz cases at 4 ranks, e.g. seed 1)."""
+    d = multidevice_test.size
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((2 * d, 3))
+        w = fd.define_tensor((2 * d, 3))
+        y = fd.ops.relu(x)
+        z = fd.ops.add(x, w)
+        fd.add_output(y)
+        fd.add_output(z)
+    _shard(w, DeviceMesh(list(range(d))), 0, X)
+    generator = torch.Generator().manual_seed(0)
+    full = [torch.randn(2 * d, 3, generator=generator) for _ in range(2)]
+    expected = [full[0].relu(), full[0] + full[1]]
+    run_against_torch(fd, multidevice_test, full, expected)
+    assert fd.host_ir().outputs[0].sharding == fd.host_ir().inputs[1].sharding
