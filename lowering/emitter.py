@@ -43,6 +43,8 @@ class Emitter:
         self.values = {tensor.name: tensor.value() for tensor in fusion.tensors}
         self.requests: Iterator[int] = itertools.count()
         self.loops: Iterator[int] = itertools.count()
+        self.main_stream_defined = False
+        """Whether ``main = get_current_stream()`` was emitted (by the first stream loop)."""
 
     def emit_op(
         self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool = False

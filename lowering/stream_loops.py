@@ -153,7 +153,9 @@ class _Loop:
     def emit(self) -> list[Instruction]:
         values = self.emitter.values
         before: list[Instruction] = [Allocate(out=values[name]) for name in self.allocated]
-        before.append(GetCurrentStream(out=MAIN))
+        if not self.emitter.main_stream_defined:  # later loops start on main too
+            before.append(GetCurrentStream(out=MAIN))
+            self.emitter.main_stream_defined = True
         body: list[Instruction] = [
             SetCurrentStream(stream=StreamValue(index=self.index)),
             Synchronize(stream=MAIN),

@@ -90,3 +90,25 @@ def test_a_producer_placed_by_one_consumer_places_its_other_consumers(multidevic
     expected = [full[0].relu(), full[0] + full[1]]
     run_against_torch(fd, multidevice_test, full, expected)
     assert fd.host_ir().outputs[0].sharding == fd.host_ir().inputs[1].sharding
+
+
+@pytest.mark.world_sizes(1, 2)
+def test_two_stream_loops_share_the_main_stream(multidevice_test):
+    """Two stream loops (2 and 4 chunks) in one program: each emitted its own
+    ``main = get_current_stream()``, which the verifier refuses as a second definition
+    (seed 37 at 4 ranks)."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(list(range(d)))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 2 * d))
+        y = fd.define_tensor((8, 2 * d))
+        fd.add_output(fd.ops.relu(x))
+        fd.add_output(fd.ops.neg(y))
+    for tv, chunks in ((x, 2), (y, 4)):
+        _shard(tv, mesh, 1, X)
+        tv.outer_split(0, chunks)
+        tv.axis(0).parallelize(ParallelType.stream)
+    generator = torch.Generator().manual_seed(0)
+    full = [torch.randn(8, 2 * d, generator=generator) for _ in range(2)]
+    run_against_torch(fd, multidevice_test, full, [full[0].relu(), -full[1]])
+    assert str(fd.host_ir()).count("get_current_stream()") == 1
