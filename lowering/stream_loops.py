@@ -47,7 +47,7 @@ from hostir import (
     Wait,
 )
 from hostir.instructions import Instruction
-from hostir.scalars import Scalar, add, floordiv, mod, sub
+from hostir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
 from hostir.sharding import normalized
 from hostir.team import Team
 from lowering.emitter import Emitter, bind_values
@@ -261,27 +261,32 @@ class _Loop:
             split = self.split_of(op.output)
             chunks[op.output] = chunk_value(self.emitter.values[op.output], split)
         values = {**self.emitter.values, **chunks}
-        gather = self._stream_allgather(op, values, preallocated)
-        if gather is not None:
-            return out + gather
+        if isinstance(op.instruction, Set) and op.inputs[0] not in chunks:
+            return out + self._stream_allgather(op, values, preallocated)
         return out + self.emitter.emit_op(op, values, preallocated)
 
     def _stream_allgather(
         self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool
-    ) -> list[Instruction] | None:
-        """Broadcast / CollectivePermute for a set from a mesh-sharded tensor into a
-        stream-split one on the same dim; None if ``op`` is not that."""
-        if not isinstance(op.instruction, Set):
-            return None
+    ) -> list[Instruction]:
+        """Broadcast / CollectivePermute for a set that reads its input whole into stream
+        chunks: the input's dim is split in blocks over one mesh axis ([x, local], or [x]
+        when each device holds one index), the output's is not, and both are on one mesh.
+        Anything else cannot be cut into chunks here: a LoweringError names it."""
         (name,) = op.inputs
         src, dst = self.tensors[name], self.tensors[op.output]
         split = self.split_of(op.output)
-        if stream_split(src) is not None or src.mesh != dst.mesh:
-            return None
         data = [a for a in src.axes if not a.reduction]
         parts = data[split.dim].parts
-        if len(parts) != 2 or parts[0].axis is None or parts[1].axis is not None:
-            return None
+        target = [a for a in dst.axes if not a.reduction][split.dim].parts
+        block = bool(parts) and parts[0].axis is not None and all(p.axis is None for p in parts[1:])
+        if src.mesh != dst.mesh or not block or any(p.axis is not None for p in target):
+            raise LoweringError(
+                f"{dst.name} is split into {split.count} stream chunks on dim {split.dim} and"
+                f" reads {name} whole; a stream loop only gathers a dim split in blocks over"
+                f" one mesh axis of the same mesh, got {name} @{list(src.mesh.devices)} dim"
+                f" {split.dim} {_print_parts(parts)} to {dst.name} @{list(dst.mesh.devices)}"
+                f" {_print_parts(target)}; reshard it with a set before the loop"
+            )
         axis = parts[0].axis
         team = Team(mesh=src.mesh, axes=(axis,))
         self._check_allgather(name, op.output, team, split, data)
@@ -325,6 +330,10 @@ class _Loop:
                     f"{src} and {dst} differ on dim {dim} as well as on the gathered dim"
                     f" {split.dim}; reshard that dim separately"
                 )
+
+
+def _print_parts(parts: tuple[ShardPart, ...]) -> str:
+    return "[" + ", ".join(p.axis.value if p.axis else print_scalar(p.extent) for p in parts) + "]"
 
 
 def emit_stream_loop(

@@ -9,6 +9,7 @@ import torch
 
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from lowering import LoweringError
 
 X, Y = ParallelType.mesh_x, ParallelType.mesh_y
 
@@ -112,3 +113,64 @@ def test_two_stream_loops_share_the_main_stream(multidevice_test):
     full = [torch.randn(8, 2 * d, generator=generator) for _ in range(2)]
     run_against_torch(fd, multidevice_test, full, [full[0].relu(), -full[1]])
     assert str(fd.host_ir()).count("get_current_stream()") == 1
+
+
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize("swizzle", [False, True])
+def test_stream_gather_of_a_dim_with_one_row_per_rank(multidevice_test, swizzle):
+    """src's dim 0 is split over all of mesh_x, one row per rank ({0: [x]}, no local
+    part): the stream all-gather must still fetch one chunk per iteration. It planned an
+    Allgather of the whole of src into each chunk instead (seed 37 at 4 ranks)."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(list(range(d)))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((d, 4))
+        gathered = fd.ops.set(x)
+        fd.add_output(fd.ops.relu(gathered))
+    _shard(x, mesh, 0, X)
+    gathered.set_device_mesh(mesh)
+    gathered.outer_split(0, d)
+    if swizzle:
+        gathered.swizzle1d(0, X)
+    gathered.axis(0).parallelize(ParallelType.stream)
+    full = torch.randn(d, 4, generator=torch.Generator().manual_seed(0))
+    run_against_torch(fd, multidevice_test, [full], [full.relu()])
+    kind = "CollectivePermute" if swizzle else "Broadcast"
+    assert str(fd.host_ir()).count(kind) == 1 and "Allgather" not in str(fd.host_ir())
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_stream_split_set_that_keeps_the_sharding_is_a_copy(multidevice_test):
+    """A set whose output keeps the input's sharding of the stream-split dim ({0: [x, 4]},
+    the local part in 2 chunks) copies each chunk; it is no all-gather."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(list(range(d)))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4 * d, 3))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    _shard(x, mesh, 0, X)
+    _shard(y, mesh, 0, X)
+    y.outer_split(1, 2)
+    y.axis(1).parallelize(ParallelType.stream)
+    full = torch.randn(4 * d, 3, generator=torch.Generator().manual_seed(0))
+    run_against_torch(fd, multidevice_test, [full], [full])
+
+
+def test_stream_gather_over_two_mesh_axes_is_refused():
+    """A stream loop reading a set's input whole can only gather a dim split over one
+    mesh axis; over (y, x) it planned an Allgather of the whole input into each chunk."""
+    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 4))
+        gathered = fd.ops.set(x)
+        fd.add_output(gathered)
+    _shard(x, mesh, 0, Y)
+    x.outer_split(1, 2)
+    x.axis(1).parallelize(X)  # dim 0: [y, x, 2]
+    gathered.set_device_mesh(mesh)
+    gathered.outer_split(0, 4)
+    gathered.axis(0).parallelize(ParallelType.stream)
+    expected = r"T1 is split into 4 stream chunks on dim 0 and reads T0 whole.*T0 .* \[y, x, 2\]"
+    with pytest.raises(LoweringError, match=expected):
+        fd.host_ir()
