@@ -151,6 +151,8 @@ class FusionDefinition:
         key = tuple(_signature(x) for x in inputs)
         program = self._programs.get(key)
         if program is None:
+            for tv in self._fusion.tensors():
+                validate_schedule(tv, {})  # what constant extents show, before lowering
             program = self._lower()
             self._validate(inputs, communicator.rank, program)
             self._programs[key] = program
@@ -183,8 +185,6 @@ class FusionDefinition:
         Inputs of tensors whose mesh does not hold ``rank`` are ignored, as SPEC says.
         """
         env: dict = {}
-        for tv in self._fusion.tensors():
-            validate_schedule(tv, env)  # constant extents first
         input_errors = []
         for value, declared, given in zip(
             self._fusion.inputs(), program.inputs, inputs, strict=True
