@@ -213,3 +213,40 @@ def test_the_result_of_an_unused_communication_is_freed_after_its_wait(multidevi
     run_against_torch(fd, multidevice_test, [full], [full.relu()])
     text = str(fd.host_ir())
     assert text.index("deallocate T1\n") > text.index("wait R0")
+
+
+@pytest.mark.world_sizes(2)
+def test_a_cyclic_contraction_dim_is_copied_across_extents_written_differently(multidevice_test):
+    """x's contraction dim (symbolic, i0) and w's (8) are split cyclically over x; the
+    partial sums take x's layout [i0 // 2, x] and w must be read as [4, x]. Only block
+    layouts were copied across differently written extents, so w was wanted replicated
+    and the lowering failed its own check (seed 57 at 4 ranks)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, -1))
+        w = fd.define_tensor((6, 8))
+        fd.add_output(fd.ops.linear(x, w))
+    for tv in (x, w):
+        tv.set_device_mesh(DeviceMesh([0, 1]))
+        tv.inner_split(1, 2)
+        tv.axis(2).parallelize(X)  # [i0 // 2, x] and [4, x]
+    generator = torch.Generator().manual_seed(0)
+    full = [torch.randn(4, 8, generator=generator), torch.randn(6, 8, generator=generator)]
+    run_against_torch(fd, multidevice_test, full, [full[0] @ full[1].T])
+
+
+@pytest.mark.world_sizes(2)
+def test_one_index_per_device_is_a_block_layout_across_extents(multidevice_test):
+    """y's dim 0 (2) is split over x with nothing local ([x]); the unscheduled x (dim 0
+    symbolic) inherits it. [x] was taken for a layout that is not in blocks, x stayed
+    replicated, and the lowering failed its own check (seed 49 at 4 ranks)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, 3))
+        y = fd.define_tensor((2, 3))
+        fd.add_output(fd.ops.add(x, y))
+    _shard(y, DeviceMesh([0, 1]), 0, X)
+    generator = torch.Generator().manual_seed(0)
+    full = [torch.randn(2, 3, generator=generator) for _ in range(2)]
+    run_against_torch(fd, multidevice_test, full, [full[0] + full[1]])
+    assert str(fd.host_ir()).startswith(
+        "%HostIrContainer {\n  mesh M0 = [0, 1]\n  input T0 : float32[i0, 3] @M0 {0: [x]}"
+    )
