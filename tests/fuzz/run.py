@@ -11,7 +11,8 @@ rank reaches the same verdict:
   over their partial mesh axes.
 - ``refused``: every rank raised the same named refusal (a ``FrontendError``,
   ``LoweringError`` or ``MeshError``: a schedule the project does not support)
-  while building, lowering or validating, before running anything.
+  while building, lowering or validating, before running anything. A lowering
+  consistency check that fails (``check_resharding``) is a crash, not a refusal.
 - ``wrong``: some rank's numbers, shape or dtype differ, or a rank holds an output
   it should not (or lacks one it should hold).
 - ``crash``: any other exception (``EvaluationError``s included: a program that
@@ -41,6 +42,8 @@ from tests.fuzz.case import Case, load, make_inputs
 OK, REFUSED, WRONG, CRASH = "ok", "refused", "wrong", "crash"
 STATUSES = (OK, REFUSED, WRONG, CRASH)
 REFUSALS = (FrontendError, LoweringError, MeshError)
+INTERNAL = ("The resharding decomposition left",)
+"""Messages of lowering's own consistency checks: a bug in an earlier pass, not a refusal."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,9 @@ def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
         local = _shard_inputs(fd, tvs, full, rank)
         outputs = fd.execute(local)
     except REFUSALS as error:
-        return RankResult(REFUSED, f"{type(error).__name__}: {error}"), _program(fd)
+        message = f"{type(error).__name__}: {error}"
+        status = CRASH if any(marker in message for marker in INTERNAL) else REFUSED
+        return RankResult(status, message), _program(fd)
     except Exception:
         return RankResult(CRASH, traceback.format_exc()), _program(fd)
     program = fd.host_ir()

@@ -273,12 +273,7 @@ def schedule_case(case: Case, b: Builder, rng: random.Random) -> Case:
         steps = _tensor_steps(b, name, meshes, stream_target, features)
         if steps:
             schedules.append((name, tuple(steps)))
-    if not any("set_device_mesh" in s[0][0] for _, s in schedules):
-        first = case.inputs[0].name
-        loop = Loop(b.tensors[first], rng)
-        steps = [(f"{first}.set_device_mesh({main.name})",)]
-        steps += mesh_steps(loop, b.tensors[first], main, b, features)
-        schedules = [(first, tuple(steps))] + [s for s in schedules if s[0] != first]
+    schedules = _place_every_component(case, b, main, schedules, features)
     if len(meshes) > 1 and any(f"({meshes[1].name})" in s[0][0] for _, s in schedules):
         features.add("multi_mesh")
     return dataclasses.replace(
@@ -287,6 +282,34 @@ def schedule_case(case: Case, b: Builder, rng: random.Random) -> Case:
         schedules=tuple(schedules),
         features=tuple(sorted(features)),
     )
+
+
+def _place_every_component(case, b, main: MeshChoice, schedules: list, features) -> list:
+    """``schedules`` with the first input of each group of connected tensors that has no
+    mesh yet placed on ``main`` (propagation would have nothing to give them)."""
+    names = [s.name for s in case.inputs] + [s.name for s in case.statements]
+    placed = {name for name, steps in schedules if "set_device_mesh" in steps[0][0]}
+    for component in _components(case):
+        if placed & component:
+            continue
+        first = next(s.name for s in case.inputs if s.name in component)
+        loop = Loop(b.tensors[first], b.rng)
+        steps = [(f"{first}.set_device_mesh({main.name})",)]
+        steps += mesh_steps(loop, b.tensors[first], main, b, features)
+        schedules = [(first, tuple(steps))] + [s for s in schedules if s[0] != first]
+    return sorted(schedules, key=lambda s: names.index(s[0]))
+
+
+def _components(case: Case) -> list[set[str]]:
+    """The tensors of ``case`` grouped by connection through ops."""
+    group = {s.name: {s.name} for s in case.inputs}
+    for statement in case.statements:
+        merged = {statement.name}
+        for name in statement.uses:
+            merged |= group[name]
+        for name in merged:
+            group[name] = merged
+    return list({id(g): g for g in group.values()}.values())
 
 
 def _stream_target(b: Builder, names: list[str], fixed: dict, rng: random.Random):
