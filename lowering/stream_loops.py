@@ -180,12 +180,21 @@ class _Loop:
         )
         return before + [loop] + after
 
+    def _chunk(self, name: str, split: StreamSplit) -> TensorValue:
+        """Chunk ``split`` of ``name``, named ``T_c``, or ``T_c<k>`` (``k`` this loop's
+        index number) when an earlier loop of the program defined ``T_c``."""
+        value = chunk_value(self.emitter.values[name], split)
+        if value.name in self.emitter.chunk_names:
+            value = dataclasses.replace(value, name=f"{value.name}{self.index.name[1:]}")
+        self.emitter.chunk_names.add(value.name)
+        return value
+
     def _slice(
         self, name: str, chunks: dict[str, TensorValue], split: StreamSplit | None = None
     ) -> list[Instruction]:
         """A ``shard_by_stream`` alias of chunk ``self.chunk`` of ``name``."""
         split = split or self.split_of(name)
-        value = chunk_value(self.emitter.values[name], split)
+        value = self._chunk(name, split)
         chunks[name] = value
         return [
             ShardByStream(
@@ -218,7 +227,7 @@ class _Loop:
         if any(partial in later.inputs for later in self.ops if later is not following):
             return
         split = self.split_of(partial)
-        view = chunk_value(value, split)
+        view = self._chunk(partial, split)
         chunks[partial] = view
         self.preallocated_views.add(partial)
         body.append(
@@ -259,7 +268,7 @@ class _Loop:
             out.extend(self._slice(op.output, chunks))
         else:
             split = self.split_of(op.output)
-            chunks[op.output] = chunk_value(self.emitter.values[op.output], split)
+            chunks[op.output] = self._chunk(op.output, split)
         values = {**self.emitter.values, **chunks}
         if isinstance(op.instruction, Set) and op.inputs[0] not in chunks:
             return out + self._stream_allgather(op, values, preallocated)

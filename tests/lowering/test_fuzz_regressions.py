@@ -250,3 +250,26 @@ def test_one_index_per_device_is_a_block_layout_across_extents(multidevice_test)
     assert str(fd.host_ir()).startswith(
         "%HostIrContainer {\n  mesh M0 = [0, 1]\n  input T0 : float32[i0, 3] @M0 {0: [x]}"
     )
+
+
+@pytest.mark.world_sizes(1, 2)
+def test_two_stream_loops_read_chunks_of_one_tensor(multidevice_test):
+    """a = relu(x) and c = a + neg(y) run in two loops of 2 chunks (neg(y) between them is
+    not split); both read chunks of a, and both named them T2_c: a second definition
+    the verifier refuses (seed 346 at 4 ranks)."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(list(range(d)))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 2 * d))
+        y = fd.define_tensor((8, 2 * d))
+        a = fd.ops.relu(x)
+        b = fd.ops.neg(y)
+        fd.add_output(fd.ops.add(a, b))
+    _shard(x, mesh, 1, X)
+    _shard(y, mesh, 1, X)
+    x.outer_split(0, 2)
+    x.axis(0).parallelize(ParallelType.stream)
+    generator = torch.Generator().manual_seed(0)
+    full = [torch.randn(8, 2 * d, generator=generator) for _ in range(2)]
+    run_against_torch(fd, multidevice_test, full, [full[0].relu() - full[1]])
+    assert str(fd.host_ir()).count("for j") == 4  # two loops, each with its join
