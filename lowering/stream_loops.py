@@ -122,7 +122,9 @@ class _Loop:
         self.index = Symbol(name=f"j{next(emitter.loops)}")
         self.defined = {op.output for op in ops}
         used_later = {name for op in later for name in op.inputs} | set(emitter.fusion.outputs)
-        self.allocated = [name for name in self.defined if name in used_later]
+        # In definition order: iterating the set would order the allocations by string
+        # hashes, which differ between processes (and ranks then run different programs).
+        self.allocated = [op.output for op in ops if op.output in used_later]
         self.chunk = self._chunk_index()
         self.preallocated_views: set[str] = set()
 
@@ -134,8 +136,9 @@ class _Loop:
             if (split := stream_split(self.tensors[name])) is not None and split.swizzle
         }
         if len(swizzles) > 1:
+            mixed = ", ".join(sorted(f"mesh_{axis.value} of {mesh}" for axis, mesh in swizzles))
             raise LoweringError(
-                f"the stream loop over {sorted(self.defined)} mixes swizzles {swizzles}"
+                f"the stream loop over {sorted(self.defined)} mixes swizzles {mixed}"
             )
         if not swizzles:
             return self.index

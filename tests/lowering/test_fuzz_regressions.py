@@ -4,6 +4,11 @@ fuzz case are in each docstring)."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -273,3 +278,38 @@ def test_two_stream_loops_read_chunks_of_one_tensor(multidevice_test):
     full = [torch.randn(8, 2 * d, generator=generator) for _ in range(2)]
     run_against_torch(fd, multidevice_test, full, [full[0].relu() - full[1]])
     assert str(fd.host_ir()).count("for j") == 4  # two loops, each with its join
+
+
+LOWER_A_LOOP_WITH_THREE_BUFFERS = """
+from frontend import DeviceMesh, FusionDefinition, ParallelType
+with FusionDefinition() as fd:
+    x = fd.define_tensor((8, 4))
+    y = fd.ops.relu(x)
+    z = fd.ops.neg(y)
+    fd.add_output(z)
+    fd.add_output(fd.ops.add(y, z))
+    fd.add_output(fd.ops.sum(y, [0]))
+x.set_device_mesh(DeviceMesh([0]))
+x.outer_split(0, 2)
+x.axis(0).parallelize(ParallelType.stream)
+print(fd.host_ir())
+"""
+
+
+def test_the_program_does_not_depend_on_string_hashes():
+    """A stream loop allocated its buffers in the order of a set of names, which depends
+    on each process's string hashes: ranks lowered different programs and refused to run
+    (the program digest check; seed 100 at 8 ranks)."""
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[2]))
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOWER_A_LOOP_WITH_THREE_BUFFERS],
+            env={**env, "PYTHONHASHSEED": str(seed)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(4)
+    ]
+    texts = [run.communicate(timeout=120)[0] for run in runs]
+    assert texts[0].count("  allocate ") == 3
+    assert all(text == texts[0] for text in texts)
