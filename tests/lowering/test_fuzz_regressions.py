@@ -313,3 +313,18 @@ def test_the_program_does_not_depend_on_string_hashes():
     texts = [run.communicate(timeout=120)[0] for run in runs]
     assert texts[0].count("  allocate ") == 3
     assert all(text == texts[0] for text in texts)
+
+
+def test_an_extent_only_some_ranks_know_is_refused():
+    """x (symbolic i0) is on rank 1 only and is broadcast to [0, 1]; rank 0 learns no i0
+    and could not size its buffer: it failed while rank 1 waited in the Broadcast until
+    the collective timed out (seed 17 at 4 ranks). Now a LoweringError names it."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, 4))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    x.set_device_mesh(DeviceMesh([1]))
+    y.set_device_mesh(DeviceMesh([0, 1]))
+    expected = r"T1 has the symbolic extent i0, which only ranks \[1\] learn \(from input T0\)"
+    with pytest.raises(LoweringError, match=expected + r", but ranks \[0\] of its mesh need it"):
+        fd.host_ir()
