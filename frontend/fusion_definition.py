@@ -19,10 +19,10 @@ from frontend.exprs import ScalarVal
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.ops import Ops
-from frontend.sharding import tensor_sharding, validate_schedule
+from frontend.sharding import validate_schedule
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import Const, HostIrContainer, HostIrEvaluator, TensorValue, default_communicator
+from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
 from hostir.agreement import RankFacts, agree
 from hostir.errors import HostIrError
 from hostir.inputs import bind_input_tensor
@@ -181,8 +181,11 @@ class FusionDefinition:
         program = self._programs.get(key[:2])
         if program is None:
             self._check_input_count(inputs)
-            self._validate(inputs, communicator.rank)
-            program = self._programs[key[:2]] = self._lower()
+            for tv in self._fusion.tensors():
+                validate_schedule(tv, {})  # what constant extents show, before lowering
+            program = self._lower()
+            self._validate(inputs, communicator.rank, program)
+            self._programs[key[:2]] = program
         self._last_program = (key[0], program)
         if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
             print(program, flush=True)
@@ -213,25 +216,21 @@ class FusionDefinition:
             program = check_round_trip(program)  # run the parsed copy: the text is complete
         return program
 
-    def _validate(self, inputs: list[Any], rank: int) -> None:
-        """Checks inputs against their definitions and the schedule against the extents.
+    def _validate(self, inputs: list[Any], rank: int, program: HostIrContainer) -> None:
+        """Checks inputs against the program's inputs (the user's schedule, or for an input
+        left unscheduled the sharding propagated to it) and the schedule against the extents.
 
         Inputs of tensors whose mesh does not hold ``rank`` are ignored, as SPEC says.
         """
         env: dict = {}
-        for tv in self._fusion.tensors():
-            validate_schedule(tv, env)  # constant extents first
         input_errors = []
-        for value, given in zip(self._fusion.inputs(), inputs, strict=True):
+        for value, declared, given in zip(
+            self._fusion.inputs(), program.inputs, inputs, strict=True
+        ):
             if not isinstance(value, TensorView):
                 continue
-            if value.device_mesh is None or rank in value.device_mesh:
-                declared = TensorValue(
-                    name=value.name,
-                    dtype=value.dtype.to_hostir(),
-                    shape=tuple(axis.extent for axis in value.shape_domain()),
-                    sharding=tensor_sharding(value),
-                )
+            mesh = declared.sharding.mesh if declared.sharding is not None else None
+            if mesh is None or rank in mesh.devices:
                 try:
                     bind_input_tensor(declared, given, env)
                 except InputError as error:

@@ -17,6 +17,7 @@ from frontend.errors import ScheduleError
 from frontend.iter_domain import IterDomain, Swizzle1D, transforms_of
 from frontend.tensor_view import TensorView
 from hostir import (
+    Const,
     PartialAxis,
     ReduceOp,
     Sharding,
@@ -32,7 +33,12 @@ Env = Mapping[str, int | float | bool]
 
 
 def axis_parts(tv: TensorView, axis: IterDomain) -> tuple[ShardPart, ...]:
-    """The parts of logical ``axis`` of ``tv``: its split-tree leaves, outer to inner."""
+    """The parts of logical ``axis`` of ``tv``: its split-tree leaves, outer to inner.
+
+    A mesh part's extent is its mesh axis's size, as host IR text reads it back: a
+    symbolic leaf extent (``i0 // 4`` after ``inner_split(a, 4)``) must equal that size,
+    which ``validate_schedule`` checks at execute.
+    """
     parts = []
     for leaf in axis.leaves():
         if leaf.is_device_dim():
@@ -42,7 +48,10 @@ def axis_parts(tv: TensorView, axis: IterDomain) -> tuple[ShardPart, ...]:
                     f" parallelized over {leaf.parallel_type.name}; swizzle1d reorders a stream"
                     " axis"
                 )
-            parts.append(ShardPart(axis=leaf.parallel_type.mesh_axis(), extent=leaf.extent))
+            extent = leaf.extent
+            if tv.device_mesh is not None:
+                extent = Const(value=tv.device_mesh.axis_size(leaf.parallel_type))
+            parts.append(ShardPart(axis=leaf.parallel_type.mesh_axis(), extent=extent))
         else:
             parts.append(ShardPart(axis=None, extent=leaf.extent))
     return canonical_parts(parts)

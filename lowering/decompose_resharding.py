@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from hostir import Binary, BinaryOpKind, Linear, Set, TensorValue
 from lowering.emitter import bind_values
-from lowering.layouts import copy_parts, local_parts, tensor_layout, without_mesh_axes
+from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -119,11 +119,7 @@ def _compute_tensor(
     maps = dict(op.axis_maps)
     if len(op.axis_maps) == 1:
         ((name, pairs),) = op.axis_maps
-        source = tensors[name]
-        axes = [local_parts(a) if a.reduction else a for a in out.axes]
-        for o, i in pairs:
-            axes[o] = copy_parts(out.axes[o], source.axes[i], source.mesh)
-        return dataclasses.replace(out, mesh=source.mesh, axes=tuple(axes))
+        return _compute_where_input_is(out, tensors[name], pairs)
     axes = list(out.axes)
     for o, axis in enumerate(out.axes):
         if axis.reduction:
@@ -131,6 +127,24 @@ def _compute_tensor(
     reduced = {a for axis in axes if axis.reduction for a in _mesh_axes(axis)}
     axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
     return dataclasses.replace(out, axes=tuple(axes))
+
+
+def _compute_where_input_is(
+    out: LoweringTensor, source: LoweringTensor, pairs: tuple[tuple[int, int], ...]
+) -> LoweringTensor:
+    """A one-input op's output on its input's mesh, each mapped axis laid out like the
+    input's. An axis the input lacks (a dim ``broadcast_in_dim`` adds) keeps the output's
+    layout only on the same mesh and over mesh axes the mapped axes leave free; otherwise
+    it is computed whole (it is a broadcast: the ``set`` after the op slices it)."""
+    axes = [local_parts(a) if a.reduction else a for a in out.axes]
+    for o, i in pairs:
+        axes[o] = copy_layout(out.axes[o], source.axes[i], source.mesh)
+    mapped = {o for o, _ in pairs}
+    used = {a for o in mapped for a in _mesh_axes(axes[o])}
+    for o, axis in enumerate(axes):
+        if o not in mapped and (source.mesh != out.mesh or _mesh_axes(axis) & used):
+            axes[o] = local_parts(axis)
+    return dataclasses.replace(out, mesh=source.mesh, axes=tuple(axes))
 
 
 def _reduction_layout(
@@ -141,7 +155,7 @@ def _reduction_layout(
         producer = tensors[name]
         for po, pi in pairs:
             if po == o and _mesh_axes(producer.axes[pi]) and producer.mesh == out.mesh:
-                return copy_parts(axis, producer.axes[pi], out.mesh)
+                return copy_layout(axis, producer.axes[pi], out.mesh)
     return local_parts(axis)
 
 
@@ -155,7 +169,7 @@ def _wanted_input(
     """``producer`` laid out so the op can read it in the compute layout."""
     axes = [local_parts(axis) for axis in producer.axes]
     for o, i in pairs:
-        axes[i] = copy_parts(producer.axes[i], compute.axes[o], compute.mesh)
+        axes[i] = copy_layout(producer.axes[i], compute.axes[o], compute.mesh)
     return dataclasses.replace(producer, mesh=compute.mesh, axes=tuple(axes))
 
 

@@ -44,6 +44,10 @@ class Emitter:
         self.values = {tensor.name: tensor.value() for tensor in fusion.tensors}
         self.requests: Iterator[int] = itertools.count()
         self.loops: Iterator[int] = itertools.count()
+        self.main_stream_defined = False
+        """Whether ``main = get_current_stream()`` was emitted (by the first stream loop)."""
+        self.chunk_names: set[str] = set()
+        """The names stream loops gave their chunks (a name is defined once per program)."""
 
     def emit_op(
         self, op: LoweringOp, values: Mapping[str, TensorValue], preallocated: bool = False

@@ -4,7 +4,10 @@ A tensor defined at some level of the program (the top level or a loop body)
 is freed after its last use at that level, where a loop counts as using every
 tensor its body uses; a tensor defined in a loop body and not used after the
 loop is freed inside the body (it lives one iteration). A communication reads
-its source until its ``wait``, so the source's last use is the wait.
+its source and writes its output until its ``wait``, so the last use of both is
+the wait. A stream loop (its body sets the current stream) uses its tensors
+until the loop after it that synchronizes with every stream: only then has
+main, which frees them, waited for the streams that read them.
 """
 
 from __future__ import annotations
@@ -12,7 +15,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from hostir import Deallocate, ForLoop, HostIrContainer, TensorValue, Wait
+from hostir import (
+    Deallocate,
+    ForLoop,
+    HostIrContainer,
+    SetCurrentStream,
+    Synchronize,
+    TensorValue,
+    Wait,
+)
 from hostir.instructions import Instruction, defined_values, used_values
 
 
@@ -32,15 +43,23 @@ def _uses(instruction: Instruction) -> set[str]:
     return names
 
 
+def _runs_on_streams(instruction: Instruction, kind: type) -> bool:
+    """Whether ``instruction`` is a loop whose body has a ``kind`` instruction: a stream
+    loop (SetCurrentStream) or the loop joining its streams (Synchronize)."""
+    return isinstance(instruction, ForLoop) and any(isinstance(i, kind) for i in instruction.body)
+
+
 def _with_deallocations(
     body: Sequence[Instruction], kept: Callable[[str], bool]
 ) -> tuple[Instruction, ...]:
     """``body`` with its deallocations; ``kept(name)``: the tensor outlives ``body``."""
     last_use: dict[str, int] = {}
     defined: dict[str, TensorValue] = {}
-    pending: dict[str, set[str]] = {}  # request -> tensors its communication reads
+    pending: dict[str, set[str]] = {}  # request -> tensors its communication accesses
+    streamed: set[str] = set()  # tensors a stream loop uses, until the streams join
     uses = [_uses(instruction) for instruction in body]
     for index, instruction in enumerate(body):
+        written = {v.name for v in defined_values(instruction) if isinstance(v, TensorValue)}
         for value in defined_values(instruction):
             if isinstance(value, TensorValue):
                 defined[value.name] = value
@@ -51,7 +70,13 @@ def _with_deallocations(
             for name in pending.pop(instruction.request.name, set()):
                 last_use[name] = index
         elif getattr(instruction, "request", None) is not None:
-            pending[instruction.request.name] = uses[index]
+            pending[instruction.request.name] = uses[index] | written
+        if _runs_on_streams(instruction, SetCurrentStream):
+            streamed |= uses[index]
+        elif _runs_on_streams(instruction, Synchronize):
+            for name in streamed:
+                last_use[name] = index
+            streamed = set()
     freed: dict[int, list[TensorValue]] = {}
     for name, value in defined.items():
         if not kept(name):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from hostir import Mesh, ShardPart
+from hostir import Const, Mesh, ShardPart
 from hostir.scalars import floordiv
 from lowering.snapshot import AxisLayout, LoweringTensor
 
@@ -32,10 +32,11 @@ def local_parts(axis: AxisLayout) -> AxisLayout:
 
 def copy_parts(target: AxisLayout, source: AxisLayout, mesh: Mesh) -> AxisLayout:
     """``target`` laid out like ``source``; local extents are recomputed when the two
-    axes' extents differ (only for block layouts: mesh axes then one local part)."""
+    axes' extents differ (only for block layouts: mesh axes then one local part, or
+    mesh axes alone, one index per device, which needs no local extent)."""
     if not any(p.axis is not None for p in source.parts):
         return local_parts(target)
-    if source.extent == target.extent:
+    if source.extent == target.extent or all(p.axis is not None for p in source.parts):
         return dataclasses.replace(target, parts=source.parts)
     block = all(p.axis is not None for p in source.parts[:-1]) and source.parts[-1].axis is None
     if not block:
@@ -43,6 +44,29 @@ def copy_parts(target: AxisLayout, source: AxisLayout, mesh: Mesh) -> AxisLayout
     factor = math.prod(mesh.axis_size(p.axis) for p in source.parts[:-1])
     local = ShardPart(axis=None, extent=floordiv(target.extent, factor))
     return dataclasses.replace(target, parts=source.parts[:-1] + (local,))
+
+
+def copy_layout(target: AxisLayout, source: AxisLayout, mesh: Mesh) -> AxisLayout:
+    """``target`` laid out exactly like ``source``, for an op that must read or write it in
+    that layout: unlike ``copy_parts``, a layout that is not in blocks is kept too. Mapped
+    axes have equal extents at run time, however they are written, so the parts are
+    copied and only the local part that depends on the extent (the symbolic one, from a
+    split of a symbolic extent) is recomputed from ``target``'s extent."""
+    copied = copy_parts(target, source, mesh)
+    if axis_layout(copied) == axis_layout(source):
+        return copied
+    parts = list(source.parts)
+    symbolic = [
+        i for i, p in enumerate(parts) if p.axis is None and not isinstance(p.extent, Const)
+    ]
+    if len(symbolic) > 1:
+        return copied  # not from splits: they leave one symbolic part
+    if symbolic:
+        (index,) = symbolic
+        rest = [p for i, p in enumerate(parts) if i != index]
+        factor = math.prod(mesh.axis_size(p.axis) if p.axis else p.extent.value for p in rest)
+        parts[index] = ShardPart(axis=None, extent=floordiv(target.extent, factor))
+    return dataclasses.replace(target, parts=tuple(parts))
 
 
 def without_mesh_axes(axis: AxisLayout, drop: set, mesh: Mesh) -> AxisLayout:

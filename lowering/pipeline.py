@@ -6,6 +6,7 @@ from frontend.fusion import Fusion
 from hostir import HostIrContainer
 from hostir.verify import verify_program
 from lowering.check_resharding import check_resharding
+from lowering.check_symbols import check_symbols
 from lowering.decompose_resharding import decompose_resharding
 from lowering.emit_host_ir import emit_host_ir
 from lowering.insert_deallocations import insert_deallocations
@@ -20,6 +21,7 @@ def lower_fusion(fusion: Fusion) -> HostIrContainer:
     frozen = decompose_resharding(frozen)  # resharding only in set ops; partial sums explicit
     frozen = check_resharding(frozen)  # every other op now runs on local shards
     program = emit_host_ir(frozen)  # compute instructions, and planned collectives for sets
+    program = check_symbols(program)  # every rank that needs a symbolic extent can bind it
     program = insert_deallocations(program)  # free intermediates after their last use
     verify_program(program)  # the result is well formed
     return program

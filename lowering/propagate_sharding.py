@@ -6,8 +6,9 @@ rhs, then lhs; other ops: inputs with more sharded axes first), then each
 input in that order lends its sharding parts to the mapped axes that are not
 sharded yet, skipping mesh axes the tensor already uses, and its stream split
 (so consecutive ops share one stream loop). Then from consumers, in reverse order, for
-tensors still without a mesh. A user-set mesh is final. Afterwards every
-tensor has a mesh or none does.
+tensors still without a mesh; the two passes repeat while they place more tensors (a
+producer placed by its consumer passes its mesh on to its other consumers). A
+user-set mesh is final. Afterwards every tensor has a mesh or none does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,24 @@ from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
     """Returns ``fusion`` with meshes and shardings propagated (see module docstring)."""
     tensors = {t.name: t for t in fusion.tensors}
+    without = [name for name, t in tensors.items() if t.mesh is None]
+    # Repeat while the passes place more tensors: a producer placed by one consumer
+    # passes its mesh on to its other consumers in the next round.
+    while without:
+        _from_producers(fusion, tensors)
+        _from_consumers(fusion, tensors)
+        before, without = without, [name for name, t in tensors.items() if t.mesh is None]
+        if without == before:
+            break
+    if without and len(without) != len(tensors):
+        raise LoweringError(
+            f"tensors {', '.join(without)} have no device mesh and none could be propagated"
+            " to them; set_device_mesh on them or on a connected tensor"
+        )
+    return dataclasses.replace(fusion, tensors=tuple(tensors[t.name] for t in fusion.tensors))
+
+
+def _from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
     for op in fusion.ops:
         out = tensors[op.output]
         if out.mesh is None:
@@ -32,6 +51,9 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
                 for reference in references:
                     pairs = _pairs(op, reference.name)
                     tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)
+
+
+def _from_consumers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
     for op in reversed(fusion.ops):
         out = tensors[op.output]
         for name, pairs in op.axis_maps:
@@ -39,13 +61,6 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
             if producer.mesh is None and out.mesh is not None:
                 flipped = tuple((i, o) for o, i in pairs)
                 tensors[name] = _inherit(producer, out, flipped)
-    without = [name for name, t in tensors.items() if t.mesh is None]
-    if without and len(without) != len(tensors):
-        raise LoweringError(
-            f"tensors {', '.join(without)} have no device mesh and none could be propagated"
-            " to them; set_device_mesh on them or on a connected tensor"
-        )
-    return dataclasses.replace(fusion, tensors=tuple(tensors[t.name] for t in fusion.tensors))
 
 
 def _pairs(op: LoweringOp, name: str) -> tuple[tuple[int, int], ...]:

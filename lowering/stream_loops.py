@@ -48,7 +48,7 @@ from hostir import (
     Wait,
 )
 from hostir.instructions import Instruction
-from hostir.scalars import Scalar, add, floordiv, mod, sub
+from hostir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
 from hostir.sharding import normalized
 from hostir.team import Team
 from lowering.emitter import Emitter, bind_values
@@ -123,7 +123,9 @@ class _Loop:
         self.index = Symbol(name=f"j{next(emitter.loops)}")
         self.defined = {op.output for op in ops}
         used_later = {name for op in later for name in op.inputs} | set(emitter.fusion.outputs)
-        self.allocated = [name for name in self.defined if name in used_later]
+        # In definition order: iterating the set would order the allocations by string
+        # hashes, which differ between processes (and ranks then run different programs).
+        self.allocated = [op.output for op in ops if op.output in used_later]
         self.chunk = self._chunk_index()
         self.preallocated_views: set[str] = set()
 
@@ -135,8 +137,9 @@ class _Loop:
             if (split := stream_split(self.tensors[name])) is not None and split.swizzle
         }
         if len(swizzles) > 1:
+            mixed = ", ".join(sorted(f"mesh_{axis.value} of {mesh}" for axis, mesh in swizzles))
             raise LoweringError(
-                f"the stream loop over {sorted(self.defined)} mixes swizzles {swizzles}"
+                f"the stream loop over {sorted(self.defined)} mixes swizzles {mixed}"
             )
         if not swizzles:
             return self.index
@@ -154,7 +157,9 @@ class _Loop:
     def emit(self) -> list[Instruction]:
         values = self.emitter.values
         before: list[Instruction] = [Allocate(out=values[name]) for name in self.allocated]
-        before.append(GetCurrentStream(out=MAIN))
+        if not self.emitter.main_stream_defined:  # later loops start on main too
+            before.append(GetCurrentStream(out=MAIN))
+            self.emitter.main_stream_defined = True
         body: list[Instruction] = [
             SetCurrentStream(stream=StreamValue(index=self.index)),
             Synchronize(stream=MAIN),
@@ -179,12 +184,21 @@ class _Loop:
         )
         return before + [loop] + after
 
+    def _chunk(self, name: str, split: StreamSplit) -> TensorValue:
+        """Chunk ``split`` of ``name``, named ``T_c``, or ``T_c<k>`` (``k`` this loop's
+        index number) when an earlier loop of the program defined ``T_c``."""
+        value = chunk_value(self.emitter.values[name], split)
+        if value.name in self.emitter.chunk_names:
+            value = dataclasses.replace(value, name=f"{value.name}{self.index.name[1:]}")
+        self.emitter.chunk_names.add(value.name)
+        return value
+
     def _slice(
         self, name: str, chunks: dict[str, TensorValue], split: StreamSplit | None = None
     ) -> list[Instruction]:
         """A ``shard_by_stream`` alias of chunk ``self.chunk`` of ``name``."""
         split = split or self.split_of(name)
-        value = chunk_value(self.emitter.values[name], split)
+        value = self._chunk(name, split)
         chunks[name] = value
         return [
             ShardByStream(
@@ -217,7 +231,7 @@ class _Loop:
         if any(partial in later.inputs for later in self.ops if later is not following):
             return
         split = self.split_of(partial)
-        view = chunk_value(value, split)
+        view = self._chunk(partial, split)
         chunks[partial] = view
         self.preallocated_views.add(partial)
         body.append(
@@ -258,29 +272,34 @@ class _Loop:
             out.extend(self._slice(op.output, chunks))
         else:
             split = self.split_of(op.output)
-            chunks[op.output] = chunk_value(self.emitter.values[op.output], split)
+            chunks[op.output] = self._chunk(op.output, split)
         values = collections.ChainMap(chunks, self.emitter.values)  # no copy per op
-        gather = self._stream_allgather(op, values, preallocated)
-        if gather is not None:
-            return out + gather
+        if isinstance(op.instruction, Set) and op.inputs[0] not in chunks:
+            return out + self._stream_allgather(op, values, preallocated)
         return out + self.emitter.emit_op(op, values, preallocated)
 
     def _stream_allgather(
         self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool
-    ) -> list[Instruction] | None:
-        """Broadcast / CollectivePermute for a set from a mesh-sharded tensor into a
-        stream-split one on the same dim; None if ``op`` is not that."""
-        if not isinstance(op.instruction, Set):
-            return None
+    ) -> list[Instruction]:
+        """Broadcast / CollectivePermute for a set that reads its input whole into stream
+        chunks: the input's dim is split in blocks over one mesh axis ([x, local], or [x]
+        when each device holds one index), the output's is not, and both are on one mesh.
+        Anything else cannot be cut into chunks here: a LoweringError names it."""
         (name,) = op.inputs
         src, dst = self.tensors[name], self.tensors[op.output]
         split = self.split_of(op.output)
-        if stream_split(src) is not None or src.mesh != dst.mesh:
-            return None
         data = [a for a in src.axes if not a.reduction]
         parts = data[split.dim].parts
-        if len(parts) != 2 or parts[0].axis is None or parts[1].axis is not None:
-            return None
+        target = [a for a in dst.axes if not a.reduction][split.dim].parts
+        block = bool(parts) and parts[0].axis is not None and all(p.axis is None for p in parts[1:])
+        if src.mesh != dst.mesh or not block or any(p.axis is not None for p in target):
+            raise LoweringError(
+                f"{dst.name} is split into {split.count} stream chunks on dim {split.dim} and"
+                f" reads {name} whole; a stream loop only gathers a dim split in blocks over"
+                f" one mesh axis of the same mesh, got {name} @{src.mesh} dim"
+                f" {split.dim} {_print_parts(parts)} to {dst.name} @{dst.mesh}"
+                f" {_print_parts(target)}; reshard it with a set before the loop"
+            )
         axis = parts[0].axis
         team = Team(mesh=src.mesh, axes=(axis,))
         self._check_allgather(name, op.output, team, split, data)
@@ -324,6 +343,10 @@ class _Loop:
                     f"{src} and {dst} differ on dim {dim} as well as on the gathered dim"
                     f" {split.dim}; reshard that dim separately"
                 )
+
+
+def _print_parts(parts: tuple[ShardPart, ...]) -> str:
+    return "[" + ", ".join(p.axis.value if p.axis else print_scalar(p.extent) for p in parts) + "]"
 
 
 def emit_stream_loop(

@@ -18,12 +18,15 @@ import hostir
 from frontend import (
     DataType,
     DefinitionError,
+    DeviceMesh,
     FusionDefinition,
     HostIrError,
     InputError,
     OperandError,
+    ParallelType,
     ScheduleError,
     TensorView,
+    shard_tensor,
 )
 
 # ----- helpers -----
@@ -417,3 +420,23 @@ def test_host_ir_before_execute() -> None:
     assert "input T0 : float32[i0, 8]" in text
     assert "T1 : float32[i0, 8] = relu(T0)" in text
     assert "output T1" in text
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_an_unscheduled_input_takes_its_propagated_sharding(multidevice_test) -> None:
+    """An input without a mesh inherits one (here from its consumer): execute takes its
+    shard as ``fd.host_ir().inputs`` describes it. The input check used the user's
+    (empty) schedule and refused that shard (found by the fuzzer, seed 5 at 4 ranks)."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, 2 * d))
+        y = fd.ops.neg(fd.ops.relu(x))
+        fd.add_output(y)
+    y.set_device_mesh(DeviceMesh(list(range(d))))
+    y.outer_split(1, d)
+    y.axis(1).parallelize(ParallelType.mesh_x)
+    full = torch.randn(3, 2 * d, generator=torch.Generator().manual_seed(0))
+    local = shard_tensor(full, fd.host_ir().inputs[0], rank)
+    assert local.shape == (3, 2)
+    (out,) = fd.execute([local])
+    torch.testing.assert_close(out, shard_tensor(-full.relu(), y, rank))

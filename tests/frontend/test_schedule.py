@@ -24,6 +24,7 @@ from frontend import (
     ParallelType,
     ScheduleError,
     TensorView,
+    tensor_sharding,
 )
 from hostir import Const
 from hostir.scalars import evaluate_scalar
@@ -459,3 +460,19 @@ def test_mesh_larger_than_world(single_process):
         fd.execute([torch.zeros(4)])
     with pytest.raises(MeshError, match=r"mesh \[2\] : \[1\] needs device 1"):
         fd.host_ir(world_size=1)
+
+
+def test_a_symbolic_device_axis_is_its_mesh_axis_in_the_sharding(single_process):
+    """inner_split(0, 4) of i0 parallelizes i0 // 4, which execute checks against the mesh
+    axis; the sharding gives that part the mesh axis's size, as the program text reads it
+    back, so the program round-trips (found by the fuzzer, seed 26 at 4 ranks)."""
+    fd, x, y = make_copy((-1,))
+    for tv in (x, y):
+        tv.set_device_mesh(DeviceMesh([0]))
+        tv.inner_split(0, 4)
+        tv.axis(0).parallelize(X)
+    assert tensor_sharding(x).dims[0][0].extent == Const(value=1)
+    program = fd.host_ir()
+    assert hostir.parse(str(program)) == program
+    (out,) = fd.execute([torch.arange(4.0)])
+    assert torch.equal(out, torch.arange(4.0))

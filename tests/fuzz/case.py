@@ -1,0 +1,158 @@
+"""A fuzz case as data: a fusion, its schedule and its torch reference, rendered to code.
+
+A :class:`Case` is plain frozen data (picklable), made by ``tests/fuzz/generate.py``
+from a seed and a world size. ``render(case)`` turns it into a self-contained Python
+module defining ``define()`` (the FusionDefinition and its schedule; returns the
+definition and its input tensors) and ``reference(*full_inputs)`` (the same math in
+torch on unsharded tensors). The runner executes exactly that text, so the text is
+also the reproduction printed for a failing case, and ``shrink`` candidates are cases
+with statements, outputs or schedule blocks removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A fusion input: its name, concrete global shape, which dims are symbolic (-1)."""
+
+    name: str
+    shape: tuple[int, ...]
+    symbolic: tuple[bool, ...]
+    positive: bool = False
+    """Data in [1, 2) instead of a standard normal (a safe divisor)."""
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One op: the line in the fusion, the matching torch line, the names it reads."""
+
+    name: str
+    fusion: str
+    reference: str
+    uses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A random fusion and schedule for ``world_size`` ranks, re-creatable from the seed."""
+
+    seed: int
+    world_size: int
+    inputs: tuple[InputSpec, ...]
+    statements: tuple[Statement, ...]
+    outputs: tuple[str, ...]
+    meshes: tuple[tuple[str, str], ...]
+    """(variable, DeviceMesh expression) pairs."""
+    schedules: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
+    """Per scheduled tensor, in definition order: its steps (set_device_mesh first), each
+    a few lines (a split and a parallelize, say)."""
+    features: tuple[str, ...] = ()
+    low_precision: bool = False
+    """Whether an output is cast to float16/bfloat16 (looser tolerance)."""
+
+
+PRELUDE = '''\
+import torch
+
+from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType
+
+
+def _broadcast_in_dim(t, shape, broadcast_dims):
+    """torch's equivalent of fd.ops.broadcast_in_dim (-1 keeps the mapped extent)."""
+    view = [1] * len(shape)
+    for i, dim in enumerate(broadcast_dims):
+        view[dim] = t.shape[i]
+    sizes = [t.shape[broadcast_dims.index(j)] if s == -1 else s for j, s in enumerate(shape)]
+    return t.reshape(view).expand(sizes)
+'''
+
+
+def render(case: Case) -> str:
+    """The case as a Python module: ``define()``, ``reference(...)`` and ``INPUTS``."""
+    lines = [PRELUDE, "", f"# seed {case.seed}, world size {case.world_size}", "def define():"]
+    lines.append("    with FusionDefinition() as fd:")
+    for spec in case.inputs:
+        shape = [-1 if sym else n for n, sym in zip(spec.shape, spec.symbolic, strict=True)]
+        lines.append(f"        {spec.name} = fd.define_tensor({tuple(shape)!r})")
+    lines += [f"        {s.fusion}" for s in case.statements]
+    lines += [f"        fd.add_output({name})" for name in case.outputs]
+    schedule = [line for _, steps in case.schedules for step in steps for line in step]
+    used = {name for name, _ in case.meshes if any(f"({name})" in line for line in schedule)}
+    lines += [f"    {name} = {expr}" for name, expr in case.meshes if name in used]
+    lines += [f"    {line}" for line in schedule]
+    lines.append(f"    return fd, [{', '.join(s.name for s in case.inputs)}]")
+    lines += ["", "", f"def reference({', '.join(s.name for s in case.inputs)}):"]
+    lines += [f"    {s.reference}" for s in case.statements]
+    lines.append(f"    return [{', '.join(case.outputs)}]")
+    inputs = ", ".join(f"({s.shape!r}, {s.positive})" for s in case.inputs)
+    lines += ["", "", f"INPUTS = [{inputs}]  # (global shape, positive data)", ""]
+    return "\n".join(lines)
+
+
+def load(case: Case) -> dict:
+    """The namespace of the rendered case (``define``, ``reference``, ``INPUTS``)."""
+    namespace: dict = {"__name__": f"fuzz_case_{case.seed}"}
+    exec(compile(render(case), f"<fuzz case {case.seed}>", "exec"), namespace)
+    return namespace
+
+
+def make_inputs(case: Case) -> list[torch.Tensor]:
+    """The full (unsharded) random inputs: the same on every rank for one seed.
+
+    Standard normal data is non-zero almost surely and varies, so a missing or
+    misplaced piece shows; ``positive`` inputs (divisors) are in [1, 2).
+    """
+    generator = torch.Generator().manual_seed(case.seed)
+    full = []
+    for spec in case.inputs:
+        if spec.positive:
+            full.append(1 + torch.rand(spec.shape, generator=generator))
+        else:
+            full.append(torch.randn(spec.shape, generator=generator))
+    return full
+
+
+# ---------------------------------------------------------------------------
+# Shrinking: smaller cases that may keep a failure
+
+
+def prune(case: Case) -> Case:
+    """``case`` without statements, inputs and schedules that no output depends on."""
+    live = set(case.outputs)
+    kept = []
+    for statement in reversed(case.statements):
+        if statement.name in live:
+            kept.append(statement)
+            live.update(statement.uses)
+    statements = tuple(reversed(kept))
+    inputs = tuple(s for s in case.inputs if s.name in live)
+    defined = {s.name for s in statements} | {s.name for s in inputs}
+    schedules = tuple((name, block) for name, block in case.schedules if name in defined)
+    return dataclasses.replace(case, statements=statements, inputs=inputs, schedules=schedules)
+
+
+def shrink_candidates(case: Case) -> list[Case]:
+    """Cases one step smaller than ``case``: one output fewer, an earlier tensor as the only
+    output, one schedule block fewer, or one block without its last step (later steps index
+    loop axes the earlier ones made)."""
+    smaller = []
+    if len(case.outputs) > 1:
+        for name in case.outputs:
+            outputs = tuple(o for o in case.outputs if o != name)
+            smaller.append(prune(dataclasses.replace(case, outputs=outputs)))
+    for statement in case.statements:
+        if (statement.name,) != case.outputs:
+            smaller.append(prune(dataclasses.replace(case, outputs=(statement.name,))))
+    for index, (name, steps) in enumerate(case.schedules):
+        rest = case.schedules[:index], case.schedules[index + 1 :]
+        smaller.append(dataclasses.replace(case, schedules=rest[0] + rest[1]))
+        if len(steps) > 1:
+            trimmed = ((name, steps[:-1]),)
+            smaller.append(dataclasses.replace(case, schedules=rest[0] + trimmed + rest[1]))
+    return smaller

@@ -1,0 +1,449 @@
+"""Random fusions for the differential fuzzer: ``generate(seed, world_size) -> Case``.
+
+A case is a chain or DAG of 1 to 6 ops (``add sub mul div neg relu cast set``, ``sum``
+over some dims with ``keepdim`` either way, ``linear`` with or without bias,
+``matmul``, ``broadcast_in_dim``, ``permute``) on small float32 inputs whose extents
+let splits divide (some dims symbolic), and a random schedule of its tensors on a 1-,
+2- or 3-d mesh of the world's ranks (``tests/fuzz/schedule.py``). The same seed and
+world size always give the same case, in any process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from tests.fuzz.case import Case, InputSpec, Statement
+from tests.fuzz.schedule import schedule_case
+
+FRONTEND_DTYPE = {
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.int64: "Int",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+}
+EXTENTS = (8, 8, 8, 16, 4, 2)
+MAX_ELEMENTS = 1024
+MAX_INPUTS = 5
+SCALARS = (2.0, 0.5, -1.5, 3.0)
+BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+@dataclass
+class Axis:
+    """A logical axis as the generator tracks it: concrete extent, symbolic, reduced."""
+
+    extent: int
+    symbolic: bool = False
+    reduction: bool = False
+
+
+@dataclass
+class Tensor:
+    """A tensor of the case being built."""
+
+    name: str
+    axes: list[Axis]
+    """The logical domain, reduction axes included (as the frontend has it)."""
+    dtype: torch.dtype
+    positive: bool = False
+    is_input: bool = False
+
+    @property
+    def data(self) -> list[Axis]:
+        return [a for a in self.axes if not a.reduction]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(a.extent for a in self.data)
+
+
+@dataclass
+class Builder:
+    """Accumulates inputs, statements and facts the scheduler needs."""
+
+    rng: random.Random
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    inputs: list[InputSpec] = field(default_factory=list)
+    statements: list[Statement] = field(default_factory=list)
+    pool: list[str] = field(default_factory=list)
+    """Tensors later ops may read (not the terminal low-precision casts)."""
+    outputs: list[str] = field(default_factory=list)
+    features: set[str] = field(default_factory=set)
+    reduced: list[tuple[str, int]] = field(default_factory=list)
+    """(operand, data dim) pairs that an op reduces: sharding one makes partial sums."""
+    gathers: list[tuple[str, str]] = field(default_factory=list)
+    """(source, set output) pairs to schedule as a stream all-gather."""
+    low_precision: bool = False
+
+    def fresh(self) -> str:
+        return f"t{len(self.tensors)}"
+
+    def add_input(self, shape: list[int], positive: bool = False) -> Tensor:
+        name = self.fresh()
+        symbolic = tuple(n > 1 and self.rng.random() < 0.15 for n in shape)
+        self.features.update({"symbolic"} if any(symbolic) else set())
+        axes = [Axis(n, sym) for n, sym in zip(shape, symbolic, strict=True)]
+        tensor = Tensor(name, axes, torch.float32, positive=positive, is_input=True)
+        self.tensors[name] = tensor
+        self.inputs.append(InputSpec(name, tuple(shape), symbolic, positive))
+        self.pool.append(name)
+        return tensor
+
+    def add_op(self, tensor: Tensor, fusion: str, reference: str, uses: tuple[str, ...]) -> Tensor:
+        self.tensors[tensor.name] = tensor
+        line = f"{tensor.name} = "
+        self.statements.append(Statement(tensor.name, line + fusion, line + reference, uses))
+        self.pool.append(tensor.name)
+        return tensor
+
+    def pick(self, ok=lambda t: True) -> Tensor | None:
+        """A fitting tensor of the pool: half the time the newest (chains), else any."""
+        candidates = [self.tensors[n] for n in self.pool if ok(self.tensors[n])]
+        if not candidates:
+            return None
+        return candidates[-1] if self.rng.random() < 0.5 else self.rng.choice(candidates)
+
+    def can_add_input(self) -> bool:
+        return len(self.inputs) < MAX_INPUTS
+
+
+def _numel(shape) -> int:
+    n = 1
+    for e in shape:
+        n *= e
+    return n
+
+
+def _promote(a: torch.dtype, b: torch.dtype | float, op: str) -> torch.dtype:
+    lhs = torch.ones(1, dtype=a)
+    rhs = b if isinstance(b, float) else torch.ones(1, dtype=b)
+    return {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.true_divide}[op](
+        lhs, rhs
+    ).dtype
+
+
+# ---------------------------------------------------------------------------
+# Ops: each returns the new tensor, or None when the pool has no fitting operand.
+
+
+def op_unary(b: Builder) -> Tensor | None:
+    t = b.pick()
+    kind = b.rng.choice(["neg", "relu", "set", "set", "cast"])
+    if kind == "cast":
+        return op_cast(b, t)
+    out = Tensor(b.fresh(), [Axis(a.extent, a.symbolic) for a in t.data], t.dtype)
+    out.positive = t.positive and kind == "set"
+    reference = {"neg": f"torch.neg({t.name})", "relu": f"torch.relu({t.name})"}
+    b.features.add(f"op:{kind}")
+    if kind == "set" and b.rng.random() < 0.35:
+        b.gathers.append((t.name, out.name))
+    return b.add_op(
+        out, f"fd.ops.{kind}({t.name})", reference.get(kind, f"{t.name}.clone()"), (t.name,)
+    )
+
+
+def op_cast(b: Builder, t: Tensor) -> Tensor:
+    choices = [torch.float64] if t.dtype != torch.float64 else [torch.float32]
+    if t.is_input:
+        choices.append(torch.int64)  # exact: no arithmetic happened before the cast
+    if b.rng.random() < 0.15:
+        choices = [torch.float16, torch.bfloat16]
+    dtype = b.rng.choice(choices)
+    out = Tensor(b.fresh(), [Axis(a.extent, a.symbolic) for a in t.data], dtype)
+    out.positive = t.positive and dtype.is_floating_point
+    b.features.add("op:cast")
+    fusion = f"fd.ops.cast({t.name}, DataType.{FRONTEND_DTYPE[dtype]})"
+    tensor = b.add_op(out, fusion, f"{t.name}.to({dtype})", (t.name,))
+    if dtype in (torch.float16, torch.bfloat16):  # terminal: an output, read by nothing
+        b.pool.remove(out.name)
+        b.outputs.append(out.name)
+        b.low_precision = True
+    return tensor
+
+
+def op_binary(b: Builder) -> Tensor | None:
+    symbol = b.rng.choice(list(BINARY.values()))
+    kind = next(k for k, v in BINARY.items() if v == symbol)
+    lhs = b.pick()
+    roll = b.rng.random()
+    if roll < 0.2:
+        return _binary_scalar(b, kind, symbol, lhs)
+    if roll < 0.55:
+        rhs = b.pick(lambda t: t.shape == lhs.shape and (kind != "div" or t.positive))
+    else:
+        rhs = None
+    if rhs is None:
+        if not b.can_add_input():
+            return _binary_scalar(b, kind, symbol, lhs)
+        rhs = b.add_input(_operand_shape(b, lhs.shape), positive=kind == "div")
+    dtype = _promote(lhs.dtype, rhs.dtype, symbol)
+    ndim = max(len(lhs.shape), len(rhs.shape))
+    axes = []
+    for position in range(ndim):
+        mapped = [
+            t.data[position - ndim + len(t.shape)]
+            for t in (lhs, rhs)
+            if position - ndim + len(t.shape) >= 0
+        ]
+        real = [a for a in mapped if not (a.extent == 1 and not a.symbolic)]
+        extent = max(a.extent for a in mapped)
+        axes.append(Axis(extent, bool(real) and all(a.symbolic for a in real)))
+    out = Tensor(b.fresh(), axes, dtype)
+    out.positive = lhs.positive and rhs.positive and kind != "sub"
+    b.features.add(f"op:{kind}")
+    uses = (lhs.name, rhs.name)
+    fusion = f"fd.ops.{kind}({lhs.name}, {rhs.name})"
+    return b.add_op(out, fusion, f"{lhs.name} {symbol} {rhs.name}", uses)
+
+
+def _binary_scalar(b: Builder, kind: str, symbol: str, t: Tensor) -> Tensor:
+    value = b.rng.choice(SCALARS)
+    dtype = _promote(t.dtype, value, symbol)
+    out = Tensor(b.fresh(), [Axis(a.extent, a.symbolic) for a in t.data], dtype)
+    b.features.update({f"op:{kind}", "scalar_operand"})
+    if kind != "div" and b.rng.random() < 0.3:  # the scalar on the left
+        out.positive = False
+        return b.add_op(
+            out, f"fd.ops.{kind}({value!r}, {t.name})", f"{value!r} {symbol} {t.name}", (t.name,)
+        )
+    out.positive = t.positive and value > 0 and kind in ("mul", "div", "add")
+    return b.add_op(
+        out, f"fd.ops.{kind}({t.name}, {value!r})", f"{t.name} {symbol} {value!r}", (t.name,)
+    )
+
+
+def _operand_shape(b: Builder, shape: tuple[int, ...]) -> list[int]:
+    """A shape that broadcasts against ``shape``: itself, a suffix, or with some 1s."""
+    roll = b.rng.random()
+    if roll < 0.25 and len(shape) > 1:
+        return list(shape[b.rng.randrange(1, len(shape)) :])
+    if roll < 0.45:
+        b.features.add("broadcast_operand")
+        return [1 if b.rng.random() < 0.4 else n for n in shape]
+    return list(shape)
+
+
+def op_sum(b: Builder) -> Tensor | None:
+    t = b.pick(lambda t: len(t.shape) >= 1)
+    if t is None:
+        return None
+    ndim = len(t.shape)
+    count = 1 if ndim == 1 or b.rng.random() < 0.7 else b.rng.randrange(1, ndim + 1)
+    dims = sorted(b.rng.sample(range(ndim), count))
+    keepdim = b.rng.random() < 0.4
+    dtype = torch.sum(torch.ones(1, dtype=t.dtype)).dtype
+    if keepdim:  # sum then broadcast_in_dim: the result has no reduction axis
+        axes = [Axis(1) if i in dims else Axis(a.extent, a.symbolic) for i, a in enumerate(t.data)]
+        b.features.add("keepdim")
+    else:
+        axes = [Axis(a.extent, a.symbolic, reduction=i in dims) for i, a in enumerate(t.data)]
+    b.reduced += [(t.name, d) for d in dims]
+    b.features.add("op:sum")
+    out = Tensor(b.fresh(), axes, dtype, positive=t.positive)
+    fusion = f"fd.ops.sum({t.name}, {dims}, keepdim={keepdim})"
+    return b.add_op(out, fusion, f"torch.sum({t.name}, {dims}, keepdim={keepdim})", (t.name,))
+
+
+def op_linear(b: Builder) -> Tensor | None:
+    x = b.pick(lambda t: len(t.shape) >= 1 and t.dtype == torch.float32)
+    if x is None:
+        return None
+    k = x.data[-1]
+    n = b.rng.choice(EXTENTS)
+    weight = b.pick(
+        lambda t: len(t.shape) == 2 and t.shape[1] == k.extent and t.dtype == torch.float32
+    )
+    if weight is None or b.rng.random() < 0.7:
+        if not b.can_add_input() or _numel(x.shape[:-1]) * n > MAX_ELEMENTS:
+            return None
+        weight = b.add_input([n, k.extent])
+    n = weight.shape[0]
+    if _numel(x.shape[:-1]) * n > MAX_ELEMENTS:
+        return None
+    bias = None
+    if b.rng.random() < 0.5 and b.can_add_input():
+        bias = b.add_input([n])
+    axes = [Axis(a.extent, a.symbolic) for a in x.data[:-1]]
+    axes += [Axis(n, weight.data[0].symbolic), Axis(k.extent, k.symbolic, reduction=True)]
+    b.reduced += [(x.name, len(x.shape) - 1), (weight.name, 1)]
+    b.features.add("op:linear_bias" if bias else "op:linear")
+    out = Tensor(b.fresh(), axes, torch.float32)
+    args = [x.name, weight.name] + ([bias.name] if bias else [])
+    return b.add_op(
+        out,
+        f"fd.ops.linear({', '.join(args)})",
+        f"torch.nn.functional.linear({', '.join(args)})",
+        tuple(args),
+    )
+
+
+def op_matmul(b: Builder) -> Tensor | None:
+    a = b.pick(lambda t: len(t.shape) >= 2 and t.dtype == torch.float32)
+    if a is None or not b.can_add_input():
+        return None
+    *batch, m, k = a.data
+    n = b.rng.choice(EXTENTS)
+    roll = b.rng.random()
+    rhs_batch = []
+    if roll < 0.3 and batch:
+        rhs_batch = [x.extent for x in batch[b.rng.randrange(len(batch)) :]]
+    elif roll < 0.4 and not batch:
+        rhs_batch = [b.rng.choice((2, 4))]
+    nbatch = max(len(batch), len(rhs_batch))
+    if _numel(([x.extent for x in batch] + rhs_batch)[-nbatch:]) * m.extent * n > MAX_ELEMENTS:
+        return None
+    rhs = b.add_input([*rhs_batch, k.extent, n])
+    out_batch = []
+    for position in range(nbatch):
+        ia, ib = position - nbatch + len(batch), position - nbatch + len(rhs_batch)
+        source = batch[ia] if ia >= 0 else rhs.data[ib]
+        out_batch.append(Axis(source.extent, source.symbolic))
+    axes = out_batch + [Axis(m.extent, m.symbolic), Axis(n, rhs.data[-1].symbolic)]
+    axes.append(Axis(k.extent, k.symbolic, reduction=True))
+    b.reduced += [(a.name, len(a.shape) - 1), (rhs.name, len(rhs.shape) - 2)]
+    b.features.add("op:matmul")
+    out = Tensor(b.fresh(), axes, torch.float32)
+    return b.add_op(
+        out,
+        f"fd.ops.matmul({a.name}, {rhs.name})",
+        f"torch.matmul({a.name}, {rhs.name})",
+        (a.name, rhs.name),
+    )
+
+
+def op_broadcast_in_dim(b: Builder) -> Tensor | None:
+    t = b.pick(lambda t: len(t.shape) <= 3)
+    if t is None:
+        return None
+    ndim = len(t.shape)
+    new_dim = b.rng.randrange(ndim + 1)
+    new_size = b.rng.choice((1, 2, 4))
+    if _numel(t.shape) * new_size > MAX_ELEMENTS:
+        new_size = 1
+    broadcast_dims = [i if i < new_dim else i + 1 for i in range(ndim)]
+    shape, axes = [], []
+    for j in range(ndim + 1):
+        if j == new_dim:
+            shape.append(new_size)
+            axes.append(Axis(new_size))
+            continue
+        axis = t.data[broadcast_dims.index(j)]
+        if axis.extent == 1 and not axis.symbolic and b.rng.random() < 0.5:
+            shape.append(b.rng.choice((2, 4)))  # expand a size-1 dim
+            axes.append(Axis(shape[-1]))
+            b.features.add("expand")
+        elif b.rng.random() < 0.2:
+            shape.append(axis.extent)
+            axes.append(Axis(axis.extent))
+        else:
+            shape.append(-1)
+            axes.append(Axis(axis.extent, axis.symbolic))
+    b.features.add("op:broadcast_in_dim")
+    out = Tensor(b.fresh(), axes, t.dtype, positive=t.positive)
+    args = f"{t.name}, {shape}, {broadcast_dims}"
+    return b.add_op(
+        out, f"fd.ops.broadcast_in_dim({args})", f"_broadcast_in_dim({args})", (t.name,)
+    )
+
+
+def op_permute(b: Builder) -> Tensor | None:
+    t = b.pick(lambda t: len(t.shape) >= 2)
+    if t is None:
+        return None
+    dims = list(range(len(t.shape)))
+    while dims == sorted(dims):
+        b.rng.shuffle(dims)
+    b.features.add("op:permute")
+    out = Tensor(b.fresh(), [Axis(t.data[d].extent, t.data[d].symbolic) for d in dims], t.dtype)
+    out.positive = t.positive
+    return b.add_op(
+        out, f"fd.ops.permute({t.name}, {dims})", f"{t.name}.permute({dims})", (t.name,)
+    )
+
+
+OPS = (
+    (op_unary, 3),
+    (op_binary, 4),
+    (op_sum, 2),
+    (op_linear, 2),
+    (op_matmul, 1.5),
+    (op_broadcast_in_dim, 1),
+    (op_permute, 1),
+)
+
+
+def _first_inputs(b: Builder) -> None:
+    for _ in range(1 if b.rng.random() < 0.6 else 2):
+        ndim = b.rng.choice((1, 2, 2, 2, 3, 3))
+        shape = [b.rng.choice(EXTENTS) for _ in range(ndim)]
+        while _numel(shape) > MAX_ELEMENTS // 2:
+            shape[shape.index(max(shape))] //= 2
+        b.add_input(shape)
+
+
+def generate(seed: int, world_size: int) -> Case:
+    """The case of ``seed`` for a world of ``world_size`` ranks (4 or 8; any >= 1 works)."""
+    rng = random.Random(f"hostir-fuzz:{seed}:{world_size}")
+    b = Builder(rng)
+    _first_inputs(b)
+    count = rng.randint(1, 6)
+    ops, weights = zip(*OPS, strict=True)
+    attempts = 0
+    while len(b.statements) < count and attempts < 50:
+        attempts += 1
+        rng.choices(ops, weights)[0](b)
+    outputs = [b.statements[-1].name] if b.pool[-1] == b.statements[-1].name else []
+    for statement in b.statements[:-1]:
+        if rng.random() < 0.2 and statement.name in b.pool:
+            outputs.append(statement.name)
+    outputs += [name for name in b.outputs if name not in outputs]
+    if not outputs:
+        outputs = [b.statements[-1].name]
+    used = {name for statement in b.statements for name in statement.uses}
+    case = Case(
+        seed=seed,
+        world_size=world_size,
+        inputs=tuple(spec for spec in b.inputs if spec.name in used),
+        statements=tuple(b.statements),
+        outputs=tuple(outputs),
+        meshes=(),
+        schedules=(),
+        low_precision=b.low_precision,
+    )
+    return renumber(schedule_case(case, b, rng))
+
+
+def renumber(case: Case) -> Case:
+    """``case`` with tensor variables named as the frontend names them (``t3`` is ``T3``):
+    inputs first, then ops, a ``keepdim`` sum taking two numbers (sum, then broadcast)."""
+    names = {spec.name: f"t{i}" for i, spec in enumerate(case.inputs)}
+    number = len(case.inputs)
+    for statement in case.statements:
+        number += 1 if "keepdim=True" in statement.fusion else 0
+        names[statement.name] = f"t{number}"
+        number += 1
+
+    def rename(text: str) -> str:
+        return re.sub(r"\bt(\d+)\b", lambda m: names[m.group(0)], text)
+
+    return dataclasses.replace(
+        case,
+        inputs=tuple(dataclasses.replace(s, name=rename(s.name)) for s in case.inputs),
+        statements=tuple(
+            Statement(
+                rename(s.name), rename(s.fusion), rename(s.reference), tuple(map(rename, s.uses))
+            )
+            for s in case.statements
+        ),
+        outputs=tuple(map(rename, case.outputs)),
+        schedules=tuple(
+            (rename(name), tuple(tuple(map(rename, step)) for step in steps))
+            for name, steps in case.schedules
+        ),
+    )

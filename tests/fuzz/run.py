@@ -1,0 +1,334 @@
+"""Running a fuzz case on every rank against the single-device reference.
+
+Every rank renders and builds the case, shards the full random inputs
+(``shard_tensor``; the same seed on all ranks), runs ``fd.execute``, and compares
+each output shard with the shard of the torch reference computed from the full
+tensors. The ranks then exchange their results (``all_gather_object``), so every
+rank reaches the same verdict:
+
+- ``ok``: every rank's outputs match (dtype, shape, values within a tolerance for
+  float32 and summation order); outputs that are partial sums match once summed
+  over their partial mesh axes.
+- ``refused``: every rank raised the same named refusal (a ``FrontendError``,
+  ``LoweringError`` or ``MeshError``: a schedule the project does not support)
+  while building, lowering or validating, before running anything. A lowering
+  consistency check that fails (``check_resharding``) is a crash, not a refusal.
+- ``wrong``: some rank's numbers, shape or dtype differ, or a rank holds an output
+  it should not (or lacks one it should hold).
+- ``crash``: any other exception (``EvaluationError``s included: a program that
+  lowered must run), or ranks that disagree on the outcome. Aborts and hangs are
+  caught by whoever drives the ranks (the pytest pool or ``scripts/fuzz.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import traceback
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from frontend import FrontendError, shard_tensor
+from hostir import MeshError
+from hostir.sharding import Sharding
+from lowering import LoweringError
+from tests.fuzz.case import Case, load, make_inputs
+
+OK, REFUSED, WRONG, CRASH = "ok", "refused", "wrong", "crash"
+STATUSES = (OK, REFUSED, WRONG, CRASH)
+REFUSALS = (FrontendError, LoweringError, MeshError)
+INTERNAL = ("The resharding decomposition left",)
+"""Messages of lowering's own consistency checks: a bug in an earlier pass, not a refusal."""
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What one rank saw: its status, a message, and its partial-sum outputs."""
+
+    status: str
+    message: str = ""
+    partial: tuple[tuple[int, torch.Tensor], ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict on one case, the same on every rank."""
+
+    seed: int
+    world_size: int
+    status: str
+    message: str = ""
+    program: str = ""
+    features: tuple[str, ...] = ()
+
+
+def tolerance(case: Case, dtype: torch.dtype) -> float:
+    """Relative tolerance, taken against the largest magnitude of the whole output."""
+    if not dtype.is_floating_point:
+        return 0.0
+    return 2e-2 if case.low_precision else 1e-4
+
+
+# ---------------------------------------------------------------------------
+# One rank
+
+
+def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
+    """Runs ``case`` as ``rank``; returns the result and the program (if lowered)."""
+    try:
+        namespace = load(case)
+        full = make_inputs(case)
+        expected = namespace["reference"](*full)
+    except Exception:  # the fuzzer's own fault, but never to be hidden
+        return RankResult(CRASH, "generator: " + traceback.format_exc()), None
+    fd = None
+    try:
+        fd, tvs = namespace["define"]()
+        local = _shard_inputs(fd, tvs, full, rank)
+        outputs = fd.execute(local)
+    except REFUSALS as error:
+        message = f"{type(error).__name__}: {error}"
+        status = CRASH if any(marker in message for marker in INTERNAL) else REFUSED
+        return RankResult(status, message), _program(fd)
+    except Exception:
+        return RankResult(CRASH, traceback.format_exc()), _program(fd)
+    program = fd.host_ir()
+    try:
+        return compare_outputs(case, fd, outputs, expected, rank), program
+    except Exception:
+        return RankResult(CRASH, "comparing: " + traceback.format_exc()), program
+
+
+def _program(fd) -> Any:
+    """The program ``fd`` last lowered, or a fresh lowering (unchecked), or None."""
+    program = getattr(fd, "_last_program", None)
+    if program is None and fd is not None:
+        from lowering import lower_fusion
+
+        try:
+            program = lower_fusion(fd.fusion)
+        except Exception:
+            return None
+    return program
+
+
+def _shard_inputs(fd, tvs, full: list[torch.Tensor], rank: int) -> list:
+    """Each input's local shard: by its own schedule, or (unscheduled) by the program's."""
+    program = None
+    local = []
+    for index, (tv, tensor) in enumerate(zip(tvs, full, strict=True)):
+        if tv.device_mesh is not None:
+            local.append(shard_tensor(tensor, tv, rank))
+            continue
+        program = program or fd.host_ir()
+        local.append(shard_tensor(tensor, program.inputs[index], rank))
+    return local
+
+
+def compare_outputs(case: Case, fd, outputs, expected, rank: int) -> RankResult:
+    """This rank's verdict on its outputs; partial-sum outputs are returned for summing."""
+    program = fd.host_ir()
+    if len(outputs) != len(expected):
+        return RankResult(WRONG, f"{len(outputs)} outputs, expected {len(expected)}")
+    partial = []
+    for index, (out, value, ref) in enumerate(zip(outputs, program.outputs, expected, strict=True)):
+        piece = shard_tensor(ref, value, rank)
+        where = f"output {index} ({value.name}) on rank {rank}"
+        if piece is None or out is None:
+            if (piece is None) != (out is None):
+                held = "holds" if out is not None else "lacks"
+                return RankResult(WRONG, f"{where} {held} a tensor, against its mesh")
+            continue
+        tv = fd.fusion.outputs()[index]
+        if tv.mesh_set_by_user:
+            by_schedule = shard_tensor(ref, tv, rank)
+            if by_schedule.shape != piece.shape or not torch.equal(by_schedule, piece):
+                return RankResult(WRONG, f"{where}: the program changed the user's sharding")
+        problem = _mismatch(case, out, piece, ref)
+        if value.sharding is not None and value.sharding.partial:
+            if problem is None or problem.startswith("values"):
+                partial.append((index, out.detach().cpu()))
+                continue
+        if problem is not None:
+            return RankResult(WRONG, f"{where}: {problem}")
+    return RankResult(OK, partial=tuple(partial))
+
+
+def _mismatch(case: Case, out: torch.Tensor, piece: torch.Tensor, ref: torch.Tensor) -> str | None:
+    """Why ``out`` is not ``piece`` (a shard of ``ref``), or None if it is."""
+    if out.dtype != piece.dtype:
+        return f"dtype {out.dtype}, expected {piece.dtype}"
+    if tuple(out.shape) != tuple(piece.shape):
+        return f"shape {tuple(out.shape)}, expected {tuple(piece.shape)}"
+    return _values_differ(case, out.detach().cpu(), piece, ref)
+
+
+def _values_differ(case: Case, out: torch.Tensor, piece: torch.Tensor, ref: torch.Tensor):
+    rtol = tolerance(case, piece.dtype)
+    if rtol == 0.0:
+        if torch.equal(out, piece):
+            return None
+        return f"values differ (exact dtype), e.g. {_first_difference(out, piece)}"
+    scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    difference = (out.double() - piece.double()).abs()
+    allowed = rtol * scale + rtol * piece.double().abs()
+    if difference.numel() == 0 or bool((difference <= allowed).all()):
+        return None
+    return (
+        f"values differ: max |diff| {float(difference.max()):.3g} (allowed {rtol:g} x"
+        f" {scale:.3g}), e.g. {_first_difference(out, piece)}"
+    )
+
+
+def _first_difference(out: torch.Tensor, piece: torch.Tensor) -> str:
+    diff = (out.double() - piece.double()).abs()
+    index = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
+    return f"at {index}: got {out[index].item():.6g}, expected {piece[index].item():.6g}"
+
+
+# ---------------------------------------------------------------------------
+# All ranks
+
+
+def run_case(case: Case, rank: int, world_size: int) -> Outcome:
+    """Runs ``case`` on this rank and agrees with the others on the outcome."""
+    result, program = run_on_rank(case, rank)
+    results = [result]
+    if world_size > 1:
+        results = [None] * world_size
+        dist.all_gather_object(results, result)
+    status, message = combine(results)
+    if status == OK:
+        try:
+            problem = check_partials(case, results, program)
+        except Exception:
+            problem = "checking partial sums: " + traceback.format_exc()
+        if problem is not None:
+            status, message = WRONG, problem
+    keep = str(program) if status in (WRONG, CRASH) and program is not None else ""
+    return Outcome(case.seed, case.world_size, status, message, keep, case.features)
+
+
+def combine(results: list[RankResult]) -> tuple[str, str]:
+    """The case's status and message from every rank's result (order: crash, disagreement,
+    refused, wrong, ok)."""
+    for rank, result in enumerate(results):
+        if result.status == CRASH:
+            return CRASH, f"rank {rank}: {result.message}"
+    refusals = {same_on_every_rank(r.message) for r in results if r.status == REFUSED}
+    if refusals and (len(refusals) > 1 or any(r.status != REFUSED for r in results)):
+        seen = "; ".join(f"rank {i}: {r.status} {r.message[:200]}" for i, r in enumerate(results))
+        return CRASH, f"ranks disagree: {seen}"
+    if refusals:
+        return REFUSED, results[0].message
+    for result in results:
+        if result.status == WRONG:
+            return WRONG, result.message
+    return OK, ""
+
+
+def check_partials(case: Case, results: list[RankResult], program) -> str | None:
+    """Checks outputs holding partial sums: summed over the ranks that differ only in
+    the partial mesh axes, each must equal the reference's shard."""
+    if not any(r.partial for r in results):
+        return None
+    expected = load(case)["reference"](*make_inputs(case))
+    pieces = {(rank, i): t for rank, r in enumerate(results) for i, t in r.partial}
+    for index, value in enumerate(program.outputs):
+        if value.sharding is None or not value.sharding.partial:
+            continue
+        problem = _check_partial_output(case, value, pieces, index, expected[index])
+        if problem is not None:
+            return f"output {index} ({value.name}, partial): {problem}"
+    return None
+
+
+def _check_partial_output(case, value, pieces, index: int, ref: torch.Tensor):
+    sharding = value.sharding
+    mesh = sharding.mesh
+    summed = dataclasses.replace(value, sharding=Sharding(mesh=mesh, dims=sharding.dims))
+    partial_dims = {p.axis.dim(mesh.ndim) for p in sharding.partial}
+    for rank in mesh.devices:
+        coords = mesh.coordinates(rank)
+        group = [
+            d
+            for d in mesh.devices
+            if all(
+                c == e
+                for k, (c, e) in enumerate(zip(coords, mesh.coordinates(d), strict=True))
+                if k not in partial_dims
+            )
+        ]
+        missing = [d for d in group if (d, index) not in pieces]
+        if missing:
+            return f"ranks {missing} returned no partial sum"
+        total = sum(pieces[(d, index)].double() for d in group).to(ref.dtype)
+        piece = shard_tensor(ref, summed, rank)
+        problem = _mismatch(case, total, piece, ref)
+        if problem is not None:
+            return f"summed over ranks {group}: {problem}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Messages and reports
+
+
+def same_on_every_rank(message: str) -> str:
+    """``message`` without the process-wide axis numbers (``iS12{8}`` -> ``iS#{8}``)."""
+    return re.sub(r"\b([irb](?:S|stream|mesh_[xyz]))\d+\{", r"\1#{", message)
+
+
+def message_shape(message: str) -> str:
+    """A refusal's message with names, numbers and layouts elided, for grouping."""
+    text = same_on_every_rank(message.splitlines()[0] if message else "")
+    text = re.sub(r"\bT\d+(_\w+)?", "T#", text)
+    text = re.sub(r"\bM\d+ = \[[^:]*?\](?=[,)])", "M# = [..]", text)
+    text = re.sub(r"partial\{[^}]*\}", "partial{..}", text)
+    text = re.sub(r"\{[^{}]*\}", "{..}", text)
+    text = re.sub(r"\bi\d+\b", "i#", text)
+    text = re.sub(r"\d+", "#", text)
+    text = re.sub(r"\[[#, \[\]]*\]", "[..]", text)
+    return text
+
+
+def group_refusals(outcomes: Iterable[Outcome]) -> list[tuple[str, int, list[int]]]:
+    """(message shape, count, seeds) for the refused outcomes, most frequent first."""
+    seeds: dict[str, list[int]] = {}
+    for outcome in outcomes:
+        if outcome.status == REFUSED:
+            seeds.setdefault(message_shape(outcome.message), []).append(outcome.seed)
+    return sorted(((m, len(s), s) for m, s in seeds.items()), key=lambda x: (-x[1], x[0]))
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    """Counts per status: all cases, then per feature (mesh dims, ops, schedule kinds)."""
+    rows: dict[str, Counter] = {"all": Counter()}
+    for outcome in outcomes:
+        rows["all"][outcome.status] += 1
+        for feature in outcome.features:
+            rows.setdefault(feature, Counter())[outcome.status] += 1
+    width = max(len(k) for k in rows) + 2
+    lines = [f"{'feature':<{width}}" + "".join(f"{s:>9}" for s in STATUSES)]
+    order = (
+        ["all"]
+        + sorted(k for k in rows if k.startswith("mesh"))
+        + sorted(k for k in rows if k != "all" and not k.startswith("mesh"))
+    )
+    for key in order:
+        lines.append(f"{key:<{width}}" + "".join(f"{rows[key][s]:>9}" for s in STATUSES))
+    return "\n".join(lines)
+
+
+def refusal_report(outcomes: list[Outcome]) -> str:
+    """The refused outcomes grouped by message shape, with a few seeds each."""
+    lines = []
+    for shape, count, seeds in group_refusals(outcomes):
+        more = ", ..." if len(seeds) > 5 else ""
+        lines.append(f"{count:5}  {shape}  (seeds {', '.join(map(str, seeds[:5]))}{more})")
+    return "\n".join(lines) or "(none)"

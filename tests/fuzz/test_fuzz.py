@@ -1,0 +1,71 @@
+"""The differential fuzzer's own machinery: cases, comparison, agreement, shrinking."""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+
+from hostir import HostIrError
+from tests.fuzz.case import load, make_inputs, render, shrink_candidates
+from tests.fuzz.generate import generate
+from tests.fuzz.run import (
+    CRASH,
+    OK,
+    REFUSED,
+    WRONG,
+    RankResult,
+    combine,
+    compare_outputs,
+    run_case,
+)
+
+
+def test_cases_are_reproducible_and_picklable():
+    for seed in range(20):
+        case = generate(seed, 8)
+        assert generate(seed, 8) == case
+        assert pickle.loads(pickle.dumps(case)) == case
+        assert render(generate(seed, 8)) == render(case)
+    assert render(generate(0, 4)) != render(generate(0, 8))
+
+
+def test_the_comparison_cannot_pass_vacuously():
+    """A shard that differs by one element, in shape or in dtype is wrong; inputs are
+    random and non-zero."""
+    for seed in range(100):
+        case = generate(seed, 1)
+        if case.low_precision or run_case(case, 0, 1).status != OK:
+            continue
+        full = make_inputs(case)
+        assert all(bool((t != 0).all()) and t.std() > 0 for t in full if t.numel() > 1)
+        namespace = load(case)
+        fd, _ = namespace["define"]()
+        expected = namespace["reference"](*full)
+        outputs = fd.execute(full)
+        assert compare_outputs(case, fd, outputs, expected, 0).status == OK
+        break
+    nudged = [t.clone() for t in outputs]
+    nudged[0].view(-1)[0] += 1e-2 * (1 + nudged[0].abs().max())
+    assert compare_outputs(case, fd, nudged, expected, 0).status == WRONG
+    cut = [t[..., :-1] if t.ndim else t.reshape(1) for t in outputs]
+    assert compare_outputs(case, fd, cut, expected, 0).status == WRONG
+    cast = [t.to(torch.float64) for t in outputs]
+    assert compare_outputs(case, fd, cast, expected, 0).status == WRONG
+
+
+def test_ranks_must_agree():
+    refused = RankResult(REFUSED, "LoweringError: no")
+    assert combine([refused, refused]) == (REFUSED, "LoweringError: no")
+    assert combine([refused, RankResult(OK)])[0] == CRASH
+    assert combine([refused, RankResult(REFUSED, "LoweringError: other")])[0] == CRASH
+    assert combine([RankResult(OK), RankResult(WRONG, "x")]) == (WRONG, "x")
+
+
+def test_shrinking_gives_smaller_cases_that_still_build():
+    for seed in range(10):
+        for smaller in shrink_candidates(generate(seed, 4)):
+            try:
+                load(smaller)["define"]()
+            except HostIrError:
+                pass  # a smaller schedule may be refused; it must still be valid code
