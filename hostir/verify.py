@@ -34,7 +34,7 @@ from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import VerifyError
-from hostir.extents import Normal, normal_form, times
+from hostir.extents import Normal, differ, normal_form, times
 from hostir.instructions import (
     Allocate,
     Deallocate,
@@ -266,7 +266,7 @@ def _check_sharding(value: TensorValue, path: Path) -> None:
         for part in parts:
             size = Const(value=mesh.axis_size(part.axis)) if part.axis is not None else part.extent
             total = times(total, normal_form(size))
-        if total != normal_form(extent):
+        if differ(total, normal_form(extent)):
             shown = ", ".join(
                 p.axis.value if p.axis is not None else print_scalar(p.extent) for p in parts
             )

@@ -106,7 +106,8 @@ def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
 
 def _program(fd) -> Any:
     """The program ``fd`` last lowered, or a fresh lowering (unchecked), or None."""
-    program = getattr(fd, "_last_program", None)
+    last = getattr(fd, "_last_program", None)  # (schedule version, program) or None
+    program = last[1] if last is not None else None
     if program is None and fd is not None:
         from lowering import lower_fusion
 

@@ -253,7 +253,7 @@ def test_one_index_per_device_is_a_block_layout_across_extents(multidevice_test)
     full = [torch.randn(2, 3, generator=generator) for _ in range(2)]
     run_against_torch(fd, multidevice_test, full, [full[0] + full[1]])
     assert str(fd.host_ir()).startswith(
-        "%HostIrContainer {\n  mesh M0 = [0, 1]\n  input T0 : float32[i0, 3] @M0 {0: [x]}"
+        "%HostIrContainer {\n  mesh M0 = [2] : [1]\n  input T0 : float32[i0, 3] @M0 {0: [x]}"
     )
 
 
