@@ -222,6 +222,46 @@ def check_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_traffic_command(subparsers: argparse._SubParsersAction) -> None:
+    """``traffic SCRIPT|FILE.hir --world-size N [--bind NAME=VALUE ...]``: bytes per rank."""
+    parser = subparsers.add_parser(
+        "traffic",
+        help="count the bytes each rank sends and receives, without running",
+        description="Count, from each collective's exchange function, the bytes each of N "
+        "ranks sends and receives in the program (every loop iteration), and print the "
+        "summary: min, median and max per rank, the busiest link, and each communication.",
+    )
+    add_program_arguments(parser)
+    parser.add_argument(
+        "--bind",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="the value of a symbolic extent (i0=128); repeat for several",
+    )
+    parser.set_defaults(handler=traffic_command)
+
+
+def traffic_command(args: argparse.Namespace) -> int:
+    """Prints ``traffic_report`` of the program at ``--world-size`` ranks."""
+    from hostir.traffic import count_traffic, traffic_report
+
+    bindings = {}
+    for item in args.bind:
+        name, _, value = item.partition("=")
+        if not name or not value.lstrip("-").isdigit():
+            raise CommandError(f"--bind takes NAME=INTEGER, got {item!r}")
+        bindings[name] = int(value)
+    program = load_program(args)
+    world = args.world_size or max(
+        (v.sharding.mesh.max_device() + 1 for v in program.inputs if v.sharding is not None),
+        default=1,
+    )
+    print(f"traffic of {args.program} at {world} ranks (from the exchange functions; not run)")
+    print(traffic_report(count_traffic(program, world, bindings)))
+    return 0
+
+
 def add_program_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of the commands that read a program: the file and ``--world-size``."""
     parser.add_argument(
@@ -262,6 +302,7 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     add_dump_command,
     add_viz_command,
     add_check_command,
+    add_traffic_command,
 )
 """One entry per subcommand of this package, in the order ``--help`` lists them."""
 

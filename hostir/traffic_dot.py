@@ -14,31 +14,18 @@ function of the program: the same program gives the same source.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import graphviz
 
-from hostir.blocks import Operand, all_to_all_v_pieces, print_box
 from hostir.catalog import COMMUNICATING, declaration_of
-from hostir.communications import (
-    Allgather,
-    Allreduce,
-    AllToAll,
-    AllToAllV,
-    Broadcast,
-    CollectivePermute,
-    Gather,
-    Reduce,
-    ReduceScatter,
-    Scatter,
-    SendRecv,
-)
 from hostir.container import HostIrContainer
 from hostir.dot_style import FONT
 from hostir.errors import HostIrError
+from hostir.exchanges import exchange
 from hostir.instructions import ForLoop, Instruction, keyword
 from hostir.printer import _MeshNames, print_declaration, print_instruction, print_team
-from hostir.scalars import RANK, Scalar, evaluate_scalar
+from hostir.traffic import communications
 
 ITERATION_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
 """Arrow colours of the traffic view, one per iteration (cycled)."""
@@ -149,22 +136,8 @@ def _communications(
     body: tuple[Instruction, ...], env: Mapping[str, int]
 ) -> Iterator[tuple[Instruction, Iteration]]:
     """Each communication of ``body`` with the loop indices of each of its iterations."""
-    for instruction in body:
-        if declaration_of(type(instruction)).kind in COMMUNICATING:
-            yield instruction, tuple(env.items())
-        elif isinstance(instruction, ForLoop):
-            name = instruction.index.name
-            for value in _loop_range(instruction, env):
-                yield from _communications(instruction.body, {**env, name: value})
-
-
-def _loop_range(loop: ForLoop, env: Mapping[str, int]) -> range:
-    try:
-        return range(int(evaluate_scalar(loop.start, env)), int(evaluate_scalar(loop.stop, env)))
-    except HostIrError as error:
-        raise HostIrError(
-            f"loop {loop.index.name} needs constant bounds to draw its traffic: {error}"
-        ) from None
+    for _, instruction, indices in communications(body, env):
+        yield instruction, tuple(indices.items())
 
 
 def _ranks(communications: list[Instruction], world_size: int | None) -> list[int]:
@@ -176,96 +149,17 @@ def _ranks(communications: list[Instruction], world_size: int | None) -> list[in
     return list(range(world_size))
 
 
-def _position(expr: Scalar, member: int, env: Mapping[str, int], group: tuple[int, ...]) -> int:
-    """Group member at position ``expr``, evaluated on rank ``member``."""
-    position = int(evaluate_scalar(expr, {**env, RANK: member}))
-    if not 0 <= position < len(group):
-        raise HostIrError(f"position {position} is outside the group {list(group)}")
-    return group[position]
-
-
-def _permute(c: CollectivePermute, group: tuple[int, ...], env: Mapping[str, int]):
-    return [(r, _position(c.send_peer, r, env, group), c.src.name) for r in group]
-
-
-def _send_recv(c: SendRecv, group: tuple[int, ...], env: Mapping[str, int]):
-    member = group[0]
-    sender, receiver = (_position(p, member, env, group) for p in (c.sender, c.receiver))
-    return [(sender, receiver, c.src.name)]
-
-
-def _from_root(c: Broadcast | Scatter, group: tuple[int, ...], env: Mapping[str, int]):
-    root = _position(c.root, group[0], env, group)
-    chunk = isinstance(c, Scatter)
-    return [
-        (root, r, c.src.name + (f" chunk {p}" if chunk else ""))
-        for p, r in enumerate(group)
-        if r != root
-    ]
-
-
-def _to_root(c: Gather | Reduce, group: tuple[int, ...], env: Mapping[str, int]):
-    root = _position(c.root, group[0], env, group)
-    what = c.src.name + (f" ({c.op.value})" if isinstance(c, Reduce) else "")
-    return [(r, root, what) for r in group if r != root]
-
-
-def _all_pairs(c: Instruction, group: tuple[int, ...], env: Mapping[str, int]):
-    """Every member to every other: whole ``src`` (Allgather), a reduction (Allreduce),
-    or chunk ``p`` of ``src`` to the member at position ``p`` (AllToAll, ReduceScatter).
-    What a member keeps of its own ``src`` is not a transfer."""
-    name = c.src.name  # type: ignore[union-attr]
-    op = getattr(c, "op", None)
-    chunked = isinstance(c, AllToAll | ReduceScatter)
-    suffix = f" ({op.value})" if op is not None and not chunked else ""
-    return [
-        (r, q, name + (f" chunk {p}" if chunked else "") + suffix)
-        for r in group
-        for p, q in enumerate(group)
-        if q != r
-    ]
-
-
-def _pieces(c: AllToAllV, group: tuple[int, ...], env: Mapping[str, int]):
-    """The boxes an AllToAllV moves (``T0 [0:4, 2:4]``); every pair when its shapes are
-    not constant, since the pattern needs the global extents."""
-    if c.src.sharding is None or c.out.sharding is None:
-        return _all_pairs(c, group, env)
-    try:
-        src, out = (
-            Operand(v.name, v.sharding, tuple(int(evaluate_scalar(e, env)) for e in v.shape))
-            for v in (c.src, c.out)
-        )
-        pattern = all_to_all_v_pieces(src, out, c.team, group, c.op is not None)
-    except HostIrError:
-        return _all_pairs(c, group, env)
-    suffix = f" ({c.op.value})" if c.op is not None else ""
-    return [
-        (group[p.source], group[p.destination], f"{c.src.name} {print_box(p.box)}{suffix}")
-        for p in pattern.pieces
-    ]
-
-
-_TRAFFIC: dict[type, Callable[..., list[Transfer]]] = {
-    CollectivePermute: _permute,
-    SendRecv: _send_recv,
-    Broadcast: _from_root,
-    Scatter: _from_root,
-    Gather: _to_root,
-    Reduce: _to_root,
-    Allgather: _all_pairs,
-    AllToAll: _all_pairs,
-    AllToAllV: _pieces,
-    Allreduce: _all_pairs,
-    ReduceScatter: _all_pairs,
-}
-"""Who sends what to whom, by communication class, within one group of its team."""
-
-
 def _transfers(instruction: Instruction, env: Mapping[str, int]) -> list[Transfer]:
-    """The transfers of one communication at one iteration, group by group."""
-    traffic = _TRAFFIC[type(instruction)]
-    return [t for g in instruction.team.groups for t in traffic(instruction, g, env)]  # type: ignore[union-attr]
+    """The transfers of one communication at one iteration, group by group, from its
+    exchange function (:mod:`hostir.exchanges`); a local copy is a rank's transfer to
+    itself."""
+    transfers: list[Transfer] = []
+    for group in instruction.team.groups:  # type: ignore[union-attr]
+        for flow in exchange(instruction, group, env):
+            if flow.local_copy:
+                transfers.append((flow.sources[0], flow.sources[0], flow.what))
+            transfers.extend((s, d, flow.what) for s, d in flow.transfers())
+    return transfers
 
 
 def _caption(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 import torch
 
 from hostir import HostIrError
@@ -18,6 +19,7 @@ from tests.fuzz.run import (
     combine,
     compare_outputs,
     run_case,
+    summary_table,
 )
 
 
@@ -69,3 +71,28 @@ def test_shrinking_gives_smaller_cases_that_still_build():
                 load(smaller)["define"]()
             except HostIrError:
                 pass  # a smaller schedule may be refused; it must still be valid code
+
+
+# The fixed-seed run of the suite: the first cases of the fuzzer at 4 and 8 ranks (the
+# long runs are scripts/fuzz.py). Every case must be ok or a named refusal the same on
+# every rank; most must run (a fuzzer that only meets refusals tests nothing), and the
+# cases that ran must cover what the generator varies.
+SUITE_CASES = {4: range(0, 80), 8: range(1000, 1030)}
+COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
+
+
+@pytest.mark.world_sizes(4, 8)
+def test_fixed_seed_fuzz_run(multidevice_test):
+    size, rank = multidevice_test.size, multidevice_test.rank
+    outcomes = [run_case(generate(seed, size), rank, size) for seed in SUITE_CASES[size]]
+    failed = [o for o in outcomes if o.status in (WRONG, CRASH)]
+    assert not failed, "\n\n".join(
+        f"seed {o.seed} at {size} ranks: {o.status}: {o.message}\n"
+        f"(python3 scripts/fuzz.py --ranks {size} --only {o.seed})"
+        for o in failed
+    )
+    ran = [o for o in outcomes if o.status == OK]
+    assert len(ran) >= len(outcomes) // 2, summary_table(outcomes)
+    seen = {feature for o in ran for feature in o.features}
+    missing = [f for f in COVERED if f not in seen]
+    assert not missing, f"no case that ran covers {missing}\n{summary_table(outcomes)}"

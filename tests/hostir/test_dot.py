@@ -335,9 +335,15 @@ def test_broadcast_traffic_is_from_root_i_at_iteration_i():
 
 
 def test_repeated_transfers_are_one_arrow_per_pair():
-    """Three Allreduces on two ranks: one arrow each way, listing the iterations."""
+    """Three Allreduces on two ranks: one arrow per pair and message, listing the
+    iterations; an Allreduce is drawn as its reduce-scatter then its all-gather."""
     graph = to_traffic_dot(row_parallel(2, streams=3))
-    assert traffic(graph) == {(0, 1, "j0=0,1,2: T3_c (sum)"), (1, 0, "j0=0,1,2: T3_c (sum)")}
+    assert traffic(graph) == {
+        (0, 1, "j0=0,1,2: T3_c chunk 1 (sum)"),
+        (1, 0, "j0=0,1,2: T3_c chunk 0 (sum)"),
+        (1, 0, "j0=0,1,2: T3_c chunk 1 (reduced)"),
+        (0, 1, "j0=0,1,2: T3_c chunk 0 (reduced)"),
+    }
     assert all(len(attribute(a, "color").split(":")) == 3 for _, _, a in edges(graph))
 
 
