@@ -151,7 +151,9 @@ def _run(kind: str, target: str, filename: str) -> int:
     try:
         if kind == "code":
             sys.path[0] = ""
-            code = compile(target, filename, "exec")
+            # dont_inherit: the code must not inherit this module's `from __future__ import
+            # annotations` (string annotations break dataclasses declared in the code).
+            code = compile(target, filename, "exec", dont_inherit=True)
             exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
         elif kind == "script":
             sys.path[0] = os.path.dirname(os.path.abspath(target))
