@@ -70,6 +70,7 @@ def _style(instruction: Instruction) -> str:
         return "filled,bold"
     return _STYLES.get(declaration_of(type(instruction)).kind, "filled,rounded")
 
+
 _LEGEND_SHAPES = (("hexagon", "collective"), ("cds", "permute / send-recv"), ("octagon", "wait"))
 
 

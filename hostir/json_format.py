@@ -140,6 +140,7 @@ def enum_class(tag: str) -> type[enum.Enum] | None:
                 return member_class
     return None
 
+
 _PRIMITIVES = (bool, int, float, str)
 
 # Unions printed by name in messages, largest first (Operand is TensorValue | Scalar).

@@ -49,10 +49,8 @@ def _runs_on_streams(instruction: Instruction, kind: type) -> bool:
     return isinstance(instruction, ForLoop) and any(isinstance(i, kind) for i in instruction.body)
 
 
-def _with_deallocations(
-    body: Sequence[Instruction], kept: Callable[[str], bool]
-) -> tuple[Instruction, ...]:
-    """``body`` with its deallocations; ``kept(name)``: the tensor outlives ``body``."""
+def _last_uses(body: Sequence[Instruction]) -> tuple[dict[str, int], dict[str, TensorValue]]:
+    """The index of each tensor's last use in ``body``, and the tensors ``body`` defines."""
     last_use: dict[str, int] = {}
     defined: dict[str, TensorValue] = {}
     pending: dict[str, set[str]] = {}  # request -> tensors its communication accesses
@@ -77,6 +75,14 @@ def _with_deallocations(
             for name in streamed:
                 last_use[name] = index
             streamed = set()
+    return last_use, defined
+
+
+def _with_deallocations(
+    body: Sequence[Instruction], kept: Callable[[str], bool]
+) -> tuple[Instruction, ...]:
+    """``body`` with its deallocations; ``kept(name)``: the tensor outlives ``body``."""
+    last_use, defined = _last_uses(body)
     freed: dict[int, list[TensorValue]] = {}
     for name, value in defined.items():
         if not kept(name):
