@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 from hostir import Binary, BinaryOpKind, Linear, Set, TensorValue
 from lowering.emitter import bind_values
+from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
@@ -98,6 +99,16 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     result = out
     if tensor_layout(compute) != tensor_layout(out):
         result = builder.new_tensor(compute)
+    elif bias is not None:
+        # The output keeps the partial sums: a bias added on every rank would be summed
+        # once per rank of the partial axes (the fuzzer's seed 72 dropped it instead).
+        raise LoweringError(
+            f"{out.name} = linear(..., bias={bias}) holds partial sums over mesh axes"
+            f" {[a.value for a in out_partial_axes(compute)]} (its contraction is sharded),"
+            f" so the bias cannot be added once; shard {out.name} without partial sums"
+            " (the lowering then reduces before adding the bias) or add the bias after"
+            " reducing"
+        )
     instruction = op.instruction
     if bias is not None:
         instruction = dataclasses.replace(instruction, bias=None)
@@ -171,6 +182,12 @@ def _wanted_input(
     for o, i in pairs:
         axes[i] = copy_layout(producer.axes[i], compute.axes[o], compute.mesh)
     return dataclasses.replace(producer, mesh=compute.mesh, axes=tuple(axes))
+
+
+def out_partial_axes(compute: LoweringTensor) -> list:
+    """The mesh axes ``compute``'s reduction axes are sharded over (its partial sums)."""
+    found = {m for axis in compute.axes if axis.reduction for m in _mesh_axes(axis)}
+    return sorted(found, key=lambda m: m.value)  # sorted: set order differs between ranks
 
 
 def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None:

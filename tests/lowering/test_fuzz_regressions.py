@@ -328,3 +328,35 @@ def test_an_extent_only_some_ranks_know_is_refused():
     expected = r"T1 has the symbolic extent i0, which only ranks \[1\] learn \(from input T0\)"
     with pytest.raises(LoweringError, match=expected + r", but ranks \[0\] of its mesh need it"):
         fd.host_ir()
+
+
+@pytest.mark.world_sizes(4)
+def test_linear_bias_on_a_partial_output_is_refused_not_dropped(multidevice_test):
+    """A linear with a bias whose output keeps partial sums (its contraction sharded, the
+    output laid out with them) dropped the bias: wrong sums on every rank (seed 72 at 4
+    ranks). The bias cannot be added once per sum, so the schedule is refused by name;
+    sharded without partial sums the same linear reduces first and adds the bias once."""
+    mesh = DeviceMesh(list(range(4)))
+
+    def define(partial_output: bool):
+        with FusionDefinition() as fd:
+            a = fd.define_tensor((4, 2, 4))
+            w = fd.define_tensor((-1, 4))
+            b = fd.define_tensor((8,))
+            out = fd.ops.linear(fd.ops.sum(a, [0, 1], keepdim=False), w, b)
+            fd.add_output(out)
+        out.set_device_mesh(mesh)
+        if partial_output:  # the output's loop domain [i0, r4]: shard its reduction axis
+            out.inner_split(1, 1)
+            out.axis(1).parallelize(X)
+        return fd
+
+    fd = define(partial_output=True)
+    with pytest.raises(LoweringError, match=r"holds partial sums over mesh axes \['x'\].*bias"):
+        fd.host_ir()
+    gen = torch.Generator().manual_seed(72)
+    full = [torch.randn(4, 2, 4, generator=gen), torch.randn(8, 4, generator=gen)]
+    full.append(torch.randn(8, generator=gen))
+    fd = define(partial_output=False)
+    expected = torch.nn.functional.linear(full[0].sum([0, 1]), full[1], full[2])
+    run_against_torch(fd, multidevice_test, full, [expected])
