@@ -87,6 +87,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
         return
     compute = _compute_tensor(op, tensors, out)
     bias = _bias_after_reduction(op, compute)
+    _refuse_sharded_repeats(op, tensors, compute)
     renames: dict[str, str] = {}
     for name, pairs in op.axis_maps:
         if bias is not None and name == bias:
@@ -182,6 +183,28 @@ def _wanted_input(
     for o, i in pairs:
         axes[i] = copy_layout(producer.axes[i], compute.axes[o], compute.mesh)
     return dataclasses.replace(producer, mesh=compute.mesh, axes=tuple(axes))
+
+
+def _refuse_sharded_repeats(
+    op: LoweringOp, tensors: dict[str, LoweringTensor], compute: LoweringTensor
+) -> None:
+    """A tensor read as two operands of one op (``linear(t, t)``) on a sharded op: each
+    operand position needs its own layout of it, and inputs are resharded by name, so
+    one copy cannot serve both (it gave wrong local shapes): refused by name."""
+    fields = [
+        getattr(op.instruction, f.name)
+        for f in dataclasses.fields(op.instruction)
+        if f.name != "out"
+    ]
+    names = [v.name for v in fields if isinstance(v, TensorValue)]
+    sharded = any(_mesh_axes(axis) for axis in compute.axes)
+    for name in dict.fromkeys(names):
+        if names.count(name) > 1 and (sharded or any(_mesh_axes(a) for a in tensors[name].axes)):
+            raise LoweringError(
+                f"{name} is read as {names.count(name)} operands of the op defining"
+                f" {compute.name}, which is sharded: each operand needs its own layout of"
+                f" {name}; pass a copy for one of them (fd.ops.set({name}))"
+            )
 
 
 def out_partial_axes(compute: LoweringTensor) -> list:

@@ -360,3 +360,25 @@ def test_linear_bias_on_a_partial_output_is_refused_not_dropped(multidevice_test
     fd = define(partial_output=False)
     expected = torch.nn.functional.linear(full[0].sum([0, 1]), full[1], full[2])
     run_against_torch(fd, multidevice_test, full, [expected])
+
+
+@pytest.mark.world_sizes(4)
+def test_one_sharded_tensor_as_two_operands_is_refused(multidevice_test):
+    """linear(t, t) on a sharded output needs t laid out two ways at once; inputs were
+    resharded by name, so both operands got one layout and the linear produced the wrong
+    local shape (seed 87 at 4 ranks). Refused by name; with a copy for one operand it runs."""
+    mesh = DeviceMesh(list(range(4)))
+
+    def define(copy: bool):
+        with FusionDefinition() as fd:
+            t = fd.define_tensor((8, 8))
+            out = fd.ops.relu(fd.ops.linear(t, fd.ops.set(t) if copy else t))
+            fd.add_output(out)
+        _shard(out, mesh, 1, X)
+        return fd
+
+    with pytest.raises(LoweringError, match=r"read as 2 operands .* pass a copy"):
+        define(copy=False).host_ir()
+    full = torch.randn(8, 8, generator=torch.Generator().manual_seed(87))
+    expected = torch.relu(torch.nn.functional.linear(full, full))
+    run_against_torch(define(copy=True), multidevice_test, [full], [expected])
