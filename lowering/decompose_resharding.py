@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 
-from hostir import Binary, BinaryOpKind, Linear, Set, TensorValue
+from hostir import Binary, BinaryOpKind, Linear, Matmul, Set, TensorValue
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
@@ -191,6 +191,8 @@ def _refuse_sharded_repeats(
     """A tensor read as two operands of one op (``linear(t, t)``) on a sharded op: each
     operand position needs its own layout of it, and inputs are resharded by name, so
     one copy cannot serve both (it gave wrong local shapes): refused by name."""
+    if not isinstance(op.instruction, Linear | Matmul):
+        return  # elementwise operands map dims alike: one layout serves both
     fields = [
         getattr(op.instruction, f.name)
         for f in dataclasses.fields(op.instruction)

@@ -187,7 +187,20 @@ class _Loop:
     def _chunk(self, name: str, split: StreamSplit) -> TensorValue:
         """Chunk ``split`` of ``name``, named ``T_c``, or ``T_c<k>`` (``k`` this loop's
         index number) when an earlier loop of the program defined ``T_c``."""
-        value = chunk_value(self.emitter.values[name], split)
+        whole = self.emitter.values[name]
+        if whole.sharding is not None:
+            parts = whole.sharding.dims[split.dim]
+            local = [p.extent for p in parts if p.axis is None]
+            count = 1
+            for extent in local:
+                count *= extent.value if isinstance(extent, Const) else 0
+            if all(isinstance(e, Const) for e in local) and count % split.count:
+                raise LoweringError(
+                    f"{name} dim {split.dim} holds {count} index(es) per device"
+                    f" ({_print_parts(parts)}), which do not split into {split.count} stream"
+                    " chunks; use fewer chunks or shard that dim over fewer devices"
+                )
+        value = chunk_value(whole, split)
         if value.name in self.emitter.chunk_names:
             value = dataclasses.replace(value, name=f"{value.name}{self.index.name[1:]}")
         self.emitter.chunk_names.add(value.name)
@@ -243,11 +256,11 @@ class _Loop:
         if it has none, the chunks of the dim that maps to the output's split dim when
         both dims are sharded alike (otherwise the op reshards that dim: a gather)."""
         split = self.split_of(name)
-        if split is not None:
-            return split
         output = self.tensors[op.output]
         stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
         producer = self.tensors[name]
+        if split is not None:
+            return split
         for o, i in dict(op.axis_maps).get(name, ()):
             same = [p.axis for p in producer.axes[i].parts] == [
                 p.axis for p in output.axes[o].parts
@@ -257,6 +270,29 @@ class _Loop:
                 return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
         return None
 
+    def _check_same_chunks(
+        self, op: LoweringOp, name: str, producer, output, stream_axis: int
+    ) -> None:
+        """An input with its own stream split is read chunk by chunk only where its chunk
+        ``j`` holds the same indices as the output's: its split dim maps to the output's
+        and both are laid out over the same mesh axes. (A stream split inside a sharded
+        dim, ``[x, stream, 1]``, holds rows ``{2 d + j}``, an unsharded dim's chunk ``j``
+        a block of rows: mixing them computed wrong numbers, fuzzer seed 53.)"""
+        for o, i in dict(op.axis_maps).get(name, ()):
+            if producer.axes[i].stream is None and o != stream_axis:
+                continue
+            mine = [p.axis for p in producer.axes[i].parts]
+            theirs = [p.axis for p in output.axes[o].parts]
+            if o == stream_axis and mine == theirs:
+                return
+            raise LoweringError(
+                f"{name} is split into stream chunks on an axis laid out"
+                f" {_axes_text(mine)}, but {output.name}'s loop chunks an axis laid out"
+                f" {_axes_text(theirs) if o == stream_axis else 'differently'}: their chunk j"
+                f" holds different indices; give both the same mesh and stream splits, or"
+                f" reshard {name} with a set before the loop"
+            )
+
     def _emit_op(self, op: LoweringOp, chunks: dict[str, TensorValue]) -> list[Instruction]:
         out: list[Instruction] = []
         for name in op.inputs:
@@ -265,6 +301,11 @@ class _Loop:
             split = self._input_split(op, name)
             if split is not None:
                 out.extend(self._slice(name, chunks, split))
+        output = self.tensors[op.output]
+        stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
+        for name in op.inputs:
+            if name in chunks:
+                self._check_same_chunks(op, name, self.tensors[name], output, stream_axis)
         preallocated = op.output in self.allocated or op.output in self.preallocated_views
         if op.output in self.preallocated_views:
             pass  # its chunk view was created by _reduce_in_place
@@ -343,6 +384,10 @@ class _Loop:
                     f"{src} and {dst} differ on dim {dim} as well as on the gathered dim"
                     f" {split.dim}; reshard that dim separately"
                 )
+
+
+def _axes_text(axes: list) -> str:
+    return "[" + ", ".join(a.value if a is not None else "local" for a in axes) + "]"
 
 
 def _print_parts(parts: tuple[ShardPart, ...]) -> str:

@@ -382,3 +382,56 @@ def test_one_sharded_tensor_as_two_operands_is_refused(multidevice_test):
     full = torch.randn(8, 8, generator=torch.Generator().manual_seed(87))
     expected = torch.relu(torch.nn.functional.linear(full, full))
     run_against_torch(define(copy=True), multidevice_test, [full], [expected])
+
+
+@pytest.mark.world_sizes(4)
+def test_stream_chunks_of_differently_laid_out_dims_are_refused(multidevice_test):
+    """A stream split inside a sharded dim ([x, stream, 1]: chunk j holds rows {2d + j})
+    read by a loop that chunks an unsharded dim (chunk j: a block of rows) mixed the two
+    and computed wrong numbers (seed 53 at 4 ranks); a dim with one index per device cut
+    into 4 chunks failed verification (seed 49). Both are refused by name; with the same
+    layouts the loop runs and matches torch."""
+    mesh = DeviceMesh(list(range(4)))
+
+    def define(mixed: bool):
+        with FusionDefinition() as fd:
+            a = fd.define_tensor((8, 8, 8))
+            b = fd.define_tensor((8, 8))
+            out = fd.ops.sub(fd.ops.add(a, a), b)
+            fd.add_output(out)
+        _shard(a, mesh, 2, X)
+        b.set_device_mesh(mesh)
+        if mixed:
+            b.outer_split(0, 4)
+            b.axis(0).parallelize(X)
+            b.outer_split(1, 2)
+            b.axis(1).parallelize(ParallelType.stream)
+        else:
+            _shard(b, mesh, 1, X)
+            b.outer_split(0, 2)
+            b.axis(0).parallelize(ParallelType.stream)
+        return fd
+
+    with pytest.raises(LoweringError, match="chunk j holds different indices"):
+        define(mixed=True).host_ir()
+    gen = torch.Generator().manual_seed(53)
+    full = [torch.randn(8, 8, 8, generator=gen), torch.randn(8, 8, generator=gen)]
+    fd = define(mixed=False)
+    assert "shard_by_stream" in str(fd.host_ir())
+    run_against_torch(fd, multidevice_test, full, [full[0] + full[0] - full[1]])
+
+    # Seed 49: rows laid out [x] alone (one row per device) cut into 4 stream chunks.
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor((4, 8))
+        t1 = fd.define_tensor((-1, 8))
+        t3 = fd.ops.div(t0, t1)
+        fd.add_output(t3)
+    t0.set_device_mesh(DeviceMesh(torch.tensor([[3, 1, 0, 2]])))
+    t0.outer_split(1, 1)
+    t0.axis(1).parallelize(ParallelType.mesh_y)
+    t0.outer_split(0, 1)
+    t0.axis(1).parallelize(X)
+    t3.outer_split(0, 4)
+    t3.axis(0).parallelize(ParallelType.stream)
+    with pytest.raises(LoweringError, match="do not split into 4 stream chunks"):
+        fd.host_ir()
