@@ -5,9 +5,11 @@ is freed after its last use at that level, where a loop counts as using every
 tensor its body uses; a tensor defined in a loop body and not used after the
 loop is freed inside the body (it lives one iteration). A communication reads
 its source and writes its output until its ``wait``, so the last use of both is
-the wait. A stream loop (its body sets the current stream) uses its tensors
-until the loop after it that synchronizes with every stream: only then has
-main, which frees them, waited for the streams that read them.
+the wait. A stream loop (its body sets the current stream) uses the tensors
+defined outside it until the loop after it that synchronizes with every
+stream: only then has main, which frees them, waited for the streams that read
+them. What the body defines is allocated and freed on the body's stream, so
+it is freed inside the body like any loop's intermediates.
 """
 
 from __future__ import annotations
@@ -43,6 +45,16 @@ def _uses(instruction: Instruction) -> set[str]:
     return names
 
 
+def _defined_within(loop: ForLoop) -> set[str]:
+    """Tensor names defined anywhere in ``loop``'s body, nested loops included."""
+    names: set[str] = set()
+    for inner in loop.body:
+        names |= {v.name for v in defined_values(inner) if isinstance(v, TensorValue)}
+        if isinstance(inner, ForLoop):
+            names |= _defined_within(inner)
+    return names
+
+
 def _runs_on_streams(instruction: Instruction, kind: type) -> bool:
     """Whether ``instruction`` is a loop whose body has a ``kind`` instruction: a stream
     loop (SetCurrentStream) or the loop joining its streams (Synchronize)."""
@@ -70,7 +82,9 @@ def _last_uses(body: Sequence[Instruction]) -> tuple[dict[str, int], dict[str, T
         elif getattr(instruction, "request", None) is not None:
             pending[instruction.request.name] = uses[index] | written
         if _runs_on_streams(instruction, SetCurrentStream):
-            streamed |= uses[index]
+            # What the body defines it allocates and frees on its own stream, in order;
+            # only what main allocated must wait for the join.
+            streamed |= uses[index] - _defined_within(instruction)
         elif _runs_on_streams(instruction, Synchronize):
             for name in streamed:
                 last_use[name] = index

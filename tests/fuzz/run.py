@@ -34,7 +34,8 @@ import torch
 import torch.distributed as dist
 
 from frontend import FrontendError, shard_tensor
-from hostir import MeshError
+from hostir import Deallocate, ForLoop, MeshError, TensorValue
+from hostir.instructions import defined_values
 from hostir.sharding import Sharding
 from lowering import LoweringError
 from tests.fuzz.case import Case, load, make_inputs
@@ -98,10 +99,34 @@ def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
     except Exception:
         return RankResult(CRASH, traceback.format_exc()), _program(fd)
     program = fd.host_ir()
+    unfreed = never_freed(program)
+    if unfreed:
+        return RankResult(CRASH, f"never deallocated (a leak): {', '.join(unfreed)}"), program
     try:
         return compare_outputs(case, fd, outputs, expected, rank), program
     except Exception:
         return RankResult(CRASH, "comparing: " + traceback.format_exc()), program
+
+
+def never_freed(program) -> list[str]:
+    """The intermediates of ``program`` (defined by it, neither input nor output) that no
+    ``deallocate`` frees: each is a leak, once per loop iteration if it is in a loop."""
+    defined: list[str] = []
+    freed: set[str] = set()
+
+    def walk(body) -> None:
+        for instruction in body:
+            if isinstance(instruction, Deallocate):
+                freed.add(instruction.tensor.name)
+            defined.extend(
+                v.name for v in defined_values(instruction) if isinstance(v, TensorValue)
+            )
+            if isinstance(instruction, ForLoop):
+                walk(instruction.body)
+
+    walk(program.body)
+    kept = {v.name for v in (*program.inputs, *program.outputs)}
+    return [name for name in dict.fromkeys(defined) if name not in kept and name not in freed]
 
 
 def _program(fd) -> Any:

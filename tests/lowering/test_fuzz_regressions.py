@@ -15,6 +15,7 @@ import torch
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from lowering import LoweringError
+from tests.fuzz.run import never_freed
 
 X, Y = ParallelType.mesh_x, ParallelType.mesh_y
 
@@ -200,8 +201,16 @@ def test_a_tensor_read_in_a_stream_loop_lives_until_the_streams_join(multidevice
     generator = torch.Generator().manual_seed(0)
     full = [torch.randn(8, 2 * d, generator=generator) for _ in range(2)]
     run_against_torch(fd, multidevice_test, full, [full[1] - full[0]])
-    text = str(fd.host_ir())
+    program = fd.host_ir()
+    text = str(program)
     assert text.index("deallocate T2\n") > text.index("synchronize(stream(j1))")
+    # ... while the chunks the body defines are freed in the body, on its stream (the
+    # first version of this rule kept them alive past the join, where nothing freed them)
+    assert not never_freed(program), text
+    body = text[
+        text.index("set_current_stream(stream(j0))") : text.index("set_current_stream(main)")
+    ]
+    assert "deallocate T1_c" in body, text
 
 
 @pytest.mark.world_sizes(2)
