@@ -16,6 +16,11 @@ larger of the local input and output, so:
   pieces it receives, in source order, are consecutive contiguous ranges of
   ``out``; otherwise one flat temporary, unpacked at ``wait``.
 
+Where one call's buffers would pass the larger of the rank's two blocks (SPEC
+§6's bound), the exchange runs in rounds (``hostir.blocks.exchange_rounds``):
+one alltoallv per round, each waited for before the next, so one round's
+buffers exist at a time.
+
 With an ``op``, each region of ``out`` is combined from its pieces in member
 order of their sources (the first copied, the others combined), so every
 replica of the result is bitwise identical.
@@ -28,7 +33,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hostir.blocks import Box, Operand, Pattern, all_to_all_v_pieces, relative, volume
+from hostir.blocks import (
+    Box,
+    Operand,
+    Pattern,
+    all_to_all_v_pieces,
+    exchange_rounds,
+    keeps_through,
+    relative,
+    volume,
+)
 from hostir.communications import AllToAllV
 from hostir.errors import EvaluationError
 from hostir.handler_common import Request, need, out_buffer
@@ -68,6 +82,9 @@ def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict
         # No member of the group sends anything (all compute the same pattern).
         _combine(out, out_box, kept, op)
         return [out, Request(None)]
+    rounds = exchange_rounds(pattern, op is not None)
+    if len(rounds) > 1:
+        return [out, _in_rounds(context, rounds, pattern, me, (src, src_box), (out, out_box), op)]
     sends, receives, kept = _route(pattern, me, (src, src_box), (out, out_box), kept, op)
     in_splits = _splits(pattern, sends, lambda p: p.destination)
     out_splits = _splits(pattern, receives, lambda p: p.source)
@@ -95,6 +112,60 @@ def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict
     return [out, Request(work, finish)]
 
 
+def _in_rounds(
+    context: RunContext, rounds: tuple, pattern: Pattern, me: int, src: tuple, out: tuple, op
+) -> Request:
+    """Runs the exchange one round (alltoallv call) at a time, each waited for before the
+    next so that only one round's buffers exist at once; returns the last round's request.
+    Partial sums are combined at the end of each round, in source order (the rounds keep
+    each region's sources in order: ``hostir.blocks.exchange_rounds``)."""
+    (src_tensor, src_box), (out_tensor, out_box) = src, out
+    written: set[Box] = set()
+    request = Request(None)
+    for pieces in rounds:
+        request.wait()
+        kept = [
+            (me, src_tensor[relative(p.box, src_box)], p.box)
+            for p in pieces
+            if p.source == me == p.destination
+        ]
+        sends = [p for p in pieces if p.source == me != p.destination]
+        receives = [p for p in pieces if p.destination == me != p.source]
+        send_views = [src_tensor[relative(p.box, src_box)] for p in sends]
+        sent = _flat_run(src_tensor, send_views)
+        if sent is None:
+            sent = _packed(send_views, src_tensor)
+        receive_views = [out_tensor[relative(p.box, out_box)] for p in receives]
+        landing = _flat_run(out_tensor, receive_views) if op is None else None
+        direct = landing is not None
+        if landing is None:
+            size = sum(volume(p.box) for p in receives)
+            landing = torch.empty(size, dtype=out_tensor.dtype, device=out_tensor.device)
+        work = context.communicator.all_to_all_v(
+            landing,
+            sent,
+            _splits(pattern, receives, lambda p: p.source),
+            _splits(pattern, sends, lambda p: p.destination),
+            pattern.group,
+        )
+
+        def finish(
+            receives=receives, landing=landing, direct=direct, kept=kept, views=receive_views
+        ):  # noqa: E501
+            received = _unflattened(landing, receives)
+            if op is None:
+                _combine(out_tensor, out_box, kept, None)
+                if not direct:
+                    for view, data in zip(views, received, strict=True):
+                        view.copy_(data)
+                return
+            parts = [(p.source, d, p.box) for p, d in zip(receives, received, strict=True)]
+            _combine(out_tensor, out_box, parts + kept, op, written)
+
+        request = Request(work, finish)
+    return request
+
+
 def _route(
     pattern: Pattern, me: int, src: tuple, out: tuple, kept: list, op: ReduceOp | None
 ) -> tuple[list, list, list]:
@@ -105,35 +176,13 @@ def _route(
     # Pieces are listed in (source, destination) order.
     sends = [p for p in pattern.pieces if p.source == me]
     receives = [p for p in pattern.pieces if p.destination == me]
-    if op is None and _through_buffers(*src, *out, sends, receives):
+    if keeps_through(pattern, me, pattern.pieces, op is not None):
         return sends, receives, []
     sends = [p for p in sends if p.destination != me]
     receives = [p for p in receives if p.source != me]
     if op is None:
         _combine(out[0], out[1], kept, None)
     return sends, receives, kept
-
-
-def _through_buffers(
-    src: torch.Tensor, src_box: Box, out: torch.Tensor, out_box: Box, sends: list, receives: list
-) -> bool:
-    """Whether the piece a rank keeps should travel through the alltoallv (the backend
-    copies it locally) rather than be copied beside it: when that makes more of the
-    send and receive buffers plain views of ``src`` and ``out`` (a kept piece between two
-    sent row slabs otherwise forces packing). Each rank decides alone: only its own
-    counts for itself change."""
-    if not any(p.source == p.destination for p in sends):
-        return False
-
-    def views(tensor: torch.Tensor, box: Box, pieces: list, keep: bool) -> list:
-        return [tensor[relative(p.box, box)] for p in pieces if keep or p.source != p.destination]
-
-    def direct(keep: bool) -> int:
-        send = _flat_run(src, views(src, src_box, sends, keep)) is not None
-        receive = _flat_run(out, views(out, out_box, receives, keep)) is not None
-        return send + receive
-
-    return direct(True) > direct(False)
 
 
 def operand(context: RunContext, value: TensorValue) -> Operand:
@@ -201,10 +250,13 @@ def _unflattened(flat: torch.Tensor, pieces: list) -> list[torch.Tensor]:
     return views
 
 
-def _combine(out: torch.Tensor, out_box: Box, parts: list, op: ReduceOp | None) -> None:
+def _combine(
+    out: torch.Tensor, out_box: Box, parts: list, op: ReduceOp | None, written: set | None = None
+) -> None:
     """Writes each ``(source, data, box)`` into ``out``, in source order: the first
-    piece of a region is copied, the later ones (only with ``op``) combined with it."""
-    written: set[Box] = set()
+    piece of a region is copied, the later ones (only with ``op``) combined with it;
+    ``written``: the regions written so far (by earlier rounds)."""
+    written = set() if written is None else written
     for _, data, box in sorted(parts, key=lambda part: part[0]):
         region = out[relative(box, out_box)]
         if box not in written:

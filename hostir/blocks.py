@@ -262,3 +262,112 @@ def _check_coverage(
 def print_box(box: Box) -> str:
     """``[0:4, 2:4]``: the box as Python slices of the global tensor."""
     return "[" + ", ".join(f"{o}:{o + e}" for o, e in box) + "]"
+
+
+# ----- buffers and rounds: the memory an AllToAllV holds besides src and out -----
+def box_range(box: Box, block: Box) -> tuple[int, int] | None:
+    """``box``'s [start, stop) in ``block``'s row-major storage if it is one contiguous
+    range, else None: every dim after the last one where it is narrower than the block is
+    whole (by definition of "last"), and every dim before it has extent 1."""
+    narrower = [i for i, ((_, e), (_, f)) in enumerate(zip(box, block, strict=True)) if e != f]
+    if narrower and any(e != 1 for _, e in box[: narrower[-1]]):
+        return None
+    start, stride = 0, 1
+    for (offset, _), (block_offset, full) in reversed(list(zip(box, block, strict=True))):
+        start += (offset - block_offset) * stride
+        stride *= full
+    return start, start + volume(box)
+
+
+def consecutive(boxes: Sequence[Box], block: Box) -> bool:
+    """Whether ``boxes``, in order, are back-to-back contiguous ranges of ``block``'s
+    row-major storage (so one flat view of the block holds them all)."""
+    position = None
+    for box in boxes:
+        span = box_range(box, block)
+        if span is None or (position is not None and span[0] != position):
+            return False
+        position = span[1]
+    return True
+
+
+def call_buffers(pattern: Pattern, member: int, pieces: Sequence[Piece], reduced: bool) -> int:
+    """Elements of the packing and receive buffers ``member`` holds in one alltoallv call
+    moving ``pieces``: a packing buffer unless what it sends, in destination order, is one
+    run of its ``src`` block, and a receive buffer unless (without a reduction) what it
+    receives, in source order, is one run of its ``out`` block. The piece it keeps goes
+    through the call where that saves a buffer (:func:`keeps_through`). The handler
+    (``hostir.all_to_all_v``) allocates exactly these."""
+    return _buffers(
+        pattern, member, pieces, reduced, keeps_through(pattern, member, pieces, reduced)
+    )
+
+
+def keeps_through(pattern: Pattern, member: int, pieces: Sequence[Piece], reduced: bool) -> bool:
+    """Whether ``member``'s kept piece should pass through the alltoallv (the backend copies
+    it) rather than be copied beside it: when that makes a buffer a plain view (a kept row
+    slab between two sent ones). Never with a reduction: kept partial sums are combined."""
+    if reduced or not any(p.source == p.destination == member for p in pieces):
+        return False
+    return _buffers(pattern, member, pieces, reduced, True) < _buffers(
+        pattern, member, pieces, reduced, False
+    )
+
+
+def _buffers(
+    pattern: Pattern, member: int, pieces: Sequence[Piece], reduced: bool, through: bool
+) -> int:
+    moving = [p for p in pieces if through or p.source != p.destination]
+    sends = sorted((p for p in moving if p.source == member), key=lambda p: p.destination)
+    receives = sorted((p for p in moving if p.destination == member), key=lambda p: p.source)
+    packing = 0 if consecutive([p.box for p in sends], pattern.src_boxes[member]) else _sum(sends)
+    direct = not reduced and consecutive([p.box for p in receives], pattern.out_boxes[member])
+    return packing + (0 if direct else _sum(receives))
+
+
+def budget(pattern: Pattern, member: int) -> int:
+    """SPEC §6's bound on what ``member`` may hold besides ``src`` and ``out``: the larger
+    of its two blocks."""
+    return max(volume(pattern.src_boxes[member]), volume(pattern.out_boxes[member]))
+
+
+@lru_cache(maxsize=256)
+def exchange_rounds(pattern: Pattern, reduced: bool) -> tuple[tuple[Piece, ...], ...]:
+    """The pattern's pieces split into the rounds (alltoallv calls) of an AllToAllV, so
+    that no member's buffers in a round exceed its :func:`budget`.
+
+    One round when one call fits. Otherwise the pieces, in (source, destination) order,
+    go first-fit into rounds where neither end's sent plus received elements pass its
+    budget (an upper bound on the round's buffers); a piece alone always fits, since it
+    is part of its source's src block and of its destination's out block. A piece's
+    round is never earlier than that of a piece from a lower source to the same
+    destination (the kept piece included), so combining partial sums round by round, in
+    source order, combines each region in source order: replicas stay bitwise equal.
+    A pure function of the pattern: every member computes the same rounds.
+    """
+    members = range(len(pattern.group))
+    if all(
+        call_buffers(pattern, m, pattern.pieces, reduced) <= budget(pattern, m) for m in members
+    ):
+        return (pattern.pieces,)
+    rounds: list[list[Piece]] = []
+    load: list[dict[int, int]] = []  # per round: elements sent plus received per member
+    earliest = dict.fromkeys(members, 0)  # per destination: the round of its last piece
+    for piece in pattern.pieces:
+        size = 0 if piece.source == piece.destination else volume(piece.box)
+        ends = {piece.source, piece.destination}
+        r = earliest[piece.destination]
+        while r < len(rounds) and any(load[r].get(m, 0) + size > budget(pattern, m) for m in ends):
+            r += 1
+        if r == len(rounds):
+            rounds.append([])
+            load.append({})
+        rounds[r].append(piece)
+        for m in ends:
+            load[r][m] = load[r].get(m, 0) + size
+        earliest[piece.destination] = r
+    return tuple(tuple(pieces) for pieces in rounds)
+
+
+def _sum(pieces: Sequence[Piece]) -> int:
+    return sum(volume(p.box) for p in pieces)

@@ -1,20 +1,28 @@
 """What an AllToAllV step of a plan costs a rank: elements received and temporaries.
 
 Both follow from the exchange pattern ``hostir.blocks.all_to_all_v_pieces``
-computes at run time (the same pure function, on the plan's concrete shape),
-maximised over the ranks of the mesh. The temporaries mirror the handler: a
-packing buffer unless the pieces it sends are consecutive contiguous ranges of
-its block, and a receive buffer unless (without a reduction) the pieces it
-receives are consecutive contiguous ranges of its output.
+computes at run time and its rounds (``hostir.blocks.exchange_rounds``): the
+same pure functions, on the plan's concrete shape, maximised over the ranks of
+the mesh. The temporaries are the handler's buffers in its largest round
+(``hostir.blocks.call_buffers``), which the rounds keep within max(in, out).
 """
 
 from __future__ import annotations
 
 from hostir import Sharding
-from hostir.blocks import Box, Operand, Pattern, all_to_all_v_pieces, volume
+from hostir.blocks import (
+    Operand,
+    Pattern,
+    all_to_all_v_pieces,
+    block_box,
+    call_buffers,
+    exchange_rounds,
+    intersect,
+    volume,
+)
 from hostir.errors import HostIrError
-from hostir.scalars import Const, Scalar, add
-from lowering.plan import Plan, Step, local_elements
+from hostir.scalars import Const, Scalar, add, floordiv, mul, sub
+from lowering.plan import Plan, Step, StepKind, local_elements
 
 
 def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
@@ -58,52 +66,75 @@ def exchange_received(plan: Plan, k: int) -> Scalar | None:
 
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
-    """The most elements of packing and receive buffers any rank holds in step ``k``
-    (the whole input and output when the pattern cannot be computed: symbolic shapes)."""
+    """The most elements of packing and receive buffers any rank holds in one round of
+    step ``k`` (``hostir.blocks.exchange_rounds``; the whole input and output when the
+    pattern cannot be computed: symbolic shapes)."""
     patterns = _patterns(plan, k)
     if patterns is None:
         before = plan.steps[k - 1].after if k else plan.src
         return add(
             local_elements(before, plan.shape), local_elements(plan.steps[k].after, plan.shape)
         )
+    reduced = plan.steps[k].op is not None
     worst = 0
     for me, pattern in patterns:
-        sends = [p for p in pattern.pieces if p.source == me and p.destination != me]
-        recvs = [p for p in pattern.pieces if p.destination == me and p.source != me]
-        sends.sort(key=lambda p: p.destination)
-        recvs.sort(key=lambda p: p.source)
-        reduced = plan.steps[k].op is not None
-        packing = 0 if _consecutive(sends, pattern.src_boxes[me]) else _total(sends)
-        direct = not reduced and _consecutive(recvs, pattern.out_boxes[me])
-        worst = max(worst, packing + (0 if direct else _total(recvs)))
+        for pieces in exchange_rounds(pattern, reduced):
+            worst = max(worst, call_buffers(pattern, me, pieces, reduced))
     return Const(value=worst)
 
 
-def _total(pieces: list) -> int:
-    return sum(volume(p.box) for p in pieces)
-
-
-def _consecutive(pieces: list, block: Box) -> bool:
-    """Whether the pieces, in order, are back-to-back contiguous ranges of ``block``'s
-    row-major storage."""
-    position = None
-    for piece in pieces:
-        span = _range(piece.box, block)
-        if span is None or (position is not None and span[0] != position):
-            return False
-        position = span[1]
-    return True
-
-
-def _range(box: Box, block: Box) -> tuple[int, int] | None:
-    """``box``'s [start, stop) in ``block``'s row-major storage if it is one contiguous
-    range, else None: every dim after the last one where it is narrower than the block is
-    whole (by definition of "last"), and every dim before it has extent 1."""
-    narrower = [i for i, ((_, e), (_, f)) in enumerate(zip(box, block, strict=True)) if e != f]
-    if narrower and any(e != 1 for _, e in box[: narrower[-1]]):
+def exchange_round_count(plan: Plan, k: int) -> int | None:
+    """How many alltoallv calls step ``k`` makes (the most over groups), None if symbolic."""
+    patterns = _patterns(plan, k)
+    if patterns is None:
         return None
-    start, stride = 0, 1
-    for (offset, _), (block_offset, full) in reversed(list(zip(box, block, strict=True))):
-        start += (offset - block_offset) * stride
-        stride *= full
-    return start, start + volume(box)
+    return max(len(exchange_rounds(p, plan.steps[k].op is not None)) for _, p in patterns)
+
+
+def step_received(plan: Plan, k: int) -> Scalar:
+    """Elements a rank receives in step ``k``: exact for an AllToAllV (the most over
+    ranks), at the lower bound of what it lacks for the fixed-pattern collectives."""
+    step = plan.steps[k]
+    before = local_elements(plan.steps[k - 1].after if k else plan.src, plan.shape)
+    after = local_elements(step.after, plan.shape)
+    size = step.team.size if step.team is not None else 1
+    kind = step.kind
+    if kind is StepKind.ALL_TO_ALL_V:
+        exact = exchange_received(plan, k)
+        return exact if exact is not None else after
+    if kind in (StepKind.ALLGATHER, StepKind.GATHER):
+        return sub(after, before)
+    if kind is StepKind.REDUCE_SCATTER:
+        return sub(before, after)
+    if kind is StepKind.ALLREDUCE:  # a reduce-scatter and an all-gather (the ring)
+        return floordiv(mul(before, 2 * (size - 1)), size)
+    if kind in (StepKind.ALL_TO_ALL, StepKind.REDUCE):
+        return floordiv(mul(before, size - 1), size)
+    if kind in (StepKind.LOCAL_SHARD, StepKind.COPY):
+        return Const(value=0)
+    return after
+
+
+def received_in_all(plan: Plan) -> Scalar:
+    """Elements the busiest rank receives over the whole plan (each step's most, summed)."""
+    total: Scalar = Const(value=0)
+    for k in range(len(plan.steps)):
+        total = add(total, step_received(plan, k))
+    return total
+
+
+def received_lower_bound(plan: Plan) -> int | None:
+    """The fewest elements the busiest rank can receive: the part of its target block that
+    it does not already hold in final form (nothing, for a source of partial sums); None
+    for symbolic shapes."""
+    shape = _concrete(plan.shape)
+    if shape is None:
+        return None
+    worst = 0
+    for rank in plan.dst.mesh.devices:
+        out = block_box(plan.dst, shape, rank)
+        held = None
+        if not plan.src.partial and plan.src.mesh == plan.dst.mesh:
+            held = intersect(block_box(plan.src, shape, rank), out)
+        worst = max(worst, volume(out) - (volume(held) if held is not None else 0))
+    return worst

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 from hostir.printer import _MeshNames, print_sharding, print_team
-from hostir.scalars import Const, Scalar, floordiv, mul, print_scalar, sub
-from lowering.exchange_cost import exchange_received
-from lowering.plan import Plan, StepKind, local_elements
-from lowering.plan_memory import memory_bound, peak_of, step_temporaries
+from hostir.scalars import Const, Scalar, print_scalar
+from lowering.exchange_cost import (
+    exchange_round_count,
+    received_in_all,
+    received_lower_bound,
+    step_received,
+)
+from lowering.plan import Plan, StepKind
+from lowering.plan_memory import memory_bound, peak_of, step_staging, step_temporaries
 
 
 def _bytes(elements: Scalar, itemsize: int, names: _MeshNames) -> str:
@@ -15,59 +22,61 @@ def _bytes(elements: Scalar, itemsize: int, names: _MeshNames) -> str:
     return f"{print_scalar(elements, names.name)} x {itemsize} B"
 
 
-def _received(plan: Plan, k: int, before: Scalar, after: Scalar) -> Scalar:
-    """Elements a rank receives in step ``k``, at the lower bound of what it lacks."""
-    step = plan.steps[k]
-    size = step.team.size if step.team is not None else 1
-    if step.kind is StepKind.ALL_TO_ALL_V:
-        exact = exchange_received(plan, k)
-        return exact if exact is not None else after
-    if step.kind is StepKind.ALLGATHER or step.kind is StepKind.GATHER:
-        return sub(after, before)
-    if step.kind is StepKind.REDUCE_SCATTER:
-        return sub(before, after)
-    if step.kind is StepKind.ALL_TO_ALL:
-        return floordiv(mul(before, size - 1), size)
-    if step.kind in (StepKind.ALLREDUCE, StepKind.REDUCE):
-        return floordiv(mul(before, size - 1), size)
-    if step.kind in (StepKind.LOCAL_SHARD, StepKind.COPY):
-        return Const(value=0)
-    return after
-
-
 def explain_plan(plan: Plan) -> str:
     """Each step with its team, bytes received and temporaries per rank (besides the
     input and the output; ``lowering.plan_memory``), and why; then the plan's peak against
     SPEC §6's bound and the fusions applied or refused."""
     names = _MeshNames()
     shape = plan.shape
+
+    def size(elements: Scalar) -> str:
+        return _bytes(elements, plan.itemsize, names)
+
     lines = [
         f"reshard {print_sharding(plan.src, names, shape)} -> "
         f"{print_sharding(plan.dst, names, shape)}"
     ]
-    current = plan.src
     collectives = 0
-    temporaries = step_temporaries(plan)
-    for index, step in enumerate(plan.steps, 1):
-        before = local_elements(current, shape)
-        after = local_elements(step.after, shape)
+    temporaries, staging = step_temporaries(plan), step_staging(plan)
+    for k, step in enumerate(plan.steps):
         team = f" over {print_team(step.team, names)}" if step.team is not None else ""
         if step.kind not in (StepKind.LOCAL_SHARD, StepKind.COPY):
             collectives += 1
+        rounds = exchange_round_count(plan, k) if step.kind is StepKind.ALL_TO_ALL_V else 1
+        in_rounds = f" in {rounds} rounds" if rounds and rounds > 1 else ""
+        staged = "" if staging[k] == Const(value=0) else f" (gloo stages {size(staging[k])})"
         lines.append(
-            f"{index}. {step.kind.value}{team}: receives"
-            f" {_bytes(_received(plan, index - 1, before, after), plan.itemsize, names)} per"
-            " rank,"
-            f" temporaries {_bytes(temporaries[index - 1], plan.itemsize, names)}"
+            f"{k + 1}. {step.kind.value}{team}{in_rounds}: receives"
+            f" {size(step_received(plan, k))} per rank, temporaries {size(temporaries[k])}"
+            + staged
             + (f" -- {step.reason}" if step.reason else "")
         )
-        current = step.after
     lines.append(
         f"{collectives} collective(s), {len(plan.steps)} step(s), peak temporaries"
-        f" {_bytes(peak_of(temporaries), plan.itemsize, names)} (bound max(in, out)"
-        f" = {_bytes(memory_bound(plan), plan.itemsize, names)})"
+        f" {size(peak_of(temporaries))} (bound max(in, out) = {size(memory_bound(plan))});"
+        f" backend staging apart: {size(peak_of(staging))} (gloo)"
     )
+    received, lower = received_in_all(plan), received_lower_bound(plan)
+    if lower is not None and isinstance(received, Const):
+        lines.append(
+            f"receives {size(received)} per rank in all (lower bound: the target block less"
+            f" what the rank holds, {size(Const(value=lower))})"
+        )
+        if received.value > lower:
+            lines.append(f"trade: {_trade(plan)}")
     lines.extend(f"note: {note}" for note in plan.notes)
     meshes = ", ".join(f"{name} = {mesh}" for mesh, name in names.names.items())
     lines.append(f"meshes: {meshes}")
     return "\n".join(lines)
+
+
+def _trade(plan: Plan) -> str:
+    """Why a plan receives more than the lower bound."""
+    if plan.src.partial:
+        copies = math.prod(plan.src.mesh.axis_size(p.axis) for p in plan.src.partial)
+        return (
+            f"the source holds partial sums: {copies} copies of every value are combined, and"
+            " what a rank receives for that is beyond the lower bound, which counts final"
+            " values only"
+        )
+    return "fewer collectives for more bytes received (the steps above say which)"

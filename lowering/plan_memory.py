@@ -2,15 +2,14 @@
 
 The model follows the program ``emit_resharding`` writes and the handlers that
 run it, and counts what a rank holds besides its input (the caller's) and its
-output (the result): intermediates between steps, the packing and staging
-buffers of the handlers, and what the backend stages. For the backend it
-assumes gloo, the larger of the two: its all-gather stages the whole output in
-a flat buffer of its own, and its reduce-scatter all-reduces a copy of the
-whole input (NCCL needs neither). ``benchmarks/redistribute_vs_dtensor.py``
-measures the same quantity with the profiler.
-
-SPEC §6 bounds this by ``max(local input, local output)``
-(:func:`memory_bound`).
+output (the result): the plan's own temporaries are the intermediates between
+steps and the packing and receive buffers of the handlers
+(:func:`step_temporaries`); SPEC §6 bounds them by ``max(local input, local
+output)`` (:func:`memory_bound`). What the backend stages inside a collective
+is reported apart (:func:`step_staging`), for gloo, the larger of the two: its
+all-gather stages the whole output in a flat buffer of its own, and its
+reduce-scatter all-reduces a copy of the whole input (NCCL needs neither).
+``benchmarks/redistribute_vs_dtensor.py`` measures both with the profiler.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ def memory_bound(plan: Plan) -> Scalar:
 
 
 def step_temporaries(plan: Plan) -> list[Scalar]:
-    """Per step, the elements of temporaries held while it runs (see module docstring)."""
+    """Per step, the elements of the plan's own temporaries held while it runs:
+    intermediates and the handlers' buffers (see module docstring)."""
     head = plan.in_output_from()
     contiguous = _slot_contiguity(plan, head)
     result = []
@@ -45,7 +45,7 @@ def step_temporaries(plan: Plan) -> list[Scalar]:
         if step.kind is StepKind.ALL_TO_ALL_V:
             staged = exchange_temporaries(plan, k)
         else:
-            staged = _handler_and_backend(step, before, after, contiguous[k])
+            staged = _handler(step, before, after, contiguous[k])
         result.append(add(held, staged))
         current = step.after
     return result
@@ -75,22 +75,34 @@ def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
     return flags
 
 
-def _handler_and_backend(step: Step, before: Scalar, after: Scalar, contiguous: bool) -> Scalar:
-    """Packing and staging buffers of one step's handler, plus gloo's own."""
+def _handler(step: Step, before: Scalar, after: Scalar, contiguous: bool) -> Scalar:
+    """Packing and receive buffers of one step's handler (``hostir.communication_handlers``)."""
     zero = Const(value=0)
     kind = step.kind
-    if kind is StepKind.ALLGATHER:
-        return after  # chunks land in (views of) out; gloo stages the whole output
-    if kind is StepKind.REDUCE_SCATTER:
-        return before  # chunks handed over as views; gloo copies the whole input
-    if kind is StepKind.ALLREDUCE:
-        return zero if contiguous else after
+    if kind in (StepKind.ALLGATHER, StepKind.REDUCE_SCATTER, StepKind.ALLREDUCE):
+        return zero if contiguous else after  # chunks are views of out, else a landing copy
     if kind is StepKind.ALL_TO_ALL:
         packing = zero if step.axis == 0 else before
         receiving = zero if step.concat_axis == 0 and contiguous else after
         return add(packing, receiving)
     if kind in (StepKind.REDUCE, StepKind.SCATTER):
         return before
-    if kind in (StepKind.GATHER, StepKind.SEND_RECV, StepKind.ALL_TO_ALL_V):
+    if kind in (StepKind.GATHER, StepKind.SEND_RECV):
         return after
     return zero  # permute (sent and received in place), local slices, copies
+
+
+def step_staging(plan: Plan) -> list[Scalar]:
+    """Per step, the elements gloo stages inside the collective (not the plan's own; not in
+    the bound): a flat copy of an all-gather's whole output, of a reduce-scatter's input."""
+    result: list[Scalar] = []
+    current = plan.src
+    for step in plan.steps:
+        if step.kind is StepKind.ALLGATHER:
+            result.append(local_elements(step.after, plan.shape))
+        elif step.kind is StepKind.REDUCE_SCATTER:
+            result.append(local_elements(current, plan.shape))
+        else:
+            result.append(Const(value=0))
+        current = step.after
+    return result

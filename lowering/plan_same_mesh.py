@@ -32,6 +32,7 @@ from hostir import MeshAxis, ReduceOp, Sharding
 from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul
 from hostir.team import Team
 from lowering.errors import ReshardingError
+from lowering.exchange_cost import exchange_round_count, step_received
 from lowering.plan import Plan, Planner, Step, StepKind
 from lowering.plan_memory import memory_bound, peak_temporaries
 
@@ -70,31 +71,56 @@ def _names(axes: tuple[MeshAxis, ...]) -> str:
     return "(" + ", ".join(a.value for a in axes) + ")"
 
 
-# ----- the exchange: one AllToAllV instead of gathering and slicing -----
+# ----- the exchange: AllToAllV instead of gathering and slicing -----
 def _exchange_instead(
     planner: Planner, target: Sharding, since: tuple[int, int], source: Sharding
 ) -> None:
-    """Replaces the rule steps (and notes) since ``since`` by one AllToAllV when they slice
+    """Replaces the rule steps (and notes) since ``since`` by an exchange when they slice
     data they communicated (so they moved data no rank keeps) or hold more temporaries
-    than SPEC §6's bound, and the AllToAllV holds fewer."""
+    than SPEC §6's bound: one AllToAllV, or, for partial sums, a ReduceScatter (reduce
+    first, while the data is smallest) and then one AllToAllV; the candidate the cost
+    model (:func:`_cost`) prefers, if it beats the rules."""
     start, notes = since
-    steps = planner.steps[start:]
+    steps = tuple(planner.steps[start:])
     communicated = [k for k, s in enumerate(steps) if s.kind is not StepKind.LOCAL_SHARD]
     if not communicated:
         return
     sliced_after = any(
         s.kind is StepKind.LOCAL_SHARD and k > communicated[0] for k, s in enumerate(steps)
     )
-    rules = _sub_plan(planner, source, target, tuple(steps))
-    rules_peak = peak_temporaries(rules)
-    over_bound = _exceeds(rules_peak, memory_bound(rules))
-    if not (sliced_after or over_bound):
+    rules = _sub_plan(planner, source, target, steps)
+    if not (sliced_after or _exceeds(peak_temporaries(rules), memory_bound(rules))):
         return
     reduced = [p for p in source.partial if p not in target.partial]
-    ops = {p.op for p in reduced}
-    if len(ops) > 1:
+    if len({p.op for p in reduced}) > 1:
         planner.note("no AllToAllV: partial sums with different reduce ops")
         return
+    why = (
+        "the rules would gather data and slice part of it away"
+        if sliced_after
+        else "the rules would hold more temporaries than max(in, out)"
+    )
+    candidates = [_exchange(planner, source, target, why)]
+    candidates += _reduce_then_exchange(planner, source, target, reduced, why)
+    best = min(candidates, key=lambda c: _cost(_sub_plan(planner, source, target, c)))
+    if _cost(_sub_plan(planner, source, target, best)) >= _cost(rules):
+        planner.note("no AllToAllV: the rules cost no more (bound, calls, bytes received)")
+        return
+    del planner.steps[start:]
+    del planner.notes[notes:]
+    planner.steps.extend(best)
+    planner.current = target
+    involved = _names(best[-1].team.axes)
+    planner.note(
+        f"exchange: {'one ' * (len(best) == 1)}{' + '.join(s.kind.value for s in best)} over"
+        f" {involved} instead of"
+        f" {len(communicated)} collective(s)"
+        + (" followed by local slices" if sliced_after else "")
+    )
+
+
+def _exchange(planner: Planner, source: Sharding, target: Sharding, why: str) -> tuple[Step]:
+    """One AllToAllV from ``source`` to ``target`` over the mesh axes either involves."""
     mesh = source.mesh
     involved = tuple(
         a
@@ -103,31 +129,67 @@ def _exchange_instead(
         or planner.dim_of(target, a) is not None
         or any(p.axis == a for p in (*source.partial, *target.partial))
     )
-    exchange = Step(
-        kind=StepKind.ALL_TO_ALL_V,
-        after=target,
-        team=_team(planner, involved),
-        op=next(iter(ops)) if ops else None,
-        reason=(
-            "the rules would gather data and slice part of it away"
-            if sliced_after
-            else "the rules would hold more temporaries than max(in, out)"
+    ops = {p.op for p in source.partial if p not in target.partial}
+    return (
+        Step(
+            kind=StepKind.ALL_TO_ALL_V,
+            after=target,
+            team=_team(planner, involved),
+            op=next(iter(ops)) if ops else None,
+            reason=f"{why}; one all-to-all with uneven splits sends each rank just the pieces"
+            " of its block it lacks" + (" (partial sums combined on arrival)" if ops else ""),
+        ),
+    )
+
+
+def _reduce_then_exchange(
+    planner: Planner, source: Sharding, target: Sharding, reduced: list, why: str
+) -> list[tuple[Step, ...]]:
+    """For each dim the reduced partial axes can split: a ReduceScatter along it (the
+    axes appended to the dim's), then one AllToAllV to ``target`` (if still needed)."""
+    if not reduced:
+        return []
+    axes = _in_mesh_order(planner, [p.axis for p in reduced])
+    factor = math.prod(source.mesh.axis_size(a) for a in axes)
+    found = []
+    for dim in range(len(target.dims)):
+        have = planner.axes(source, dim)
+        local = planner.shape[dim]
+        if not isinstance(local, Const) or local.value % (factor * _size(source, have)):
+            continue
+        after = planner.with_dim(replace(source, partial=target.partial), dim, have + axes)
+        scatter = Step(
+            kind=StepKind.REDUCE_SCATTER,
+            after=after,
+            team=_team(planner, axes),
+            axis=dim,
+            op=reduced[0].op,
+            reason=f"reduce the partial sums over {_names(axes)} along dim {dim} first, while"
+            " the data is smallest",
         )
-        + "; one all-to-all with uneven splits sends each rank just the pieces of its block"
-        " it lacks" + (" (partial sums combined on arrival)" if ops else ""),
+        found.append(
+            (scatter,) if after == target else (scatter, *_exchange(planner, after, target, why))
+        )
+    return found
+
+
+def _size(sharding: Sharding, axes: tuple[MeshAxis, ...]) -> int:
+    return math.prod(sharding.mesh.axis_size(a) for a in axes)
+
+
+def _cost(plan: Plan) -> tuple:
+    """What the planner minimises, in order: temporaries over SPEC §6's bound, backend calls
+    (an AllToAllV's rounds each count), elements received by the busiest rank, temporaries.
+    Symbolic quantities count as 0 (plans of symbolic shapes keep the rules)."""
+    peak, bound = peak_temporaries(plan), memory_bound(plan)
+    calls = sum(
+        (exchange_round_count(plan, k) or 1) if s.kind is StepKind.ALL_TO_ALL_V else 1
+        for k, s in enumerate(plan.steps)
+        if s.kind is not StepKind.LOCAL_SHARD
     )
-    single = _sub_plan(planner, source, target, (exchange,))
-    if _exceeds(peak_temporaries(single), rules_peak, strictly=False):
-        planner.note("no AllToAllV: it would hold as many temporaries as the rules")
-        return
-    del planner.steps[start:]
-    del planner.notes[notes:]
-    planner.steps.append(exchange)
-    planner.current = target
-    planner.note(
-        f"exchange: one AllToAllV over {_names(involved)} instead of {len(communicated)}"
-        " collective(s)" + (" followed by local slices" if sliced_after else "")
-    )
+    received = [step_received(plan, k) for k in range(len(plan.steps))]
+    total = sum(r.value for r in received if isinstance(r, Const))
+    return (_exceeds(peak, bound), calls, total, peak.value if isinstance(peak, Const) else 0)
 
 
 def _sub_plan(

@@ -190,7 +190,9 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
 
     class Spy(TorchCommunicator):
         def all_to_all_v(self, out, inp, out_splits, in_splits, group):
-            seen.append((inp.untyped_storage().data_ptr(), out.untyped_storage().data_ptr()))
+            seen.append(
+                (inp.untyped_storage().data_ptr(), out.untyped_storage().data_ptr(), in_splits)
+            )
             return super().all_to_all_v(out, inp, out_splits, in_splits, group)
 
     rank = multidevice_test.rank
@@ -199,19 +201,21 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     given, expected = inputs_and_expected("columns_to_rows_4", rank)
     (out,) = HostIrEvaluator(build("columns_to_rows_4")[0], communicator=Spy()).run([given])
     assert torch.equal(out, expected)
-    sent, landed = seen.pop()
+    sent, landed, _ = seen.pop()
     assert sent == given.untyped_storage().data_ptr()
     assert landed != out.untyped_storage().data_ptr()
-    # x to y on 2x2: ranks 1 and 2 receive their whole block from ranks 0 and 3, straight
-    # into out; ranks 0 and 3 send their whole src.
+    # x to y on 2x2: ranks 1 and 2 receive their whole block from ranks 0 and 1, straight
+    # into out; ranks 0 and 1 send their whole src; rank 3 keeps its block and sends nothing.
     given, expected = inputs_and_expected("x_to_y_2x2", rank)
     (out,) = HostIrEvaluator(build("x_to_y_2x2")[0], communicator=Spy()).run([given])
     assert torch.equal(out, expected)
-    sent, landed = seen.pop()
-    if rank in (0, 3):
+    sent, landed, in_splits = seen.pop()
+    if rank in (0, 1):
         assert sent == given.untyped_storage().data_ptr()
-    else:
+    if rank in (1, 2):
         assert landed == out.untyped_storage().data_ptr()
+    if rank == 3:
+        assert sum(in_splits) == 0
 
 
 # ----- text, JSON, pictures -----
