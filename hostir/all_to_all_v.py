@@ -37,6 +37,7 @@ from hostir.blocks import (
     Box,
     Operand,
     Pattern,
+    Piece,
     all_to_all_v_pieces,
     exchange_rounds,
     keeps_through,
@@ -72,32 +73,65 @@ def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict
     _check_local(src, src_box, instruction.src, context)
     _check_local(out, out_box, instruction.out, context)
     op = instruction.op
-    # What this rank keeps of its own src, as (source, data, box) like received pieces.
-    kept = [
-        (me, src[relative(p.box, src_box)], p.box)
-        for p in pattern.pieces
-        if p.source == me == p.destination
-    ]
     if not pattern.communicates:
         # No member of the group sends anything (all compute the same pattern).
+        kept = [
+            (me, src[relative(p.box, src_box)], p.box) for p in pattern.pieces if p.source == me
+        ]
         _combine(out, out_box, kept, op)
         return [out, Request(None)]
-    rounds = exchange_rounds(pattern, op is not None)
-    if len(rounds) > 1:
-        return [out, _in_rounds(context, rounds, pattern, me, (src, src_box), (out, out_box), op)]
-    sends, receives, kept = _route(pattern, me, (src, src_box), (out, out_box), kept, op)
-    in_splits = _splits(pattern, sends, lambda p: p.destination)
-    out_splits = _splits(pattern, receives, lambda p: p.source)
-    send_views = [src[relative(p.box, src_box)] for p in sends]
-    sent = _flat_run(src, send_views)
+    # One call, or rounds each waited for before the next so that one round's buffers
+    # exist at a time (hostir.blocks.exchange_rounds).
+    written: set[Box] = set()  # regions of out written so far, for combining partial sums
+    request = Request(None)
+    for pieces in exchange_rounds(pattern, op is not None):
+        request.wait()
+        request = _call(context, pattern, me, (src, src_box), (out, out_box), pieces, op, written)
+    return [out, request]
+
+
+def _call(
+    context: RunContext,
+    pattern: Pattern,
+    me: int,
+    src: tuple,
+    out: tuple,
+    pieces: Sequence[Piece],
+    op: ReduceOp | None,
+    written: set[Box],
+) -> Request:
+    """Posts one alltoallv moving ``pieces`` (the whole pattern or one round of it).
+
+    The piece this rank keeps goes through the call where that makes a buffer a plain
+    view (``hostir.blocks.keeps_through``); otherwise it is copied now (no op: out's
+    regions are disjoint) or combined at ``wait`` with the received ones, in source order
+    (pieces are listed in (source, destination) order, so sends come in destination
+    order and receives in source order)."""
+    (src_tensor, src_box), (out_tensor, out_box) = src, out
+    through = keeps_through(pattern, me, pieces, op is not None)
+    kept, sends, receives = [], [], []
+    for p in pieces:
+        if p.source == me == p.destination and not through:
+            kept.append((me, src_tensor[relative(p.box, src_box)], p.box))
+            continue
+        if p.source == me:
+            sends.append(p)
+        if p.destination == me:
+            receives.append(p)
+    if op is None:
+        _combine(out_tensor, out_box, kept, None)
+    send_views = [src_tensor[relative(p.box, src_box)] for p in sends]
+    sent = _flat_run(src_tensor, send_views)
     if sent is None:
-        sent = _packed(send_views, src)
-    receive_views = [out[relative(p.box, out_box)] for p in receives]
-    landing = _flat_run(out, receive_views) if op is None else None
+        sent = _packed(send_views, src_tensor)
+    receive_views = [out_tensor[relative(p.box, out_box)] for p in receives]
+    landing = _flat_run(out_tensor, receive_views) if op is None else None
     direct = landing is not None
+    out_splits = _splits(pattern, receives, lambda p: p.source)
     if landing is None:
-        landing = torch.empty(sum(out_splits), dtype=out.dtype, device=out.device)
-    work = context.communicator.all_to_all_v(landing, sent, out_splits, in_splits, group)
+        landing = torch.empty(sum(out_splits), dtype=out_tensor.dtype, device=out_tensor.device)
+    in_splits = _splits(pattern, sends, lambda p: p.destination)
+    work = context.communicator.all_to_all_v(landing, sent, out_splits, in_splits, pattern.group)
 
     def finish() -> None:
         received = _unflattened(landing, receives)
@@ -107,82 +141,9 @@ def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict
                     view.copy_(data)
             return
         parts = [(p.source, data, p.box) for p, data in zip(receives, received, strict=True)]
-        _combine(out, out_box, parts + kept, op)
+        _combine(out_tensor, out_box, parts + kept, op, written)
 
-    return [out, Request(work, finish)]
-
-
-def _in_rounds(
-    context: RunContext, rounds: tuple, pattern: Pattern, me: int, src: tuple, out: tuple, op
-) -> Request:
-    """Runs the exchange one round (alltoallv call) at a time, each waited for before the
-    next so that only one round's buffers exist at once; returns the last round's request.
-    Partial sums are combined at the end of each round, in source order (the rounds keep
-    each region's sources in order: ``hostir.blocks.exchange_rounds``)."""
-    (src_tensor, src_box), (out_tensor, out_box) = src, out
-    written: set[Box] = set()
-    request = Request(None)
-    for pieces in rounds:
-        request.wait()
-        kept = [
-            (me, src_tensor[relative(p.box, src_box)], p.box)
-            for p in pieces
-            if p.source == me == p.destination
-        ]
-        sends = [p for p in pieces if p.source == me != p.destination]
-        receives = [p for p in pieces if p.destination == me != p.source]
-        send_views = [src_tensor[relative(p.box, src_box)] for p in sends]
-        sent = _flat_run(src_tensor, send_views)
-        if sent is None:
-            sent = _packed(send_views, src_tensor)
-        receive_views = [out_tensor[relative(p.box, out_box)] for p in receives]
-        landing = _flat_run(out_tensor, receive_views) if op is None else None
-        direct = landing is not None
-        if landing is None:
-            size = sum(volume(p.box) for p in receives)
-            landing = torch.empty(size, dtype=out_tensor.dtype, device=out_tensor.device)
-        work = context.communicator.all_to_all_v(
-            landing,
-            sent,
-            _splits(pattern, receives, lambda p: p.source),
-            _splits(pattern, sends, lambda p: p.destination),
-            pattern.group,
-        )
-
-        def finish(
-            receives=receives, landing=landing, direct=direct, kept=kept, views=receive_views
-        ):  # noqa: E501
-            received = _unflattened(landing, receives)
-            if op is None:
-                _combine(out_tensor, out_box, kept, None)
-                if not direct:
-                    for view, data in zip(views, received, strict=True):
-                        view.copy_(data)
-                return
-            parts = [(p.source, d, p.box) for p, d in zip(receives, received, strict=True)]
-            _combine(out_tensor, out_box, parts + kept, op, written)
-
-        request = Request(work, finish)
-    return request
-
-
-def _route(
-    pattern: Pattern, me: int, src: tuple, out: tuple, kept: list, op: ReduceOp | None
-) -> tuple[list, list, list]:
-    """What this rank sends and receives through the alltoallv (destination and source
-    order), and what it keeps aside: the kept piece goes through the call only where that
-    makes a buffer a plain view; otherwise it is copied now (no op: out's regions are
-    disjoint) or combined at ``wait`` (with op, in member order)."""
-    # Pieces are listed in (source, destination) order.
-    sends = [p for p in pattern.pieces if p.source == me]
-    receives = [p for p in pattern.pieces if p.destination == me]
-    if keeps_through(pattern, me, pattern.pieces, op is not None):
-        return sends, receives, []
-    sends = [p for p in sends if p.destination != me]
-    receives = [p for p in receives if p.source != me]
-    if op is None:
-        _combine(out[0], out[1], kept, None)
-    return sends, receives, kept
+    return Request(work, finish)
 
 
 def operand(context: RunContext, value: TensorValue) -> Operand:

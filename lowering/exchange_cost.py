@@ -9,6 +9,8 @@ the mesh. The temporaries are the handler's buffers in its largest round
 
 from __future__ import annotations
 
+import functools
+
 from hostir import Sharding
 from hostir.blocks import (
     Operand,
@@ -31,9 +33,11 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
     return None
 
 
-def _patterns(plan: Plan, k: int) -> list[tuple[int, Pattern]] | None:
+@functools.lru_cache(maxsize=256)
+def _patterns(plan: Plan, k: int) -> tuple[tuple[int, Pattern], ...] | None:
     """(position in group, pattern) for every rank of the mesh; None if the shape is
-    symbolic or the pattern cannot be formed."""
+    symbolic or the pattern cannot be formed. Cached: the planner's cost model, the
+    memory model and ``explain`` all ask for the same step's patterns."""
     step: Step = plan.steps[k]
     shape = _concrete(plan.shape)
     if shape is None:
@@ -49,7 +53,7 @@ def _patterns(plan: Plan, k: int) -> list[tuple[int, Pattern]] | None:
             found.append((group.index(rank), pattern))
     except HostIrError:
         return None
-    return found
+    return tuple(found)
 
 
 def exchange_received(plan: Plan, k: int) -> Scalar | None:

@@ -102,8 +102,10 @@ def _exchange_instead(
     )
     candidates = [_exchange(planner, source, target, why)]
     candidates += _reduce_then_exchange(planner, source, target, reduced, why)
-    best = min(candidates, key=lambda c: _cost(_sub_plan(planner, source, target, c)))
-    if _cost(_sub_plan(planner, source, target, best)) >= _cost(rules):
+    costs = [_cost(_sub_plan(planner, source, target, c)) for c in candidates]
+    chosen = min(range(len(candidates)), key=costs.__getitem__)  # the first of equals
+    best = candidates[chosen]
+    if costs[chosen] >= _cost(rules):
         planner.note("no AllToAllV: the rules cost no more (bound, calls, bytes received)")
         return
     del planner.steps[start:]
