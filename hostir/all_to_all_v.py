@@ -16,10 +16,9 @@ larger of the local input and output, so:
   pieces it receives, in source order, are consecutive contiguous ranges of
   ``out``; otherwise one flat temporary, unpacked at ``wait``.
 
-Where one call's buffers would pass the larger of the rank's two blocks (SPEC
-§6's bound), the exchange runs in rounds (``hostir.blocks.exchange_rounds``):
-one alltoallv per round, each waited for before the next, so one round's
-buffers exist at a time.
+With ``rounds=k`` the exchange is k alltoallv calls (``hostir.blocks.exchange_rounds``),
+each moving a slab of every piece and waited for before the next, so one
+round's buffers exist at a time.
 
 With an ``op``, each region of ``out`` is combined from its pieces in member
 order of their sources (the first copied, the others combined), so every
@@ -35,12 +34,12 @@ import torch
 
 from hostir.blocks import (
     Box,
+    Exchange,
     Operand,
-    Pattern,
     Piece,
-    all_to_all_v_pieces,
     exchange_rounds,
     keeps_through,
+    member_exchange,
     relative,
     volume,
 )
@@ -57,67 +56,63 @@ if TYPE_CHECKING:
 
 def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict) -> list:
     """AllToAllV on this rank: the piece it keeps copied locally (or passed through the
-    call), the others through one alltoallv of the group; ``out`` and its request."""
-    group = instruction.team.group_of(context.rank)
-    me = group.index(context.rank)
+    call), the others through one alltoallv of the group per round; ``out`` and its
+    request."""
     src = need(operands["src"], instruction, "src", context)
     out = need(out_buffer(context, instruction, operands), instruction, "out", context)
-    pattern = all_to_all_v_pieces(
+    exchange = member_exchange(
         operand(context, instruction.src),
         operand(context, instruction.out),
         instruction.team,
-        group,
+        context.rank,
         instruction.op is not None,
     )
-    src_box, out_box = pattern.src_boxes[me], pattern.out_boxes[me]
-    _check_local(src, src_box, instruction.src, context)
-    _check_local(out, out_box, instruction.out, context)
+    _check_local(src, exchange.src_box, instruction.src, context)
+    _check_local(out, exchange.out_box, instruction.out, context)
     op = instruction.op
-    if not pattern.communicates:
-        # No member of the group sends anything (all compute the same pattern).
+    if not exchange.communicates:
+        # No member of the group sends anything (every member knows it alike).
         kept = [
-            (me, src[relative(p.box, src_box)], p.box) for p in pattern.pieces if p.source == me
+            (exchange.member, src[relative(p.box, exchange.src_box)], p.box) for p in exchange.sends
         ]
-        _combine(out, out_box, kept, op)
+        _combine(out, exchange.out_box, kept, op)
         return [out, Request(None)]
-    # One call, or rounds each waited for before the next so that one round's buffers
-    # exist at a time (hostir.blocks.exchange_rounds).
+    group = instruction.team.group_of(context.rank)
+    # Rounds each waited for before the next, so that one round's buffers exist at a time.
     written: set[Box] = set()  # regions of out written so far, for combining partial sums
     request = Request(None)
-    for pieces in exchange_rounds(pattern, op is not None):
+    for sends, receives in exchange_rounds(exchange, instruction.rounds or 1):
         request.wait()
-        request = _call(context, pattern, me, (src, src_box), (out, out_box), pieces, op, written)
+        request = _call(context, group, exchange, (src, out), (sends, receives), op, written)
     return [out, request]
 
 
 def _call(
     context: RunContext,
-    pattern: Pattern,
-    me: int,
-    src: tuple,
-    out: tuple,
-    pieces: Sequence[Piece],
+    group: tuple[int, ...],
+    exchange: Exchange,
+    tensors: tuple,
+    pieces: tuple[Sequence[Piece], Sequence[Piece]],
     op: ReduceOp | None,
     written: set[Box],
 ) -> Request:
-    """Posts one alltoallv moving ``pieces`` (the whole pattern or one round of it).
+    """Posts one alltoallv sending and receiving ``pieces`` (the whole exchange or one
+    round of it).
 
     The piece this rank keeps goes through the call where that makes a buffer a plain
     view (``hostir.blocks.keeps_through``); otherwise it is copied now (no op: out's
     regions are disjoint) or combined at ``wait`` with the received ones, in source order
-    (pieces are listed in (source, destination) order, so sends come in destination
-    order and receives in source order)."""
-    (src_tensor, src_box), (out_tensor, out_box) = src, out
-    through = keeps_through(pattern, me, pieces, op is not None)
-    kept, sends, receives = [], [], []
-    for p in pieces:
-        if p.source == me == p.destination and not through:
-            kept.append((me, src_tensor[relative(p.box, src_box)], p.box))
-            continue
-        if p.source == me:
-            sends.append(p)
-        if p.destination == me:
-            receives.append(p)
+    (sends come in destination order and receives in source order)."""
+    (src_tensor, out_tensor), (all_sends, all_receives) = tensors, pieces
+    src_box, out_box, me = exchange.src_box, exchange.out_box, exchange.member
+    through = keeps_through(exchange, all_sends, all_receives, op is not None)
+    kept = [
+        (me, src_tensor[relative(p.box, src_box)], p.box)
+        for p in all_receives
+        if p.source == me and not through
+    ]
+    sends = [p for p in all_sends if through or p.destination != me]
+    receives = [p for p in all_receives if through or p.source != me]
     if op is None:
         _combine(out_tensor, out_box, kept, None)
     send_views = [src_tensor[relative(p.box, src_box)] for p in sends]
@@ -127,11 +122,11 @@ def _call(
     receive_views = [out_tensor[relative(p.box, out_box)] for p in receives]
     landing = _flat_run(out_tensor, receive_views) if op is None else None
     direct = landing is not None
-    out_splits = _splits(pattern, receives, lambda p: p.source)
+    out_splits = _splits(exchange.group_size, receives, lambda p: p.source)
     if landing is None:
         landing = torch.empty(sum(out_splits), dtype=out_tensor.dtype, device=out_tensor.device)
-    in_splits = _splits(pattern, sends, lambda p: p.destination)
-    work = context.communicator.all_to_all_v(landing, sent, out_splits, in_splits, pattern.group)
+    in_splits = _splits(exchange.group_size, sends, lambda p: p.destination)
+    work = context.communicator.all_to_all_v(landing, sent, out_splits, in_splits, group)
 
     def finish() -> None:
         received = _unflattened(landing, receives)
@@ -168,9 +163,9 @@ def _check_local(tensor: torch.Tensor, box: Box, value: TensorValue, context: Ru
             )
 
 
-def _splits(pattern: Pattern, pieces: Sequence, member) -> list[int]:
+def _splits(group_size: int, pieces: Sequence, member) -> list[int]:
     """Element counts per member in group order (0 for members without a piece)."""
-    splits = [0] * len(pattern.group)
+    splits = [0] * group_size
     for piece in pieces:
         splits[member(piece)] += volume(piece.box)
     return splits

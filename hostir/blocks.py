@@ -15,6 +15,7 @@ computes the same pattern, and it needs neither torch nor a running world
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,19 +116,19 @@ class Piece:
 
 
 @dataclass(frozen=True, slots=True)
-class Pattern:
-    """An AllToAllV's exchange within one group: its pieces in (source, destination)
-    order, and each member's ``src`` and ``out`` boxes."""
+class Exchange:
+    """One member's part of an AllToAllV: its ``src`` and ``out`` boxes, the pieces it
+    sends (in destination order) and receives (in source order). The piece it keeps
+    (source and destination itself) is in both. ``communicates`` says whether any
+    member of the group moves data (the same on every member)."""
 
-    group: tuple[int, ...]
-    pieces: tuple[Piece, ...]
-    src_boxes: tuple[Box, ...]
-    out_boxes: tuple[Box, ...]
-
-    @property
-    def communicates(self) -> bool:
-        """Whether any piece moves between two different members."""
-        return any(p.source != p.destination for p in self.pieces)
+    member: int
+    group_size: int
+    src_box: Box
+    out_box: Box
+    sends: tuple[Piece, ...]
+    receives: tuple[Piece, ...]
+    communicates: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,26 +141,202 @@ class Operand:
     shape: tuple[int, ...]
 
 
-@lru_cache(maxsize=256)
-def all_to_all_v_pieces(
-    src: Operand, out: Operand, team: Team, group: tuple[int, ...], reduced: bool
-) -> Pattern:
-    """The pieces of an AllToAllV from ``src`` to ``out`` within ``group`` of ``team``.
+@dataclass(frozen=True)
+class _DimBlocks:
+    """How one dim is cut into blocks: its mesh dims (outer first), their sizes, and the
+    local extent of a block."""
 
-    Members with the same coordinates on the team axes that shard ``src``, are
-    *reduced* partial axes (``src`` partial, ``out`` not) or stay partial form a
-    *cell*: they hold the same values. The piece from a cell to member d is
-    ``box(src, cell) ∩ box(out, d)`` when it is not empty (and, on axes that
-    stay partial, the cell agrees with d); it comes from d itself when d is in
-    the cell, else from the cell's members in turn, destinations in order, so
-    replicas share the sending. So each piece comes from exactly one member per
-    coordinate of the reduced axes.
-    ``reduced`` says whether the instruction has an ``op`` to reduce with.
+    dims: tuple[int, ...]
+    sizes: tuple[int, ...]
+    local: int
 
-    Raises :class:`EvaluationError` when the layouts are not blocks, ``out`` is
-    partial where ``src`` is not, partial sums would be left unreduced, or some
-    ``out`` box is not covered exactly once per reduced-axes coordinate.
+    def index(self, coords: Sequence[int]) -> int:
+        """The block index of a member with mesh coordinates ``coords``."""
+        index = 0
+        for m, size in zip(self.dims, self.sizes, strict=True):
+            index = index * size + coords[m]
+        return index
+
+    def overlapping(
+        self, interval: tuple[int, int]
+    ) -> list[tuple[tuple[int, ...], tuple[int, int]]]:
+        """(coordinates on ``dims``, common interval) of each block overlapping ``interval``."""
+        start, extent = interval
+        found = []
+        for index in range(start // self.local, (start + extent - 1) // self.local + 1):
+            low = max(start, index * self.local)
+            high = min(start + extent, (index + 1) * self.local)
+            digits, rest = [], index
+            for size in reversed(self.sizes):
+                digits.append(rest % size)
+                rest //= size
+            found.append((tuple(reversed(digits)), (low, high - low)))
+        return found
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """The parts every member of an exchange plays alike: per dim, the mesh dims (outer
+    first) and local extent of ``src``'s and ``out``'s blocks; the team's mesh dims
+    (in team order: a member's position is its linear index over them), those that
+    key a source *cell* (shard ``src``, are reduced or stay partial: the members of a
+    cell hold the same values), the *free* ones (the others: replicas differ there),
+    the reduced ones, the ones that stay partial, and those outside the team."""
+
+    src_layout: tuple[_DimBlocks, ...]
+    out_layout: tuple[_DimBlocks, ...]
+    team: tuple[int, ...]
+    keyed: tuple[int, ...]
+    free: tuple[int, ...]
+    reduced: tuple[int, ...]
+    kept: tuple[int, ...]
+    outside: tuple[int, ...]
+    communicates: bool
+    uncoverable: bool
+
+
+def member_exchange(src: Operand, out: Operand, team: Team, rank: int, reduced: bool) -> Exchange:
+    """What ``rank`` sends and receives in an AllToAllV from ``src`` to ``out`` over
+    ``team``, computed from its own coordinates alone (the work is linear in its own
+    pieces, not in the group's size).
+
+    Members with the same coordinates on the *keyed* team axes (those that shard
+    ``src``, are reduced, or stay partial) form a *cell* and hold the same values. The
+    piece from a cell to member d is ``box(src, cell) ∩ box(out, d)`` when not empty
+    (on axes that stay partial, the cell agrees with d). It comes from d itself when d
+    is in the cell; otherwise from the replica whose linear index on the free team axes
+    is (d's index there + d's index on the keyed axes) mod their size, so destinations
+    spread over the replicas. Every member computes the same rule, so a sender and its
+    receiver agree on every piece. ``reduced``: the instruction has an ``op``.
+
+    Raises :class:`EvaluationError` when the layouts are not blocks, ``out`` is partial
+    where ``src`` is not, partial sums would be left unreduced, or the team cannot
+    cover some member's ``out`` block (every member raises alike).
     """
+    roles = _roles(src, out, team, reduced)
+    if team.mesh.coordinates(rank) is None:
+        raise EvaluationError(f"AllToAllV: rank {rank} is not on the team's mesh {team.mesh}")
+    if roles.uncoverable:
+        _check_coverage(src, out, team, rank, roles)
+    return _member_exchange(src, out, team, rank, roles)
+
+
+@lru_cache(maxsize=8192)
+def _member_exchange(src: Operand, out: Operand, team: Team, rank: int, roles: _Roles) -> Exchange:
+    mesh = team.mesh
+    coords = mesh.coordinates(rank)
+    member = _linear(coords, roles.team, mesh.shape)
+    src_box = _box(roles.src_layout, coords)
+    out_box = _box(roles.out_layout, coords)
+    receives = sorted(_receives(roles, team, coords, out_box, member), key=lambda p: p.source)
+    sends = sorted(_sends(roles, team, coords, src_box, member), key=lambda p: p.destination)
+    group_size = math.prod(mesh.axis_size(a) for a in team.axes)
+    return Exchange(
+        member, group_size, src_box, out_box, tuple(sends), tuple(receives), roles.communicates
+    )
+
+
+def _box(layout: tuple[_DimBlocks, ...], coords: Sequence[int]) -> Box:
+    return tuple((blocks.index(coords) * blocks.local, blocks.local) for blocks in layout)
+
+
+def _linear(coords: Sequence[int], dims: Sequence[int], shape: Sequence[int]) -> int:
+    index = 0
+    for m in dims:
+        index = index * shape[m] + coords[m]
+    return index
+
+
+def _unlinear(index: int, dims: Sequence[int], shape: Sequence[int]) -> dict[int, int]:
+    found = {}
+    for m in reversed(dims):
+        found[m] = index % shape[m]
+        index //= shape[m]
+    return found
+
+
+def _replica(roles: _Roles, shape: Sequence[int], destination: Sequence[int]) -> dict[int, int]:
+    """The free-axes coordinates of the replica that sends to ``destination`` (not in the
+    cell): its free index shifted by its keyed index, so destinations spread."""
+    count = math.prod(shape[m] for m in roles.free)
+    shift = _linear(destination, roles.keyed, shape)
+    index = (_linear(destination, roles.free, shape) + shift) % count
+    return _unlinear(index, roles.free, shape)
+
+
+def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
+    """Per combination of blocks of ``layout`` overlapping ``box`` (one per dim, only
+    those agreeing with ``coords`` on the mesh dims in ``fixed``): ``coords`` with the
+    blocks' mesh coordinates put in, and the common box."""
+    per_dim = []
+    for blocks, interval in zip(layout, box, strict=True):
+        options = []
+        for digits, common in blocks.overlapping(interval):
+            pairs = tuple(zip(blocks.dims, digits, strict=True))
+            if all(coords[m] == c for m, c in pairs if m in fixed):
+                options.append((pairs, common))
+        per_dim.append(options)
+    for combo in itertools.product(*per_dim):
+        placed = list(coords)
+        for pairs, _ in combo:
+            for m, c in pairs:
+                placed[m] = c
+        yield placed, tuple(common for _, common in combo)
+
+
+def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, member: int):
+    """The pieces the member at ``coords`` receives: one per source block overlapping its
+    out block (members of a group share the coordinates outside the team) and per
+    coordinate of the reduced axes."""
+    mesh = team.mesh
+    reduced_values = list(itertools.product(*(range(mesh.shape[m]) for m in roles.reduced)))
+    for cell, box in _overlaps(roles.src_layout, out_box, coords, set(roles.outside)):
+        for values in reduced_values:
+            for m, c in zip(roles.reduced, values, strict=True):
+                cell[m] = c
+            if all(cell[m] == coords[m] for m in roles.keyed):
+                yield Piece(member, member, box)
+                continue
+            holder = list(cell)
+            for m, c in _replica(roles, mesh.shape, coords).items():
+                holder[m] = c
+            yield Piece(_linear(holder, roles.team, mesh.shape), member, box)
+
+
+def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, member: int):
+    """The pieces the member at ``coords`` sends: to each member whose out block overlaps
+    its src block and that takes this cell's piece from it (itself, or by the rule of
+    :func:`_replica`)."""
+    mesh = team.mesh
+    shape = mesh.shape
+    fixed = set(roles.outside) | set(roles.kept)  # a receiver agrees with its source there
+    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
+    open_dims = [m for m in roles.keyed if m not in out_dims and m not in fixed]
+    open_values = list(itertools.product(*(range(shape[m]) for m in open_dims)))
+    count = math.prod(shape[m] for m in roles.free)
+    for base, box in _overlaps(roles.out_layout, src_box, coords, fixed):
+        for values in open_values:
+            destination = list(base)
+            for m, c in zip(open_dims, values, strict=True):
+                destination[m] = c
+            if all(destination[m] == coords[m] for m in roles.keyed):
+                if destination == list(coords):  # in this cell: only itself takes from it
+                    yield Piece(member, member, box)
+                continue
+            # The receiver's free coordinates that make this member its replica.
+            shift = _linear(destination, roles.keyed, shape)
+            index = (_linear(coords, roles.free, shape) - shift) % count
+            wanted = _unlinear(index, roles.free, shape)
+            if any(m in out_dims and destination[m] != c for m, c in wanted.items()):
+                continue
+            for m, c in wanted.items():
+                destination[m] = c
+            yield Piece(member, _linear(destination, roles.team, shape), box)
+
+
+@lru_cache(maxsize=256)
+def _roles(src: Operand, out: Operand, team: Team, reduced: bool) -> _Roles:
+    """The roles of the mesh's axes in an exchange; raises what every member would."""
     mesh = team.mesh
     for operand in (src, out):
         if operand.sharding.mesh != mesh:
@@ -168,45 +345,107 @@ def all_to_all_v_pieces(
                 f" team {team} is on mesh {mesh}; AllToAllV moves data within one mesh"
             )
     reduced_axes = _reduced_axes(src, out, team, reduced)
-    sharding_axes = {a for d in range(len(src.shape)) for a in src.sharding.mesh_axes_of(d)}
-    # A source's cell: its coordinates on the team axes that shard src or are reduced.
-    # Members of one cell hold the same values (replicas, differing on the other axes).
-    kept = {p.axis for p in out.sharding.partial}  # still partial: sources must agree
-    keyed = [a.dim(mesh.ndim) for a in team.axes if a in sharding_axes | reduced_axes | kept]
-    agree = [
-        i
-        for i, a in enumerate(a for a in team.axes if a in sharding_axes | reduced_axes | kept)
-        if a in kept
-    ]
-    coords = [mesh.coordinates(rank) for rank in group]
-    src_boxes = tuple(block_box(src.sharding, src.shape, r, name=src.name) for r in group)
-    out_boxes = tuple(block_box(out.sharding, out.shape, r, name=out.name) for r in group)
-    cells: dict[tuple[int, ...], list[int]] = {}
-    for s in range(len(group)):
-        cells.setdefault(tuple(coords[s][m] for m in keyed), []).append(s)
-    # Each destination takes a cell's piece from itself when it holds a replica; otherwise
-    # the replicas take turns (in destination order), so no replica sends far more than
-    # the others.
-    turns = dict.fromkeys(cells, 0)
-    pieces = []
-    for d in range(len(group)):
-        mine = tuple(coords[d][m] for m in keyed)
-        for key, holders in cells.items():
-            if any(key[i] != mine[i] for i in agree):
-                continue
-            box = intersect(src_boxes[holders[0]], out_boxes[d])
-            if box is None:
-                continue
-            if d in holders:
-                source = d
-            else:
-                source = holders[turns[key] % len(holders)]
-                turns[key] += 1
-            pieces.append(Piece(source, d, box))
-    pieces.sort(key=lambda p: (p.source, p.destination))
-    pattern = Pattern(tuple(group), tuple(pieces), src_boxes, out_boxes)
-    _check_coverage(pattern, src, out, team, [a.dim(mesh.ndim) for a in reduced_axes])
-    return pattern
+    src_layout, out_layout = _layout(src, mesh), _layout(out, mesh)
+    nd = mesh.ndim
+    team_dims = [a.dim(nd) for a in team.axes]
+    sharding = {m for blocks in src_layout for m in blocks.dims}
+    reduced_dims = {a.dim(nd) for a in reduced_axes}
+    kept = {p.axis.dim(nd) for p in out.sharding.partial}
+    keyed = tuple(m for m in team_dims if m in sharding | reduced_dims | kept)
+    outside = tuple(m for m in range(nd) if m not in team_dims)
+    return _Roles(
+        src_layout=src_layout,
+        out_layout=out_layout,
+        keyed=keyed,
+        team=tuple(team_dims),
+        free=tuple(m for m in team_dims if m not in keyed),
+        reduced=tuple(m for m in team_dims if m in reduced_dims),
+        kept=tuple(m for m in team_dims if m in kept),
+        outside=outside,
+        communicates=_moves(src_layout, out_layout, mesh.shape, reduced_dims),
+        uncoverable=_uncoverable(src_layout, out_layout, mesh.shape, outside),
+    )
+
+
+def _layout(operand: Operand, mesh) -> tuple[_DimBlocks, ...]:
+    """Per dim, its blocks (checked: a block layout that divides evenly)."""
+    sharding, shape, name = operand.sharding, operand.shape, operand.name
+    if len(shape) != len(sharding.dims):
+        raise EvaluationError(
+            f"{name}: its sharding has {len(sharding.dims)} dims, its shape {len(shape)}"
+        )
+    layout = []
+    for dim, extent in enumerate(shape):
+        axes = _block_axes(sharding, dim, name)
+        sizes = tuple(mesh.axis_size(a) for a in axes)
+        parts_count = math.prod(sizes)
+        if extent % parts_count:
+            raise EvaluationError(
+                f"{name}: dim {dim} of extent {extent} does not split into {parts_count} blocks"
+                f" over mesh axes ({', '.join(a.value for a in axes)})"
+            )
+        dims = tuple(a.dim(mesh.ndim) for a in axes)
+        layout.append(_DimBlocks(dims, sizes, extent // parts_count))
+    return tuple(layout)
+
+
+def _moves(src_layout, out_layout, shape, reduced_dims) -> bool:
+    """Whether any member receives from another: a reduced axis of more than one member,
+    or a dim whose ``out`` blocks are not inside the same member's ``src`` blocks (its
+    ``src`` axes, ignoring axes of size 1, are not a prefix of its ``out`` axes)."""
+    if any(shape[m] > 1 for m in reduced_dims):
+        return True
+    for a, b in zip(src_layout, out_layout, strict=True):
+        have = [m for m in a.dims if shape[m] > 1]
+        want = [m for m in b.dims if shape[m] > 1]
+        if want[: len(have)] != have:
+            return True
+    return False
+
+
+def _received_volume(roles: _Roles, team: Team, rank: int) -> tuple[Box, int]:
+    coords = team.mesh.coordinates(rank)
+    out_box = _box(roles.out_layout, coords)
+    return out_box, sum(volume(p.box) for p in _receives(roles, team, coords, out_box, 0))
+
+
+def _check_coverage(src: Operand, out: Operand, team: Team, rank: int, roles: _Roles) -> None:
+    """Raises, naming the first member of ``rank``'s group whose out block its sources do
+    not tile once per reduced coordinate (all members of a group raise alike; groups
+    are independent)."""
+    copies = math.prod(team.mesh.shape[m] for m in roles.reduced)
+    for member in team.group_of(rank):
+        out_box, got = _received_volume(roles, team, member)
+        need = volume(out_box)
+        if got != copies * need:
+            each = f" from each of {copies} partial copies" if copies > 1 else ""
+            raise EvaluationError(
+                f"AllToAllV over team {team}: the {out.name} block {print_box(out_box)} of"
+                f" rank {member} needs {need} elements{each}, but the {src.name} blocks"
+                f" ({print_sharding_dims(src.sharding)}) of the team's members supply"
+                f" {got // copies}: the pair of layouts needs a larger team"
+            )
+
+
+def _uncoverable(src_layout, out_layout, shape, outside) -> bool:
+    """Whether some out block may lack sources: a mesh axis outside the team (of more
+    than one member) shards a ``src`` dim whose ``out`` axes do not start with the same
+    axes up to it (ignoring axes of size 1); otherwise every block is covered."""
+    for a, b in zip(src_layout, out_layout, strict=True):
+        have = [m for m in a.dims if shape[m] > 1]
+        want = [m for m in b.dims if shape[m] > 1]
+        for position, m in enumerate(have):
+            if m in outside and want[: position + 1] != have[: position + 1]:
+                return True
+    return False
+
+
+def group_pieces(
+    src: Operand, out: Operand, team: Team, group: Sequence[int], reduced: bool
+) -> tuple[Piece, ...]:
+    """Every piece of one group's exchange, in (source, destination) order: each member's
+    sends (linear in the group's pieces; for pictures and static traffic)."""
+    return tuple(p for rank in group for p in member_exchange(src, out, team, rank, reduced).sends)
 
 
 def _reduced_axes(src: Operand, out: Operand, team: Team, reduced: bool) -> set[MeshAxis]:
@@ -232,31 +471,6 @@ def _reduced_axes(src: Operand, out: Operand, team: Team, reduced: bool) -> set[
             f" and {out.name} is not; the instruction needs an op to reduce them"
         )
     return axes
-
-
-def _check_coverage(
-    pattern: Pattern, src: Operand, out: Operand, team: Team, reduced_dims: list[int]
-) -> None:
-    """Every ``out`` box is tiled by its pieces once per coordinate of the reduced axes."""
-    mesh = team.mesh
-    copies = math.prod(mesh.shape[d] for d in reduced_dims)
-    for d, out_box in enumerate(pattern.out_boxes):
-        covered: dict[tuple[int, ...], int] = {}
-        for piece in pattern.pieces:
-            if piece.destination == d:
-                coords = mesh.coordinates(pattern.group[piece.source])
-                key = tuple(coords[m] for m in reduced_dims)
-                covered[key] = covered.get(key, 0) + volume(piece.box)
-        need = volume(out_box)
-        if len(covered) != copies or any(total != need for total in covered.values()):
-            got = sorted(covered.values()) or [0]
-            each = f" from each of {copies} partial copies" if copies > 1 else ""
-            raise EvaluationError(
-                f"AllToAllV over team {team}: the {out.name} block {print_box(out_box)} of rank"
-                f" {pattern.group[d]} needs {need} elements{each}, but the {src.name} blocks"
-                f" ({print_sharding_dims(src.sharding)}) of the team's members supply"
-                f" {', '.join(map(str, got))}: the pair of layouts needs a larger team"
-            )
 
 
 def print_box(box: Box) -> str:
@@ -291,82 +505,141 @@ def consecutive(boxes: Sequence[Box], block: Box) -> bool:
     return True
 
 
-def call_buffers(pattern: Pattern, member: int, pieces: Sequence[Piece], reduced: bool) -> int:
-    """Elements of the packing and receive buffers ``member`` holds in one alltoallv call
-    moving ``pieces``: a packing buffer unless what it sends, in destination order, is one
-    run of its ``src`` block, and a receive buffer unless (without a reduction) what it
-    receives, in source order, is one run of its ``out`` block. The piece it keeps goes
-    through the call where that saves a buffer (:func:`keeps_through`). The handler
-    (``hostir.all_to_all_v``) allocates exactly these."""
-    return _buffers(
-        pattern, member, pieces, reduced, keeps_through(pattern, member, pieces, reduced)
-    )
+def call_buffers(
+    exchange: Exchange, sends: Sequence[Piece], receives: Sequence[Piece], reduced: bool
+) -> int:
+    """Elements of the packing and receive buffers the member holds in one alltoallv call
+    sending ``sends`` and receiving ``receives``: a packing buffer unless what it sends,
+    in destination order, is one run of its ``src`` block, and a receive buffer unless
+    (without a reduction) what it receives, in source order, is one run of its ``out``
+    block. The piece it keeps goes through the call where that saves a buffer
+    (:func:`keeps_through`). The handler (``hostir.all_to_all_v``) allocates exactly
+    these."""
+    through = keeps_through(exchange, sends, receives, reduced)
+    return _buffers(exchange, sends, receives, reduced, through)
 
 
-def keeps_through(pattern: Pattern, member: int, pieces: Sequence[Piece], reduced: bool) -> bool:
-    """Whether ``member``'s kept piece should pass through the alltoallv (the backend copies
-    it) rather than be copied beside it: when that makes a buffer a plain view (a kept row
+def keeps_through(
+    exchange: Exchange, sends: Sequence[Piece], receives: Sequence[Piece], reduced: bool
+) -> bool:
+    """Whether the kept piece should pass through the alltoallv (the backend copies it)
+    rather than be copied beside it: when that makes a buffer a plain view (a kept row
     slab between two sent ones). Never with a reduction: kept partial sums are combined."""
-    if reduced or not any(p.source == p.destination == member for p in pieces):
+    if reduced or not any(p.source == p.destination for p in sends):
         return False
-    return _buffers(pattern, member, pieces, reduced, True) < _buffers(
-        pattern, member, pieces, reduced, False
+    return _buffers(exchange, sends, receives, reduced, True) < _buffers(
+        exchange, sends, receives, reduced, False
     )
 
 
 def _buffers(
-    pattern: Pattern, member: int, pieces: Sequence[Piece], reduced: bool, through: bool
+    exchange: Exchange,
+    sends: Sequence[Piece],
+    receives: Sequence[Piece],
+    reduced: bool,
+    through: bool,
 ) -> int:
-    moving = [p for p in pieces if through or p.source != p.destination]
-    sends = sorted((p for p in moving if p.source == member), key=lambda p: p.destination)
-    receives = sorted((p for p in moving if p.destination == member), key=lambda p: p.source)
-    packing = 0 if consecutive([p.box for p in sends], pattern.src_boxes[member]) else _sum(sends)
-    direct = not reduced and consecutive([p.box for p in receives], pattern.out_boxes[member])
+    sends = [p for p in sends if through or p.source != p.destination]
+    receives = [p for p in receives if through or p.source != p.destination]
+    packing = 0 if consecutive([p.box for p in sends], exchange.src_box) else _sum(sends)
+    direct = not reduced and consecutive([p.box for p in receives], exchange.out_box)
     return packing + (0 if direct else _sum(receives))
 
 
-def budget(pattern: Pattern, member: int) -> int:
-    """SPEC §6's bound on what ``member`` may hold besides ``src`` and ``out``: the larger
-    of its two blocks."""
-    return max(volume(pattern.src_boxes[member]), volume(pattern.out_boxes[member]))
+def budget(exchange: Exchange) -> int:
+    """SPEC §6's bound on what the member may hold besides ``src`` and ``out``: the
+    larger of its two blocks."""
+    return max(volume(exchange.src_box), volume(exchange.out_box))
 
 
-@lru_cache(maxsize=256)
-def exchange_rounds(pattern: Pattern, reduced: bool) -> tuple[tuple[Piece, ...], ...]:
-    """The pattern's pieces split into the rounds (alltoallv calls) of an AllToAllV, so
-    that no member's buffers in a round exceed its :func:`budget`.
+def profile(exchange: Exchange) -> Exchange:
+    """``exchange`` with what its buffers do not depend on taken out: blocks at the
+    origin, pieces relative to them, members reduced to "itself" (0) or "another" (1).
+    Members with equal profiles hold equal buffers in every number of rounds, so the
+    planner costs each profile once (on a regular mesh, few)."""
+    sends = tuple(_relative_piece(p, exchange.member, exchange.src_box) for p in exchange.sends)
+    receives = tuple(
+        _relative_piece(p, exchange.member, exchange.out_box) for p in exchange.receives
+    )
+    origin_src = tuple((0, e) for _, e in exchange.src_box)
+    origin_out = tuple((0, e) for _, e in exchange.out_box)
+    return Exchange(0, 0, origin_src, origin_out, sends, receives, exchange.communicates)
 
-    One round when one call fits. Otherwise the pieces, in (source, destination) order,
-    go first-fit into rounds where neither end's sent plus received elements pass its
-    budget (an upper bound on the round's buffers); a piece alone always fits, since it
-    is part of its source's src block and of its destination's out block. A piece's
-    round is never earlier than that of a piece from a lower source to the same
-    destination (the kept piece included), so combining partial sums round by round, in
-    source order, combines each region in source order: replicas stay bitwise equal.
-    A pure function of the pattern: every member computes the same rounds.
-    """
-    members = range(len(pattern.group))
-    if all(
-        call_buffers(pattern, m, pattern.pieces, reduced) <= budget(pattern, m) for m in members
-    ):
-        return (pattern.pieces,)
-    rounds: list[list[Piece]] = []
-    load: list[dict[int, int]] = []  # per round: elements sent plus received per member
-    earliest = dict.fromkeys(members, 0)  # per destination: the round of its last piece
-    for piece in pattern.pieces:
-        size = 0 if piece.source == piece.destination else volume(piece.box)
-        ends = {piece.source, piece.destination}
-        r = earliest[piece.destination]
-        while r < len(rounds) and any(load[r].get(m, 0) + size > budget(pattern, m) for m in ends):
-            r += 1
-        if r == len(rounds):
-            rounds.append([])
-            load.append({})
-        rounds[r].append(piece)
-        for m in ends:
-            load[r][m] = load[r].get(m, 0) + size
-        earliest[piece.destination] = r
-    return tuple(tuple(pieces) for pieces in rounds)
+
+def _relative_piece(piece: Piece, member: int, block: Box) -> Piece:
+    box = tuple((o - b, e) for (o, e), (b, _) in zip(piece.box, block, strict=True))
+    return Piece(int(piece.source != member), int(piece.destination != member), box)
+
+
+Round = tuple[tuple[Piece, ...], tuple[Piece, ...]]
+"""What a member sends and receives in one alltoallv call."""
+
+
+@lru_cache(maxsize=8192)
+def exchange_rounds(exchange: Exchange, rounds: int) -> tuple[Round, ...]:
+    """The member's part of an AllToAllV made in ``rounds`` alltoallv calls: round r moves
+    part r of every piece (:func:`piece_part`). Sender and receiver cut a piece alike, and
+    every contribution to a region of ``out`` (its partial copies, the kept one too)
+    lies in the same round, so combining round by round in source order combines each
+    region in source order: replicas stay bitwise equal."""
+    if rounds == 1:
+        return ((exchange.sends, exchange.receives),)
+    found = []
+    for r in range(rounds):
+        sends = tuple(p for p in (piece_part(q, r, rounds) for q in exchange.sends) if p)
+        receives = tuple(p for p in (piece_part(q, r, rounds) for q in exchange.receives) if p)
+        found.append((sends, receives))
+    return tuple(found)
+
+
+def piece_part(piece: Piece, r: int, rounds: int) -> Piece | None:
+    """Part ``r`` of ``rounds`` near-equal sub-boxes of ``piece`` (:func:`cut`); None where
+    the piece has fewer parts (fewer elements than rounds)."""
+    parts = cut(piece.box, rounds)
+    return Piece(piece.source, piece.destination, parts[r]) if r < len(parts) else None
+
+
+@lru_cache(maxsize=4096)
+def cut(box: Box, parts: int) -> tuple[Box, ...]:
+    """``box`` cut into ``parts`` near-equal sub-boxes in row-major order (fewer when it
+    has fewer elements): its outermost dim into at most ``parts`` slabs, the parts shared
+    among the slabs, each slab cut the same way along the dims after it."""
+    if parts <= 1 or not box:
+        return (box,)
+    (offset, extent), rest = box[0], box[1:]
+    slabs = min(extent, parts)
+    found = []
+    for i in range(slabs):
+        low, high = offset + i * extent // slabs, offset + (i + 1) * extent // slabs
+        share = parts * (i + 1) // slabs - parts * i // slabs
+        found += [((low, high - low), *sub) for sub in cut(rest, share)]
+    return tuple(found)
+
+
+def round_buffers(exchange: Exchange, rounds: int, reduced: bool) -> int:
+    """The most buffer elements the member holds in any of ``rounds`` rounds."""
+    return max(
+        call_buffers(exchange, sends, receives, reduced)
+        for sends, receives in exchange_rounds(exchange, rounds)
+    )
+
+
+def rounds_needed(
+    exchanges: Sequence[Exchange], reduced: bool, allowance: int | None = None, limit: int = 64
+) -> int:
+    """The fewest rounds in which no member's buffers pass ``allowance`` elements (default:
+    its :func:`budget`); ``exchanges``: every member's part, from every group; ``limit``
+    if none up to it does. What the planner writes as the instruction's ``rounds``."""
+
+    def room(e: Exchange) -> int:
+        return budget(e) if allowance is None else allowance
+
+    # A round's buffers are about 1/rounds of one call's: start there, then step up.
+    one_call = max((round_buffers(e, 1, reduced) / max(room(e), 1) for e in exchanges), default=0)
+    rounds = min(max(1, math.ceil(one_call)), limit)
+    while rounds < limit and any(round_buffers(e, rounds, reduced) > room(e) for e in exchanges):
+        rounds += 1
+    return rounds
 
 
 def _sum(pieces: Sequence[Piece]) -> int:

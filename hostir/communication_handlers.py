@@ -66,6 +66,18 @@ def _merge_dim(chunks: torch.Tensor, axis: int, inner: int | None) -> torch.Tens
     return moved.reshape(*body[:axis], outer * parts * inner, *body[axis + 1 :])
 
 
+def _chunk_places(t: torch.Tensor, axis: int, parts: int) -> torch.Tensor | None:
+    """A view of ``t`` as ``[parts, ..., outer, inner, ...]`` where chunk q of
+    :func:`_merge_dim` (``inner`` None) lands: dim ``axis`` viewed as ``[parts, inner]``,
+    the parts digit moved first; None if ``t``'s strides do not allow a view."""
+    size = t.shape[axis]
+    try:
+        view = t.view(*t.shape[:axis], parts, size // parts, *t.shape[axis + 1 :])
+    except RuntimeError:
+        return None
+    return view.movedim(axis, 0).unsqueeze(axis + 1)
+
+
 def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` are the same elements of the same buffer."""
     return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
@@ -253,7 +265,13 @@ def run_all_to_all(context: RunContext, instruction: AllToAll, operands: dict) -
 
     def finish() -> None:
         if out is not None:
-            out.copy_(_merge_dim(received, instruction.concat_axis, None))
+            # Each member's chunk is copied straight into its strided place in out (no
+            # merged copy beside received: the plan's memory model counts received only).
+            places = _chunk_places(out, instruction.concat_axis, len(group))
+            if places is None:
+                out.copy_(_merge_dim(received, instruction.concat_axis, None))
+            else:
+                places.copy_(received.view(places.shape))
 
     return [out, Request(work, finish)]
 

@@ -165,8 +165,10 @@ class AllToAllV:
     neither shards ``src`` nor is reduced sends it. With ``op``, ``src`` may be
     partial over team axes ``out`` is not partial over: the pieces of the
     partial sums are combined with ``op`` in member order (replicas stay bitwise
-    equal). See :mod:`hostir.blocks` for the pattern, :mod:`hostir.all_to_all_v`
-    for the run time."""
+    equal). ``rounds`` (default one) makes it that many alltoallv calls, each moving
+    a slab of every piece, so that a member's buffers stay within its larger block
+    (the planner picks the fewest that do). See :mod:`hostir.blocks` for the pattern,
+    :mod:`hostir.all_to_all_v` for the run time."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
     INS: ClassVar[tuple[str, ...]] = ("src",)
@@ -175,6 +177,7 @@ class AllToAllV:
     team: Team
     request: RequestValue
     op: ReduceOp | None = None
+    rounds: int | None = None
     preallocated: bool = False
 
 

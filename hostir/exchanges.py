@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hostir.blocks import Operand, all_to_all_v_pieces, print_box, volume
+from hostir.blocks import Operand, group_pieces, print_box, volume
 from hostir.communications import (
     Allgather,
     Allreduce,
@@ -203,7 +203,7 @@ def _all_to_all_v(c: AllToAllV, group: Group, env: Env) -> list[Flow]:
         )
     except HostIrError:  # the pattern needs the global extents: every pair may exchange
         return [Flow(group, group, None, c.src.name + suffix)]
-    pattern = all_to_all_v_pieces(src, out, c.team, group, c.op is not None)
+    pieces = group_pieces(src, out, c.team, group, c.op is not None)
     return [
         Flow(
             (group[p.source],),
@@ -211,5 +211,5 @@ def _all_to_all_v(c: AllToAllV, group: Group, env: Env) -> list[Flow]:
             volume(p.box),
             f"{c.src.name} {print_box(p.box)}{suffix}",
         )
-        for p in pattern.pieces
+        for p in pieces
     ]

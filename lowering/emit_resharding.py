@@ -126,6 +126,6 @@ def _emit_step(
         StepKind.PERMUTE: lambda: CollectivePermute(
             **common, send_peer=step.send_peer, recv_peer=step.recv_peer
         ),
-        StepKind.ALL_TO_ALL_V: lambda: AllToAllV(**common, op=step.op),
+        StepKind.ALL_TO_ALL_V: lambda: AllToAllV(**common, op=step.op, rounds=step.rounds),
     }
     return [builders[step.kind](), Wait(request=request)]

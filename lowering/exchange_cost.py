@@ -1,10 +1,11 @@
 """What an AllToAllV step of a plan costs a rank: elements received and temporaries.
 
-Both follow from the exchange pattern ``hostir.blocks.all_to_all_v_pieces``
-computes at run time and its rounds (``hostir.blocks.exchange_rounds``): the
-same pure functions, on the plan's concrete shape, maximised over the ranks of
-the mesh. The temporaries are the handler's buffers in its largest round
-(``hostir.blocks.call_buffers``), which the rounds keep within max(in, out).
+Both follow from each rank's part of the exchange, as
+``hostir.blocks.member_exchange`` computes it at run time, and its rounds
+(``hostir.blocks.exchange_rounds``): the same pure functions, on the plan's
+concrete shape, maximised over the ranks of the mesh. The temporaries are the
+handler's buffers in its largest round (``hostir.blocks.call_buffers``), which
+the rounds keep within max(in, out).
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ import functools
 
 from hostir import Sharding
 from hostir.blocks import (
+    Exchange,
     Operand,
-    Pattern,
-    all_to_all_v_pieces,
     block_box,
-    call_buffers,
-    exchange_rounds,
     intersect,
+    member_exchange,
+    profile,
+    round_buffers,
+    rounds_needed,
     volume,
 )
 from hostir.errors import HostIrError
 from hostir.scalars import Const, Scalar, add, floordiv, mul, sub
-from lowering.plan import Plan, Step, StepKind, local_elements
+from hostir.team import Team
+from lowering.plan import Plan, StepKind, local_elements
 
 
 def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
@@ -34,65 +37,74 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _patterns(plan: Plan, k: int) -> tuple[tuple[int, Pattern], ...] | None:
-    """(position in group, pattern) for every rank of the mesh; None if the shape is
-    symbolic or the pattern cannot be formed. Cached: the planner's cost model, the
-    memory model and ``explain`` all ask for the same step's patterns."""
-    step: Step = plan.steps[k]
-    shape = _concrete(plan.shape)
-    if shape is None:
+def _exchanges(
+    before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
+) -> tuple[Exchange, ...] | None:
+    """Every rank's part of the exchange (each computed from its own coordinates: linear in
+    the mesh); None if the shape is symbolic or the exchange cannot be formed. Cached: the
+    rounds, the cost model, the memory model and ``explain`` ask for the same."""
+    concrete = _concrete(shape)
+    if concrete is None:
         return None
-    before: Sharding = plan.steps[k - 1].after if k else plan.src
-    src = Operand(name="src", sharding=before, shape=shape)
-    out = Operand(name="out", sharding=step.after, shape=shape)
-    found = []
+    src, out = Operand("src", before, concrete), Operand("out", after, concrete)
     try:
-        for rank in step.team.mesh.devices:
-            group = tuple(step.team.group_of(rank))
-            pattern = all_to_all_v_pieces(src, out, step.team, group, step.op is not None)
-            found.append((group.index(rank), pattern))
+        return tuple(member_exchange(src, out, team, r, reduced) for r in team.mesh.devices)
     except HostIrError:
         return None
-    return tuple(found)
+
+
+def exchange_rounds_for(
+    before: Sharding,
+    after: Sharding,
+    team: Team,
+    shape: tuple[Scalar, ...],
+    reduced: bool,
+    allowance: Scalar,
+) -> int | None:
+    """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
+    buffers pass ``allowance`` elements (``hostir.blocks.rounds_needed``); None for one
+    call (or a symbolic shape)."""
+    exchanges = _exchanges(before, after, team, shape, reduced)
+    if exchanges is None or not isinstance(allowance, Const):
+        return None
+    rounds = rounds_needed(_profiles(exchanges), reduced, allowance.value)
+    return rounds if rounds > 1 else None
+
+
+def _step_exchanges(plan: Plan, k: int) -> tuple[Exchange, ...] | None:
+    step = plan.steps[k]
+    before = plan.steps[k - 1].after if k else plan.src
+    return _exchanges(before, step.after, step.team, plan.shape, step.op is not None)
 
 
 def exchange_received(plan: Plan, k: int) -> Scalar | None:
     """The most elements any rank receives from other ranks in step ``k``."""
-    patterns = _patterns(plan, k)
-    if patterns is None:
+    exchanges = _step_exchanges(plan, k)
+    if exchanges is None:
         return None
     return Const(
-        value=max(
-            sum(volume(p.box) for p in pattern.pieces if p.destination == me and p.source != me)
-            for me, pattern in patterns
-        )
+        value=max(sum(volume(p.box) for p in e.receives if p.source != e.member) for e in exchanges)
     )
 
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
     """The most elements of packing and receive buffers any rank holds in one round of
     step ``k`` (``hostir.blocks.exchange_rounds``; the whole input and output when the
-    pattern cannot be computed: symbolic shapes)."""
-    patterns = _patterns(plan, k)
-    if patterns is None:
+    exchange cannot be computed: symbolic shapes)."""
+    exchanges = _step_exchanges(plan, k)
+    step = plan.steps[k]
+    if exchanges is None:
         before = plan.steps[k - 1].after if k else plan.src
-        return add(
-            local_elements(before, plan.shape), local_elements(plan.steps[k].after, plan.shape)
-        )
-    reduced = plan.steps[k].op is not None
-    worst = 0
-    for me, pattern in patterns:
-        for pieces in exchange_rounds(pattern, reduced):
-            worst = max(worst, call_buffers(pattern, me, pieces, reduced))
-    return Const(value=worst)
+        return add(local_elements(before, plan.shape), local_elements(step.after, plan.shape))
+    reduced = step.op is not None
+    profiles = _profiles(exchanges)
+    return Const(value=max(round_buffers(e, step.rounds or 1, reduced) for e in profiles))
 
 
-def exchange_round_count(plan: Plan, k: int) -> int | None:
-    """How many alltoallv calls step ``k`` makes (the most over groups), None if symbolic."""
-    patterns = _patterns(plan, k)
-    if patterns is None:
-        return None
-    return max(len(exchange_rounds(p, plan.steps[k].op is not None)) for _, p in patterns)
+@functools.lru_cache(maxsize=256)
+def _profiles(exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
+    """The distinct profiles of ``exchanges`` (``hostir.blocks.profile``)."""
+    return tuple(dict.fromkeys(profile(e) for e in exchanges))
 
 
 def step_received(plan: Plan, k: int) -> Scalar:

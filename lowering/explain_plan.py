@@ -7,7 +7,6 @@ import math
 from hostir.printer import _MeshNames, print_sharding, print_team
 from hostir.scalars import Const, Scalar, print_scalar
 from lowering.exchange_cost import (
-    exchange_round_count,
     received_in_all,
     received_lower_bound,
     step_received,
@@ -42,7 +41,7 @@ def explain_plan(plan: Plan) -> str:
         team = f" over {print_team(step.team, names)}" if step.team is not None else ""
         if step.kind not in (StepKind.LOCAL_SHARD, StepKind.COPY):
             collectives += 1
-        rounds = exchange_round_count(plan, k) if step.kind is StepKind.ALL_TO_ALL_V else 1
+        rounds = step.rounds or 1
         in_rounds = f" in {rounds} rounds" if rounds and rounds > 1 else ""
         staged = "" if staging[k] == Const(value=0) else f" (gloo stages {size(staging[k])})"
         lines.append(

@@ -60,6 +60,7 @@ class Step:
     op: ReduceOp | None = None
     send_peer: Scalar | None = None
     recv_peer: Scalar | None = None
+    rounds: int | None = None
     reason: str = ""
 
 

@@ -29,11 +29,11 @@ import math
 from dataclasses import replace
 
 from hostir import MeshAxis, ReduceOp, Sharding
-from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul
+from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
 from hostir.team import Team
 from lowering.errors import ReshardingError
-from lowering.exchange_cost import exchange_round_count, step_received
-from lowering.plan import Plan, Planner, Step, StepKind
+from lowering.exchange_cost import exchange_rounds_for, step_received
+from lowering.plan import Plan, Planner, Step, StepKind, local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries
 
 
@@ -100,8 +100,8 @@ def _exchange_instead(
         if sliced_after
         else "the rules would hold more temporaries than max(in, out)"
     )
-    candidates = [_exchange(planner, source, target, why)]
-    candidates += _reduce_then_exchange(planner, source, target, reduced, why)
+    candidates = [_exchange(planner, source, target, why, memory_bound(rules))]
+    candidates += _reduce_then_exchange(planner, source, target, reduced, why, rules)
     costs = [_cost(_sub_plan(planner, source, target, c)) for c in candidates]
     chosen = min(range(len(candidates)), key=costs.__getitem__)  # the first of equals
     best = candidates[chosen]
@@ -121,8 +121,11 @@ def _exchange_instead(
     )
 
 
-def _exchange(planner: Planner, source: Sharding, target: Sharding, why: str) -> tuple[Step]:
-    """One AllToAllV from ``source`` to ``target`` over the mesh axes either involves."""
+def _exchange(
+    planner: Planner, source: Sharding, target: Sharding, why: str, allowance: Scalar
+) -> tuple[Step]:
+    """One AllToAllV from ``source`` to ``target`` over the mesh axes either involves, in
+    as many rounds as keep its buffers within ``allowance`` elements."""
     mesh = source.mesh
     involved = tuple(
         a
@@ -132,12 +135,14 @@ def _exchange(planner: Planner, source: Sharding, target: Sharding, why: str) ->
         or any(p.axis == a for p in (*source.partial, *target.partial))
     )
     ops = {p.op for p in source.partial if p not in target.partial}
+    team = _team(planner, involved)
     return (
         Step(
             kind=StepKind.ALL_TO_ALL_V,
             after=target,
-            team=_team(planner, involved),
+            team=team,
             op=next(iter(ops)) if ops else None,
+            rounds=exchange_rounds_for(source, target, team, planner.shape, bool(ops), allowance),
             reason=f"{why}; one all-to-all with uneven splits sends each rank just the pieces"
             " of its block it lacks" + (" (partial sums combined on arrival)" if ops else ""),
         ),
@@ -145,10 +150,11 @@ def _exchange(planner: Planner, source: Sharding, target: Sharding, why: str) ->
 
 
 def _reduce_then_exchange(
-    planner: Planner, source: Sharding, target: Sharding, reduced: list, why: str
+    planner: Planner, source: Sharding, target: Sharding, reduced: list, why: str, rules: Plan
 ) -> list[tuple[Step, ...]]:
     """For each dim the reduced partial axes can split: a ReduceScatter along it (the
-    axes appended to the dim's), then one AllToAllV to ``target`` (if still needed)."""
+    axes appended to the dim's), then one AllToAllV to ``target`` (if still needed), its
+    buffers within the bound less the scattered intermediate it holds."""
     if not reduced:
         return []
     axes = _in_mesh_order(planner, [p.axis for p in reduced])
@@ -169,9 +175,11 @@ def _reduce_then_exchange(
             reason=f"reduce the partial sums over {_names(axes)} along dim {dim} first, while"
             " the data is smallest",
         )
-        found.append(
-            (scatter,) if after == target else (scatter, *_exchange(planner, after, target, why))
-        )
+        if after == target:
+            found.append((scatter,))
+            continue
+        allowance = sub(memory_bound(rules), local_elements(after, planner.shape))
+        found.append((scatter, *_exchange(planner, after, target, why, allowance)))
     return found
 
 
@@ -184,11 +192,7 @@ def _cost(plan: Plan) -> tuple:
     (an AllToAllV's rounds each count), elements received by the busiest rank, temporaries.
     Symbolic quantities count as 0 (plans of symbolic shapes keep the rules)."""
     peak, bound = peak_temporaries(plan), memory_bound(plan)
-    calls = sum(
-        (exchange_round_count(plan, k) or 1) if s.kind is StepKind.ALL_TO_ALL_V else 1
-        for k, s in enumerate(plan.steps)
-        if s.kind is not StepKind.LOCAL_SHARD
-    )
+    calls = sum(s.rounds or 1 for s in plan.steps if s.kind is not StepKind.LOCAL_SHARD)
     received = [step_received(plan, k) for k in range(len(plan.steps))]
     total = sum(r.value for r in received if isinstance(r, Const))
     return (_exceeds(peak, bound), calls, total, peak.value if isinstance(peak, Const) else 0)

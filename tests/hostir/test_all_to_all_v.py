@@ -39,7 +39,7 @@ from hostir import (
     to_traffic_dot,
 )
 from hostir.all_to_all_v import _flat_run
-from hostir.blocks import Operand, all_to_all_v_pieces, block_box
+from hostir.blocks import Operand, block_box, group_pieces
 
 MESHES = {
     "1": Mesh(devices=(0,), shape=(1,)),
@@ -204,17 +204,18 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     sent, landed, _ = seen.pop()
     assert sent == given.untyped_storage().data_ptr()
     assert landed != out.untyped_storage().data_ptr()
-    # x to y on 2x2: ranks 1 and 2 receive their whole block from ranks 0 and 1, straight
-    # into out; ranks 0 and 1 send their whole src; rank 3 keeps its block and sends nothing.
+    # x to y on 2x2: ranks 1 and 2 receive their whole block from ranks 2 and 3 (the
+    # replicas their coordinates pick), straight into out; ranks 2 and 3 send their whole
+    # src; ranks 0 and 3 keep their block, and ranks 0 and 1 send nothing.
     given, expected = inputs_and_expected("x_to_y_2x2", rank)
     (out,) = HostIrEvaluator(build("x_to_y_2x2")[0], communicator=Spy()).run([given])
     assert torch.equal(out, expected)
     sent, landed, in_splits = seen.pop()
-    if rank in (0, 1):
+    if rank in (2, 3):
         assert sent == given.untyped_storage().data_ptr()
     if rank in (1, 2):
         assert landed == out.untyped_storage().data_ptr()
-    if rank == 3:
+    if rank in (0, 1):
         assert sum(in_splits) == 0
 
 
@@ -256,8 +257,8 @@ def test_pictures_show_the_pieces():
     program, _ = build("x_to_y_2x2")
     assert "shape=hexagon" in to_dot(program).source
     traffic = to_traffic_dot(program).source
-    # (y, x) receives rows 2y:2y+2 from (y, y): 0 -> 1 and 3 -> 2.
-    assert "rank0:" in traffic and "T0 [0:2, 0:3]" in traffic
+    # (y, x) receives rows 2y:2y+2 from the replica (y + x mod 2, y): 2 -> 1 and 3 -> 2.
+    assert "rank2:e -> rank1:s" in traffic and "T0 [0:2, 0:3]" in traffic
     assert "T0 [2:4, 0:3]" in traffic
     assert len(re.findall(r"rank\d+:\w+ -> rank", traffic)) == 2
     partial = to_traffic_dot(build("partial_2x2")[0]).source
@@ -283,15 +284,16 @@ def test_block_boxes():
 
 def test_pattern_picks_one_source_per_piece():
     """Each receiver gets each needed block once, from itself when it holds a replica;
-    otherwise the replicas take turns, so no member sends more than its share."""
+    otherwise from the replica its coordinates pick (free index shifted by keyed index),
+    so the replicas share the sending."""
     group = tuple(range(8))
     team = Team(mesh=MESHES["2x4"], axes=(MeshAxis.Y, MeshAxis.X))
     src = operand("T0", "2x4", (8, 3), {0: ["x", 2]})
     out = operand("T1", "2x4", (8, 3), {0: ["y", 4]})
-    pattern = all_to_all_v_pieces(src, out, team, group, False)
+    pieces = group_pieces(src, out, team, group, False)
     for d in group:
         y, x = divmod(d, 4)
-        got = sorted((p.box[0][0], p.source) for p in pattern.pieces if p.destination == d)
+        got = sorted((p.box[0][0], p.source) for p in pieces if p.destination == d)
         # (y, x) needs rows 4y:4y+4: the x-blocks 2y and 2y + 1 (2 rows each), held by
         # (0, b) and (1, b); it holds block x itself.
         assert [row for row, _ in got] == [4 * y, 4 * y + 2]
@@ -300,7 +302,7 @@ def test_pattern_picks_one_source_per_piece():
             assert source % 4 == block
             if x == block:
                 assert source == d
-    sends = [sum(1 for p in pattern.pieces if p.source == s and p.destination != s) for s in group]
+    sends = [sum(1 for p in pieces if p.source == s and p.destination != s) for s in group]
     # Row y's 4 members need blocks 2y, 2y+1: 6 remote pieces, 4 replicas of them.
     assert max(sends) == 2 and sum(sends) == 12
 
@@ -309,16 +311,16 @@ def test_partial_sources_are_one_per_coordinate():
     team = Team(mesh=MESHES["2x2x2"], axes=(MeshAxis.Z, MeshAxis.Y, MeshAxis.X))
     src = operand("T0", "2x2x2", (16, 16), {0: ["x", 8]}, {"z": "sum"})
     out = operand("T1", "2x2x2", (16, 16), {0: ["z", "x", 4]})
-    pattern = all_to_all_v_pieces(src, out, team, tuple(range(8)), True)
+    pieces = group_pieces(src, out, team, tuple(range(8)), True)
     for d in range(8):
-        sources = [p.source for p in pattern.pieces if p.destination == d]
+        sources = [p.source for p in pieces if p.destination == d]
         assert len(sources) == 2  # one per z
         assert {s // 4 for s in sources} == {0, 1}
         z, x = d // 4, d % 2
         assert all(s % 2 == z for s in sources)  # they hold 8-block z (x = z)
         if x == z:
             assert d in sources  # its own partial value is read in place
-    sends = [sum(1 for p in pattern.pieces if p.source == s != p.destination) for s in range(8)]
+    sends = [sum(1 for p in pieces if p.source == s != p.destination) for s in range(8)]
     assert max(sends) <= 2
 
 
@@ -340,7 +342,7 @@ def test_cyclic_source_is_refused():
     src = operand("T0", "4", (8, 2), {0: [2, "x"]})
     out = operand("T1", "4", (8, 2))
     with pytest.raises(EvaluationError, match=r"T0: dim 0 is not laid out in blocks"):
-        all_to_all_v_pieces(src, out, team, (0, 1, 2, 3), False)
+        group_pieces(src, out, team, (0, 1, 2, 3), False)
 
 
 def test_uncovered_out_is_refused():
@@ -350,7 +352,7 @@ def test_uncovered_out_is_refused():
     out = operand("T1", "2x2", (4, 3), {0: ["x", 2]})
     message = r"the T1 block \[2:4, 0:3\] of rank 1 needs 6 elements, but the T0 blocks"
     with pytest.raises(EvaluationError, match=message):
-        all_to_all_v_pieces(src, out, team, (0, 1), False)
+        group_pieces(src, out, team, (0, 1), False)
 
 
 def test_partial_source_needs_an_op():
@@ -358,9 +360,9 @@ def test_partial_source_needs_an_op():
     src = operand("T0", "2x2", (8, 4), {0: ["x", 4]}, {"y": "sum"})
     out = operand("T1", "2x2", (8, 4), {0: ["y", "x", 2]})
     with pytest.raises(EvaluationError, match=r"T0 is partial over y .* needs an op"):
-        all_to_all_v_pieces(src, out, team, (0, 1, 2, 3), False)
+        group_pieces(src, out, team, (0, 1, 2, 3), False)
     with pytest.raises(EvaluationError, match=r"team M0\(x\)|does not span"):
-        all_to_all_v_pieces(src, out, Team(mesh=src.sharding.mesh, axes=(MeshAxis.X,)),
+        group_pieces(src, out, Team(mesh=src.sharding.mesh, axes=(MeshAxis.X,)),
                             (0, 1), True)  # fmt: skip
 
 
