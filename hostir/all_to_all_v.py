@@ -1,7 +1,8 @@
 """The evaluator handler of ``AllToAllV``: one alltoallv moving boxes between block layouts.
 
-The pattern (who sends which box to whom) comes from
-:func:`hostir.blocks.all_to_all_v_pieces`; this module moves the data. The
+This rank's part of the pattern (which box it sends to whom, and receives from
+whom) comes from :func:`hostir.blocks.member_exchange`; this module moves the
+data. The
 point of the instruction is a redistribution whose temporaries stay below the
 larger of the local input and output, so:
 

@@ -6,11 +6,16 @@ without a mesh axis is whole. A rank's block is then a box of the global
 tensor: per dim, ``offset = (linear index of the rank's coordinates over the
 dim's mesh axes, outer first) * local extent`` and ``extent = local extent``.
 
-:func:`all_to_all_v_pieces` is the exchange an ``AllToAllV`` performs: which
-member sends which box to which member. It is a pure function of the two
-shardings, the two global shapes, the team and the group, so every member
-computes the same pattern, and it needs neither torch nor a running world
-(the traffic picture in :mod:`hostir.traffic_dot` draws it too).
+:func:`member_exchange` is one member's part of the exchange an ``AllToAllV``
+performs: which boxes it sends to which member and receives from which. It is
+a pure function of the two shardings, the two global shapes, the team and the
+member's own coordinates (SPMD: linear in its own pieces, not in the group),
+and every member applies the same rule, so a sender and its receiver agree on
+every piece; it needs neither torch nor a running world (:func:`group_pieces`
+gathers a group's pieces for the traffic picture and static traffic).
+:func:`exchange_rounds` cuts the exchange into ``rounds`` calls, and
+:func:`rounds_needed` finds the fewest that keep every member's buffers within
+its bound.
 """
 
 from __future__ import annotations

@@ -156,6 +156,8 @@ def _rule_all_to_all_v(instruction: AllToAllV) -> str | None:
         return f"AllToAllV reduces partial axes of {src.name} its team does not span"
     if reduced and instruction.op is None:
         return f"AllToAllV reduces the partial axes of {src.name}: it needs an op"
+    if instruction.rounds is not None and instruction.rounds < 1:
+        return f"AllToAllV of {src.name} has rounds={instruction.rounds}; expected 1 or more"
     return None
 
 

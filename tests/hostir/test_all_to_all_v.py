@@ -40,6 +40,8 @@ from hostir import (
 )
 from hostir.all_to_all_v import _flat_run
 from hostir.blocks import Operand, block_box, group_pieces
+from hostir.errors import HostIrError
+from hostir.verify import verify
 
 MESHES = {
     "1": Mesh(devices=(0,), shape=(1,)),
@@ -103,7 +105,9 @@ CASES = {
 }  # fmt: skip
 
 
-def build(name: str, preallocated: bool = False) -> tuple[HostIrContainer, AllToAllV]:
+def build(
+    name: str, preallocated: bool = False, rounds: int | None = None
+) -> tuple[HostIrContainer, AllToAllV]:
     """The program ``src -> AllToAllV -> wait`` of case ``name``."""
     _, mesh_name, shape, src_dims, partial, out_dims, axes, op = CASES[name]
     mesh = MESHES[mesh_name]
@@ -112,7 +116,13 @@ def build(name: str, preallocated: bool = False) -> tuple[HostIrContainer, AllTo
     team = Team(mesh=mesh, axes=tuple(MeshAxis(a) for a in axes))
     request = RequestValue(name="R0")
     instruction = AllToAllV(
-        out=out, src=src, team=team, request=request, op=op, preallocated=preallocated
+        out=out,
+        src=src,
+        team=team,
+        request=request,
+        op=op,
+        rounds=rounds,
+        preallocated=preallocated,
     )
     body = ((Allocate(out=out),) if preallocated else ()) + (instruction, Wait(request=request))
     return HostIrContainer(inputs=(src,), outputs=(out,), body=body), instruction
@@ -159,6 +169,38 @@ def test_four_ranks(multidevice_test, name, preallocated):
     """(a), (b), (c) on a 2x2 mesh and columns to rows on 4 ranks, into a fresh or an
     allocated out."""
     check_case(name, multidevice_test.rank, preallocated)
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("name", cases_of(4))
+def test_rounds_give_the_same_bits(multidevice_test, name):
+    """``rounds=k`` makes k alltoallv calls (one per round, each moving a slab of every
+    piece) and ends with exactly the bits of one call, partial sums included."""
+    from hostir.torch_communicator import TorchCommunicator
+
+    calls = []
+
+    class Counting(TorchCommunicator):
+        def all_to_all_v(self, *args, **kwargs):
+            calls.append(args[2])
+            return super().all_to_all_v(*args, **kwargs)
+
+    rank = multidevice_test.rank
+    given, expected = inputs_and_expected(name, rank)
+    for rounds in (2, 3):
+        calls.clear()
+        program, _ = build(name, rounds=rounds)
+        assert f"rounds={rounds}" in str(program)
+        evaluator = HostIrEvaluator(program, listeners=[RaceChecker()], communicator=Counting())
+        (out,) = evaluator.run([given])
+        assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
+        assert len(calls) == rounds
+
+
+def test_verifier_refuses_no_rounds():
+    program, _ = build("transpose_2x2", rounds=0)
+    with pytest.raises(HostIrError, match=r"AllToAllV of T0 has rounds=0; expected 1 or more"):
+        verify(program)
 
 
 @pytest.mark.world_sizes(8)
