@@ -47,25 +47,7 @@ def block_box(sharding: Sharding, shape: Sequence[int], rank: int, *, name: str 
     coords = mesh.coordinates(rank)
     if coords is None:
         raise EvaluationError(f"{name}: rank {rank} is not on its mesh {mesh}")
-    if len(shape) != len(sharding.dims):
-        raise EvaluationError(
-            f"{name}: its sharding has {len(sharding.dims)} dims, its shape {len(shape)}"
-        )
-    box = []
-    for dim, extent in enumerate(shape):
-        axes = _block_axes(sharding, dim, name)
-        parts_count = math.prod(mesh.axis_size(a) for a in axes)
-        if extent % parts_count:
-            raise EvaluationError(
-                f"{name}: dim {dim} of extent {extent} does not split into {parts_count} blocks"
-                f" over mesh axes ({', '.join(a.value for a in axes)})"
-            )
-        index = 0
-        for axis in axes:
-            index = index * mesh.axis_size(axis) + coords[axis.dim(mesh.ndim)]
-        local = extent // parts_count
-        box.append((index * local, local))
-    return tuple(box)
+    return _box(_layout(Operand(name, sharding, tuple(shape)), mesh), coords)
 
 
 def _block_axes(sharding: Sharding, dim: int, name: str) -> tuple[MeshAxis, ...]:
@@ -186,7 +168,9 @@ class _Roles:
     (in team order: a member's position is its linear index over them), those that
     key a source *cell* (shard ``src``, are reduced or stay partial: the members of a
     cell hold the same values), the *free* ones (the others: replicas differ there),
-    the reduced ones, the ones that stay partial, and those outside the team."""
+    the reduced ones, the ones that stay partial, and those outside the team; the
+    group's size and the number of replicas of a cell (members differing on the free
+    axes)."""
 
     src_layout: tuple[_DimBlocks, ...]
     out_layout: tuple[_DimBlocks, ...]
@@ -198,6 +182,8 @@ class _Roles:
     outside: tuple[int, ...]
     communicates: bool
     uncoverable: bool
+    group_size: int
+    free_count: int
 
 
 def member_exchange(src: Operand, out: Operand, team: Team, rank: int, reduced: bool) -> Exchange:
@@ -235,9 +221,14 @@ def _member_exchange(src: Operand, out: Operand, team: Team, rank: int, roles: _
     out_box = _box(roles.out_layout, coords)
     receives = sorted(_receives(roles, team, coords, out_box, member), key=lambda p: p.source)
     sends = sorted(_sends(roles, team, coords, src_box, member), key=lambda p: p.destination)
-    group_size = math.prod(mesh.axis_size(a) for a in team.axes)
     return Exchange(
-        member, group_size, src_box, out_box, tuple(sends), tuple(receives), roles.communicates
+        member,
+        roles.group_size,
+        src_box,
+        out_box,
+        tuple(sends),
+        tuple(receives),
+        roles.communicates,
     )
 
 
@@ -260,12 +251,16 @@ def _unlinear(index: int, dims: Sequence[int], shape: Sequence[int]) -> dict[int
     return found
 
 
-def _replica(roles: _Roles, shape: Sequence[int], destination: Sequence[int]) -> dict[int, int]:
-    """The free-axes coordinates of the replica that sends to ``destination`` (not in the
-    cell): its free index shifted by its keyed index, so destinations spread."""
-    count = math.prod(shape[m] for m in roles.free)
-    shift = _linear(destination, roles.keyed, shape)
-    index = (_linear(destination, roles.free, shape) + shift) % count
+def _replica(
+    roles: _Roles, shape: Sequence[int], free_of: Sequence[int], receiver: Sequence[int], sign: int
+) -> dict[int, int]:
+    """The replica rule, both ways. A receiver outside a cell takes the cell's piece from
+    the replica whose free-axes index is the receiver's own shifted by the receiver's
+    keyed index (so receivers spread over the replicas). With ``sign`` +1 and
+    ``free_of`` the receiver: the sender's free coordinates; with -1 and ``free_of``
+    the sender: the free coordinates of the receivers it serves."""
+    shift = _linear(receiver, roles.keyed, shape)
+    index = (_linear(free_of, roles.free, shape) + sign * shift) % roles.free_count
     return _unlinear(index, roles.free, shape)
 
 
@@ -295,6 +290,7 @@ def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, 
     coordinate of the reduced axes."""
     mesh = team.mesh
     reduced_values = list(itertools.product(*(range(mesh.shape[m]) for m in roles.reduced)))
+    replica = _replica(roles, mesh.shape, coords, coords, +1).items()
     for cell, box in _overlaps(roles.src_layout, out_box, coords, set(roles.outside)):
         for values in reduced_values:
             for m, c in zip(roles.reduced, values, strict=True):
@@ -303,7 +299,7 @@ def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, 
                 yield Piece(member, member, box)
                 continue
             holder = list(cell)
-            for m, c in _replica(roles, mesh.shape, coords).items():
+            for m, c in replica:
                 holder[m] = c
             yield Piece(_linear(holder, roles.team, mesh.shape), member, box)
 
@@ -318,7 +314,6 @@ def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, mem
     out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
     open_dims = [m for m in roles.keyed if m not in out_dims and m not in fixed]
     open_values = list(itertools.product(*(range(shape[m]) for m in open_dims)))
-    count = math.prod(shape[m] for m in roles.free)
     for base, box in _overlaps(roles.out_layout, src_box, coords, fixed):
         for values in open_values:
             destination = list(base)
@@ -329,9 +324,7 @@ def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, mem
                     yield Piece(member, member, box)
                 continue
             # The receiver's free coordinates that make this member its replica.
-            shift = _linear(destination, roles.keyed, shape)
-            index = (_linear(coords, roles.free, shape) - shift) % count
-            wanted = _unlinear(index, roles.free, shape)
+            wanted = _replica(roles, shape, coords, destination, -1)
             if any(m in out_dims and destination[m] != c for m, c in wanted.items()):
                 continue
             for m, c in wanted.items():
@@ -369,9 +362,12 @@ def _roles(src: Operand, out: Operand, team: Team, reduced: bool) -> _Roles:
         outside=outside,
         communicates=_moves(src_layout, out_layout, mesh.shape, reduced_dims),
         uncoverable=_uncoverable(src_layout, out_layout, mesh.shape, outside),
+        group_size=math.prod(mesh.shape[m] for m in team_dims),
+        free_count=math.prod(mesh.shape[m] for m in team_dims if m not in keyed),
     )
 
 
+@lru_cache(maxsize=256)
 def _layout(operand: Operand, mesh) -> tuple[_DimBlocks, ...]:
     """Per dim, its blocks (checked: a block layout that divides evenly)."""
     sharding, shape, name = operand.sharding, operand.shape, operand.name
@@ -641,7 +637,9 @@ def rounds_needed(
 
     # A round's buffers are about 1/rounds of one call's: start there, then step up.
     one_call = max((round_buffers(e, 1, reduced) / max(room(e), 1) for e in exchanges), default=0)
-    rounds = min(max(1, math.ceil(one_call)), limit)
+    if one_call <= 1:
+        return 1
+    rounds = min(math.ceil(one_call), limit)
     while rounds < limit and any(round_buffers(e, rounds, reduced) > room(e) for e in exchanges):
         rounds += 1
     return rounds

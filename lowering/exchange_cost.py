@@ -11,6 +11,7 @@ the rounds keep within max(in, out).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from hostir import Sharding
 from hostir.blocks import (
@@ -36,21 +37,37 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the cost and memory models need of an exchange: the most elements a rank
+    receives from others, and the distinct rank profiles (``hostir.blocks.profile``)."""
+
+    received: int
+    profiles: tuple[Exchange, ...]
+
+
 @functools.lru_cache(maxsize=256)
-def _exchanges(
+def _facts(
     before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
-) -> tuple[Exchange, ...] | None:
-    """Every rank's part of the exchange (each computed from its own coordinates: linear in
-    the mesh); None if the shape is symbolic or the exchange cannot be formed. Cached: the
-    rounds, the cost model, the memory model and ``explain`` ask for the same."""
+) -> _Facts | None:
+    """The exchange's facts over every rank (each rank's part computed from its own
+    coordinates: linear in the mesh); None if the shape is symbolic or the exchange
+    cannot be formed. Cached: the rounds, the cost model, the memory model and
+    ``explain`` ask for the same."""
     concrete = _concrete(shape)
     if concrete is None:
         return None
     src, out = Operand("src", before, concrete), Operand("out", after, concrete)
     try:
-        return tuple(member_exchange(src, out, team, r, reduced) for r in team.mesh.devices)
+        exchanges = [member_exchange(src, out, team, r, reduced) for r in team.mesh.devices]
     except HostIrError:
         return None
+    return _Facts(
+        received=max(
+            sum(volume(p.box) for p in e.receives if p.source != e.member) for e in exchanges
+        ),
+        profiles=tuple(dict.fromkeys(profile(e) for e in exchanges)),
+    )
 
 
 def exchange_rounds_for(
@@ -64,60 +81,43 @@ def exchange_rounds_for(
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
     buffers pass ``allowance`` elements (``hostir.blocks.rounds_needed``); None for one
     call (or a symbolic shape)."""
-    exchanges = _exchanges(before, after, team, shape, reduced)
-    if exchanges is None or not isinstance(allowance, Const):
+    facts = _facts(before, after, team, shape, reduced)
+    if facts is None or not isinstance(allowance, Const):
         return None
-    rounds = rounds_needed(_profiles(exchanges), reduced, allowance.value)
+    rounds = rounds_needed(facts.profiles, reduced, allowance.value)
     return rounds if rounds > 1 else None
 
 
-def _step_exchanges(plan: Plan, k: int) -> tuple[Exchange, ...] | None:
+def _step_facts(plan: Plan, k: int) -> _Facts | None:
     step = plan.steps[k]
-    before = plan.steps[k - 1].after if k else plan.src
-    return _exchanges(before, step.after, step.team, plan.shape, step.op is not None)
-
-
-def exchange_received(plan: Plan, k: int) -> Scalar | None:
-    """The most elements any rank receives from other ranks in step ``k``."""
-    exchanges = _step_exchanges(plan, k)
-    if exchanges is None:
-        return None
-    return Const(
-        value=max(sum(volume(p.box) for p in e.receives if p.source != e.member) for e in exchanges)
-    )
+    return _facts(plan.before(k), step.after, step.team, plan.shape, step.op is not None)
 
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
     """The most elements of packing and receive buffers any rank holds in one round of
     step ``k`` (``hostir.blocks.exchange_rounds``; the whole input and output when the
     exchange cannot be computed: symbolic shapes)."""
-    exchanges = _step_exchanges(plan, k)
+    facts = _step_facts(plan, k)
     step = plan.steps[k]
-    if exchanges is None:
-        before = plan.steps[k - 1].after if k else plan.src
-        return add(local_elements(before, plan.shape), local_elements(step.after, plan.shape))
+    if facts is None:
+        return add(
+            local_elements(plan.before(k), plan.shape), local_elements(step.after, plan.shape)
+        )
     reduced = step.op is not None
-    profiles = _profiles(exchanges)
-    return Const(value=max(round_buffers(e, step.rounds or 1, reduced) for e in profiles))
-
-
-@functools.lru_cache(maxsize=256)
-def _profiles(exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
-    """The distinct profiles of ``exchanges`` (``hostir.blocks.profile``)."""
-    return tuple(dict.fromkeys(profile(e) for e in exchanges))
+    return Const(value=max(round_buffers(e, step.rounds or 1, reduced) for e in facts.profiles))
 
 
 def step_received(plan: Plan, k: int) -> Scalar:
     """Elements a rank receives in step ``k``: exact for an AllToAllV (the most over
     ranks), at the lower bound of what it lacks for the fixed-pattern collectives."""
     step = plan.steps[k]
-    before = local_elements(plan.steps[k - 1].after if k else plan.src, plan.shape)
+    before = local_elements(plan.before(k), plan.shape)
     after = local_elements(step.after, plan.shape)
     size = step.team.size if step.team is not None else 1
     kind = step.kind
     if kind is StepKind.ALL_TO_ALL_V:
-        exact = exchange_received(plan, k)
-        return exact if exact is not None else after
+        facts = _step_facts(plan, k)
+        return Const(value=facts.received) if facts is not None else after
     if kind in (StepKind.ALLGATHER, StepKind.GATHER):
         return sub(after, before)
     if kind is StepKind.REDUCE_SCATTER:

@@ -75,6 +75,10 @@ class Plan:
     itemsize: int = 4
     notes: tuple[str, ...] = ()
 
+    def before(self, k: int) -> Sharding:
+        """The data's sharding before step ``k``."""
+        return self.steps[k - 1].after if k else self.src
+
     def in_output_from(self) -> int:
         """The first step of the trailing run that is built inside the output buffer: every
         later step is an Allgather on one mesh whose input is this rank's slot of its
