@@ -516,8 +516,7 @@ def call_buffers(
     block. The piece it keeps goes through the call where that saves a buffer
     (:func:`keeps_through`). The handler (``hostir.all_to_all_v``) allocates exactly
     these."""
-    through = keeps_through(exchange, sends, receives, reduced)
-    return _buffers(exchange, sends, receives, reduced, through)
+    return _call_buffers(exchange, _marked(sends), _marked(receives), reduced)
 
 
 def keeps_through(
@@ -526,7 +525,24 @@ def keeps_through(
     """Whether the kept piece should pass through the alltoallv (the backend copies it)
     rather than be copied beside it: when that makes a buffer a plain view (a kept row
     slab between two sent ones). Never with a reduction: kept partial sums are combined."""
-    if reduced or not any(p.source == p.destination for p in sends):
+    return _keeps_through(exchange, _marked(sends), _marked(receives), reduced)
+
+
+Marked = Sequence[tuple[bool, Box]]
+"""Pieces as (kept: from the member to itself, box): all the buffers depend on."""
+
+
+def _marked(pieces: Sequence[Piece]) -> list[tuple[bool, Box]]:
+    return [(p.source == p.destination, p.box) for p in pieces]
+
+
+def _call_buffers(exchange: Exchange, sends: Marked, receives: Marked, reduced: bool) -> int:
+    through = _keeps_through(exchange, sends, receives, reduced)
+    return _buffers(exchange, sends, receives, reduced, through)
+
+
+def _keeps_through(exchange: Exchange, sends: Marked, receives: Marked, reduced: bool) -> bool:
+    if reduced or not any(kept for kept, _ in sends):
         return False
     return _buffers(exchange, sends, receives, reduced, True) < _buffers(
         exchange, sends, receives, reduced, False
@@ -534,17 +550,13 @@ def keeps_through(
 
 
 def _buffers(
-    exchange: Exchange,
-    sends: Sequence[Piece],
-    receives: Sequence[Piece],
-    reduced: bool,
-    through: bool,
+    exchange: Exchange, sends: Marked, receives: Marked, reduced: bool, through: bool
 ) -> int:
-    sends = [p for p in sends if through or p.source != p.destination]
-    receives = [p for p in receives if through or p.source != p.destination]
-    packing = 0 if consecutive([p.box for p in sends], exchange.src_box) else _sum(sends)
-    direct = not reduced and consecutive([p.box for p in receives], exchange.out_box)
-    return packing + (0 if direct else _sum(receives))
+    sent = [box for kept, box in sends if through or not kept]
+    got = [box for kept, box in receives if through or not kept]
+    packing = 0 if consecutive(sent, exchange.src_box) else sum(map(volume, sent))
+    direct = not reduced and consecutive(got, exchange.out_box)
+    return packing + (0 if direct else sum(map(volume, got)))
 
 
 def budget(exchange: Exchange) -> int:
@@ -567,10 +579,85 @@ def profile(exchange: Exchange) -> Exchange:
     return Exchange(0, 0, origin_src, origin_out, sends, receives, exchange.communicates)
 
 
+def member_profiles(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[Exchange, ...]:
+    """The distinct :func:`profile`s of the members of every group, each computed once: one
+    member per class of members with equal profiles (:func:`_profile_key`, which costs no
+    more than the member's coordinates), so the work is linear in the mesh plus the
+    pieces of a few members, not in every member's pieces. Raises what
+    :func:`member_exchange` raises."""
+    roles = _roles(src, out, team, reduced)
+    mesh = team.mesh
+    placed = {m for blocks in (*roles.src_layout, *roles.out_layout) for m in blocks.dims}
+    # Where replicas take turns, which receivers a member serves depends on all of its
+    # team coordinates; where an axis outside the team places blocks, so does the group
+    # it is in: every member is then its own class.
+    by_coordinates = roles.free_count > 1 or any(
+        mesh.shape[m] > 1 and m in placed for m in roles.outside
+    )
+    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
+    swept = sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
+    found = {}
+    for rank in mesh.devices:
+        coords = mesh.coordinates(rank)
+        key = coords if by_coordinates else _profile_key(roles, coords, swept)
+        if key not in found:
+            found[key] = profile(member_exchange(src, out, team, rank, reduced))
+    return tuple(dict.fromkeys(found.values()))
+
+
+def most_received(src: Operand, out: Operand, team: Team, reduced: bool) -> int:
+    """The most elements a member receives from others: its out block once per reduced
+    coordinate (the sources tile it so), less the piece it keeps (its own ``src`` block
+    within its ``out`` block), at most over members; linear in the mesh, no pieces.
+    Raises what :func:`member_exchange` raises for the first member."""
+    roles = _roles(src, out, team, reduced)
+    mesh = team.mesh
+    copies = math.prod(mesh.shape[m] for m in roles.reduced)
+    most = 0
+    for rank in mesh.devices:
+        coords = mesh.coordinates(rank)
+        out_box = _box(roles.out_layout, coords)
+        kept = intersect(_box(roles.src_layout, coords), out_box)
+        most = max(most, copies * volume(out_box) - (volume(kept) if kept else 0))
+    member_exchange(src, out, team, mesh.devices[0], reduced)  # its errors, if any
+    return most
+
+
+def _profile_key(roles: _Roles, coords: tuple[int, ...], swept: list[int]) -> tuple:
+    """What a member's profile depends on (members with equal keys have equal profiles;
+    ``tests/lowering/test_exchange_profiles.py`` checks it on every member of every
+    exchange between the sweep's distributions).
+    A profile is relative, so it holds of the member only the geometry of the blocks
+    overlapping its two blocks (per dim, each block's offset modulo the other layout's
+    block, and where the carries fall among the overlapping blocks' mesh digits, which
+    orders the pieces by member) and, when the member keeps a piece of its own, where
+    that piece lies in that order (its offset against the out block, and the member's
+    coordinates on the ``swept`` axes: the reduced ones and those its sends run over)."""
+    src_box, out_box = _box(roles.src_layout, coords), _box(roles.out_layout, coords)
+    geometry = tuple(
+        (
+            o_off % mine.local,
+            s_off % theirs.local,
+            (o_off // mine.local) % math.prod(mine.sizes[1:]),
+            (s_off // theirs.local) % math.prod(theirs.sizes[1:]),
+        )
+        for mine, theirs, (s_off, _), (o_off, _) in zip(
+            roles.src_layout, roles.out_layout, src_box, out_box, strict=True
+        )
+    )
+    if intersect(src_box, out_box) is None:
+        return geometry, None
+    offsets = tuple(s - o for (s, _), (o, _) in zip(src_box, out_box, strict=True))
+    return geometry, offsets, tuple(coords[m] for m in swept)
+
+
 def _relative_piece(piece: Piece, member: int, block: Box) -> Piece:
     box = tuple((o - b, e) for (o, e), (b, _) in zip(piece.box, block, strict=True))
     return Piece(int(piece.source != member), int(piece.destination != member), box)
 
+
+ROUNDS_LIMIT = 64
+"""The most rounds the planner cuts an exchange into."""
 
 Round = tuple[tuple[Piece, ...], tuple[Piece, ...]]
 """What a member sends and receives in one alltoallv call."""
@@ -617,16 +704,28 @@ def cut(box: Box, parts: int) -> tuple[Box, ...]:
     return tuple(found)
 
 
+@lru_cache(maxsize=8192)
 def round_buffers(exchange: Exchange, rounds: int, reduced: bool) -> int:
-    """The most buffer elements the member holds in any of ``rounds`` rounds."""
+    """The most buffer elements the member holds in any of ``rounds`` rounds (the rounds of
+    :func:`exchange_rounds`, cut here as bare boxes)."""
+    sends = [(p.source == p.destination, cut(p.box, rounds)) for p in exchange.sends]
+    receives = [(p.source == p.destination, cut(p.box, rounds)) for p in exchange.receives]
     return max(
-        call_buffers(exchange, sends, receives, reduced)
-        for sends, receives in exchange_rounds(exchange, rounds)
+        _call_buffers(
+            exchange,
+            [(kept, parts[r]) for kept, parts in sends if r < len(parts)],
+            [(kept, parts[r]) for kept, parts in receives if r < len(parts)],
+            reduced,
+        )
+        for r in range(rounds)
     )
 
 
 def rounds_needed(
-    exchanges: Sequence[Exchange], reduced: bool, allowance: int | None = None, limit: int = 64
+    exchanges: Sequence[Exchange],
+    reduced: bool,
+    allowance: int | None = None,
+    limit: int = ROUNDS_LIMIT,
 ) -> int:
     """The fewest rounds in which no member's buffers pass ``allowance`` elements (default:
     its :func:`budget`); ``exchanges``: every member's part, from every group; ``limit``
@@ -643,7 +742,3 @@ def rounds_needed(
     while rounds < limit and any(round_buffers(e, rounds, reduced) > room(e) for e in exchanges):
         rounds += 1
     return rounds
-
-
-def _sum(pieces: Sequence[Piece]) -> int:
-    return sum(volume(p.box) for p in pieces)

@@ -11,7 +11,9 @@ reports the failure that caused the others: each rank's stderr passes through
 unchanged while the launcher keeps its last lines, and among the ranks that
 failed within :data:`SETTLE_S` of the first, one whose error is not a
 consequence of another rank's failure (``PeerFailureError``, a lost peer) is
-named, with its exit code and its error line.
+named, with its exit code and its error line; while every failure so far is
+such a consequence, the launcher waits up to :data:`CAUSE_WAIT_S` for the
+rank that caused it (on a busy machine its exit can lag by seconds).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ STOP_TIMEOUT_S = 5.0
 SETTLE_S = 1.0
 """After the first failure, how long the launcher waits for the ranks that fail with it,
 so that it names the root cause rather than a peer that noticed it first."""
+CAUSE_WAIT_S = 30.0
+"""How long the launcher waits for a cause when every failure so far is a consequence."""
 TAIL_LINES = 40
 """How many of each rank's last stderr lines the launcher keeps to find its error."""
 
@@ -146,15 +150,26 @@ def wait_all(ranks: list[_Rank]) -> RankFailure | None:
 
 
 def root_cause(first: _Rank, ranks: list[_Rank]) -> RankFailure:
-    """The failure to report: ``first``'s, unless a rank failing within SETTLE_S says why."""
-    deadline = time.monotonic() + SETTLE_S
-    while time.monotonic() < deadline and any(r.process.poll() is None for r in ranks):
+    """The failure to report: ``first``'s, unless a rank failing within SETTLE_S says why.
+    While every failure so far is a consequence of another rank's (that rank is failing
+    too, only slower: a busy machine can delay its exit by seconds), the launcher waits
+    for it up to CAUSE_WAIT_S."""
+    start = time.monotonic()
+    while any(r.process.poll() is None for r in ranks):
+        waited = time.monotonic() - start
+        if waited >= CAUSE_WAIT_S or (waited >= SETTLE_S and _failures(first, ranks)[0]):
+            break
         time.sleep(POLL_INTERVAL_S)
+    causes, failures = _failures(first, ranks)
+    return (causes or failures)[0]
+
+
+def _failures(first: _Rank, ranks: list[_Rank]) -> tuple[list[RankFailure], list[RankFailure]]:
+    """(the failures that are no other's consequence, every failure), ``first``'s first."""
     failures = [first.failure()] + [
         r.failure() for r in ranks if r is not first and r.process.poll() not in (None, 0)
     ]
-    causes = [f for f in failures if not f.is_consequence]
-    return (causes or failures)[0]
+    return [f for f in failures if not f.is_consequence], failures
 
 
 def stop(procs: list[subprocess.Popen]) -> None:

@@ -11,16 +11,16 @@ the rounds keep within max(in, out).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from hostir import Sharding
 from hostir.blocks import (
+    ROUNDS_LIMIT,
     Exchange,
     Operand,
     block_box,
     intersect,
-    member_exchange,
-    profile,
+    member_profiles,
+    most_received,
     round_buffers,
     rounds_needed,
     volume,
@@ -37,37 +37,56 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Facts:
-    """What the cost and memory models need of an exchange: the most elements a rank
-    receives from others, and the distinct rank profiles (``hostir.blocks.profile``)."""
-
-    received: int
-    profiles: tuple[Exchange, ...]
-
-
-@functools.lru_cache(maxsize=256)
-def _facts(
-    before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
-) -> _Facts | None:
-    """The exchange's facts over every rank (each rank's part computed from its own
-    coordinates: linear in the mesh); None if the shape is symbolic or the exchange
-    cannot be formed. Cached: the rounds, the cost model, the memory model and
-    ``explain`` ask for the same."""
+def _operands(before: Sharding, after: Sharding, shape: tuple[Scalar, ...]):
     concrete = _concrete(shape)
     if concrete is None:
         return None
-    src, out = Operand("src", before, concrete), Operand("out", after, concrete)
+    return Operand("src", before, concrete), Operand("out", after, concrete)
+
+
+@functools.lru_cache(maxsize=256)
+def _profiles(
+    before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
+) -> tuple[Exchange, ...] | None:
+    """The exchange's distinct rank profiles, each computed once
+    (``hostir.blocks.member_profiles``: linear in the mesh); None if the shape is
+    symbolic or the exchange cannot be formed. Cached: the rounds, the memory model and
+    ``explain`` ask for the same."""
+    operands = _operands(before, after, shape)
     try:
-        exchanges = [member_exchange(src, out, team, r, reduced) for r in team.mesh.devices]
+        return None if operands is None else member_profiles(*operands, team, reduced)
     except HostIrError:
         return None
-    return _Facts(
-        received=max(
-            sum(volume(p.box) for p in e.receives if p.source != e.member) for e in exchanges
-        ),
-        profiles=tuple(dict.fromkeys(profile(e) for e in exchanges)),
-    )
+
+
+@functools.lru_cache(maxsize=256)
+def _received(
+    before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
+) -> int | None:
+    """The most elements a rank receives (``hostir.blocks.most_received``: no pieces)."""
+    operands = _operands(before, after, shape)
+    try:
+        return None if operands is None else most_received(*operands, team, reduced)
+    except HostIrError:
+        return None
+
+
+def exchange_rounds_floor(
+    before: Sharding,
+    after: Sharding,
+    team: Team,
+    shape: tuple[Scalar, ...],
+    reduced: bool,
+    allowance: Scalar,
+) -> int | None:
+    """The fewest ``rounds`` the exact count (:func:`exchange_rounds_for`) can be, without
+    computing any rank's pieces: partial sums always arrive in a buffer, so a reducing
+    exchange needs at least (most received) / allowance rounds; None for one."""
+    received = _received(before, after, team, shape, reduced)
+    if not reduced or received is None or not isinstance(allowance, Const):
+        return None
+    rounds = min(-(-received // max(allowance.value, 1)), ROUNDS_LIMIT)
+    return rounds if rounds > 1 else None
 
 
 def exchange_rounds_for(
@@ -81,30 +100,30 @@ def exchange_rounds_for(
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
     buffers pass ``allowance`` elements (``hostir.blocks.rounds_needed``); None for one
     call (or a symbolic shape)."""
-    facts = _facts(before, after, team, shape, reduced)
-    if facts is None or not isinstance(allowance, Const):
+    profiles = _profiles(before, after, team, shape, reduced)
+    if profiles is None or not isinstance(allowance, Const):
         return None
-    rounds = rounds_needed(facts.profiles, reduced, allowance.value)
+    rounds = rounds_needed(profiles, reduced, allowance.value)
     return rounds if rounds > 1 else None
 
 
-def _step_facts(plan: Plan, k: int) -> _Facts | None:
+def _step_profiles(plan: Plan, k: int) -> tuple[Exchange, ...] | None:
     step = plan.steps[k]
-    return _facts(plan.before(k), step.after, step.team, plan.shape, step.op is not None)
+    return _profiles(plan.before(k), step.after, step.team, plan.shape, step.op is not None)
 
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
     """The most elements of packing and receive buffers any rank holds in one round of
     step ``k`` (``hostir.blocks.exchange_rounds``; the whole input and output when the
     exchange cannot be computed: symbolic shapes)."""
-    facts = _step_facts(plan, k)
+    profiles = _step_profiles(plan, k)
     step = plan.steps[k]
-    if facts is None:
+    if profiles is None:
         return add(
             local_elements(plan.before(k), plan.shape), local_elements(step.after, plan.shape)
         )
     reduced = step.op is not None
-    return Const(value=max(round_buffers(e, step.rounds or 1, reduced) for e in facts.profiles))
+    return Const(value=max(round_buffers(e, step.rounds or 1, reduced) for e in profiles))
 
 
 def step_received(plan: Plan, k: int) -> Scalar:
@@ -116,8 +135,8 @@ def step_received(plan: Plan, k: int) -> Scalar:
     size = step.team.size if step.team is not None else 1
     kind = step.kind
     if kind is StepKind.ALL_TO_ALL_V:
-        facts = _step_facts(plan, k)
-        return Const(value=facts.received) if facts is not None else after
+        received = _received(plan.before(k), step.after, step.team, plan.shape, step.op is not None)
+        return Const(value=received) if received is not None else after
     if kind in (StepKind.ALLGATHER, StepKind.GATHER):
         return sub(after, before)
     if kind is StepKind.REDUCE_SCATTER:

@@ -25,14 +25,16 @@ partial source, and never holds more than its own block.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from hostir import MeshAxis, ReduceOp, Sharding
 from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
 from hostir.team import Team
 from lowering.errors import ReshardingError
-from lowering.exchange_cost import exchange_rounds_for, step_received
+from lowering.exchange_cost import exchange_rounds_floor, exchange_rounds_for, step_received
 from lowering.plan import Plan, Planner, Step, StepKind, local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries
 
@@ -100,12 +102,10 @@ def _exchange_instead(
         if sliced_after
         else "the rules would hold more temporaries than max(in, out)"
     )
-    candidates = [_exchange(planner, source, target, why, memory_bound(rules))]
+    candidates = [functools.partial(_exchange, planner, source, target, why, memory_bound(rules))]
     candidates += _reduce_then_exchange(planner, source, target, reduced, why, rules)
-    costs = [_cost(_sub_plan(planner, source, target, c)) for c in candidates]
-    chosen = min(range(len(candidates)), key=costs.__getitem__)  # the first of equals
-    best = candidates[chosen]
-    if costs[chosen] >= _cost(rules):
+    best = _cheapest(planner, source, target, candidates, rules)
+    if best is None:
         planner.note("no AllToAllV: the rules cost no more (bound, calls, bytes received)")
         return
     del planner.steps[start:]
@@ -122,10 +122,16 @@ def _exchange_instead(
 
 
 def _exchange(
-    planner: Planner, source: Sharding, target: Sharding, why: str, allowance: Scalar
+    planner: Planner,
+    source: Sharding,
+    target: Sharding,
+    why: str,
+    allowance: Scalar,
+    exact: bool = True,
 ) -> tuple[Step]:
     """One AllToAllV from ``source`` to ``target`` over the mesh axes either involves, in
-    as many rounds as keep its buffers within ``allowance`` elements."""
+    as many rounds as keep its buffers within ``allowance`` elements (``exact`` False:
+    the fewest it can need, costing no rank's pieces)."""
     mesh = source.mesh
     involved = tuple(
         a
@@ -142,7 +148,9 @@ def _exchange(
             after=target,
             team=team,
             op=next(iter(ops)) if ops else None,
-            rounds=exchange_rounds_for(source, target, team, planner.shape, bool(ops), allowance),
+            rounds=(exchange_rounds_for if exact else exchange_rounds_floor)(
+                source, target, team, planner.shape, bool(ops), allowance
+            ),
             reason=f"{why}; one all-to-all with uneven splits sends each rank just the pieces"
             " of its block it lacks" + (" (partial sums combined on arrival)" if ops else ""),
         ),
@@ -151,7 +159,7 @@ def _exchange(
 
 def _reduce_then_exchange(
     planner: Planner, source: Sharding, target: Sharding, reduced: list, why: str, rules: Plan
-) -> list[tuple[Step, ...]]:
+) -> list[Callable[[bool], tuple[Step, ...]]]:
     """For each dim the reduced partial axes can split: a ReduceScatter along it (the
     axes appended to the dim's), then one AllToAllV to ``target`` (if still needed), its
     buffers within the bound less the scattered intermediate it holds."""
@@ -176,10 +184,11 @@ def _reduce_then_exchange(
             " the data is smallest",
         )
         if after == target:
-            found.append((scatter,))
+            found.append(lambda exact, scatter=scatter: (scatter,))
             continue
         allowance = sub(memory_bound(rules), local_elements(after, planner.shape))
-        found.append((scatter, *_exchange(planner, after, target, why, allowance)))
+        exchange = functools.partial(_exchange, planner, after, target, why, allowance)
+        found.append(lambda exact, s=scatter, e=exchange: (s, *e(exact)))
     return found
 
 
@@ -187,14 +196,43 @@ def _size(sharding: Sharding, axes: tuple[MeshAxis, ...]) -> int:
     return math.prod(sharding.mesh.axis_size(a) for a in axes)
 
 
-def _cost(plan: Plan) -> tuple:
+def _cheapest(
+    planner: Planner,
+    source: Sharding,
+    target: Sharding,
+    candidates: list[Callable[[bool], tuple[Step, ...]]],
+    rules: Plan,
+) -> tuple[Step, ...] | None:
+    """The steps of the first of the cheapest candidates (:func:`_cost`), None if none costs
+    less than ``rules``. A candidate is built first with the fewest rounds it can need
+    (no rank's pieces computed), and built and costed exactly only if that bound can beat
+    the best so far: an AllToAllV of every partial copy, bound to 64 rounds, is dropped
+    on its call count without costing a rank."""
+
+    def cost(steps: tuple[Step, ...], bound_only: bool = False) -> tuple:
+        return _cost(_sub_plan(planner, source, target, steps), bound_only)
+
+    bounds = [(cost(build(False), bound_only=True), k) for k, build in enumerate(candidates)]
+    best, chosen = (cost(rules.steps), -1), None  # the rules win ties
+    for bound in sorted(bounds):
+        if bound < best:
+            steps = candidates[bound[1]](True)
+            if (cost(steps), bound[1]) < best:
+                best, chosen = (cost(steps), bound[1]), steps
+    return chosen
+
+
+def _cost(plan: Plan, bound_only: bool = False) -> tuple:
     """What the planner minimises, in order: temporaries over SPEC §6's bound, backend calls
     (an AllToAllV's rounds each count), elements received by the busiest rank, temporaries.
-    Symbolic quantities count as 0 (plans of symbolic shapes keep the rules)."""
-    peak, bound = peak_temporaries(plan), memory_bound(plan)
+    Symbolic quantities count as 0 (plans of symbolic shapes keep the rules).
+    ``bound_only``: a lower bound without costing the temporaries (taken as 0)."""
     calls = sum(s.rounds or 1 for s in plan.steps if s.kind is not StepKind.LOCAL_SHARD)
     received = [step_received(plan, k) for k in range(len(plan.steps))]
     total = sum(r.value for r in received if isinstance(r, Const))
+    if bound_only:
+        return (False, calls, total, 0)
+    peak, bound = peak_temporaries(plan), memory_bound(plan)
     return (_exceeds(peak, bound), calls, total, peak.value if isinstance(peak, Const) else 0)
 
 

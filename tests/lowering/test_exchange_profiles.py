@@ -1,0 +1,66 @@
+"""The planner costs an AllToAllV from one rank per class of ranks with equal profiles
+(``hostir.blocks.member_profiles``) and takes the most received from block boxes alone
+(``hostir.blocks.most_received``). Both must equal what every rank's own exchange says:
+checked here on every rank of every exchange between the sweep's distributions, over
+every team of mesh axes, with nesting orders other than the mesh's among them."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from hostir import Mesh
+from hostir.blocks import Operand, member_exchange, member_profiles, most_received, profile, volume
+from hostir.errors import HostIrError
+from hostir.team import Team
+from lowering.distribution import parse_notation
+
+ORDERS = {2: ["S0S0[1,0]", "S1S1[1,0]"], 3: ["S0S0S0[2,1,0]", "S0S0S0[1,0,2]", "S1S1S1[2,0,1]"]}
+CASES = {  # mesh shape: tensor shape (blocks of different sizes meet unaligned in some)
+    (2, 3): (12, 12),
+    (2, 4): (8, 8),
+    (4, 4): (16, 16),
+    (3, 4): (24, 36),
+    (2, 2, 2): (8, 8),
+}
+
+
+def _notations(k: int, placements: list[str]) -> list[str]:
+    return ["".join(p) for p in itertools.product(placements, repeat=k)] + ORDERS[k]
+
+
+def _teams(mesh: Mesh) -> list[Team]:
+    axes = mesh.axes()
+    if len(axes) > 2:  # the planner's team (every axis involved) keeps the case fast
+        return [Team(mesh=mesh, axes=axes)]
+    return [Team(mesh=mesh, axes=s) for r in (1, 2) for s in itertools.combinations(axes, r)]
+
+
+@pytest.mark.parametrize("mesh_shape", CASES, ids=lambda s: "x".join(map(str, s)))
+def test_profiles_and_most_received_match_every_rank(mesh_shape):
+    mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
+    shape, k = CASES[mesh_shape], len(mesh_shape)
+    checked, problems = 0, []
+    for a, b in itertools.product(
+        _notations(k, ["R", "S0", "S1", "P"]), _notations(k, ["R", "S0", "S1"])
+    ):
+        src = Operand("src", parse_notation(a, mesh, ndim=2).to_sharding(shape), shape)
+        out = Operand("out", parse_notation(b, mesh, ndim=2).to_sharding(shape), shape)
+        reduced = bool(src.sharding.partial)
+        for team in _teams(mesh):
+            try:
+                every = [member_exchange(src, out, team, r, reduced) for r in mesh.devices]
+            except HostIrError:
+                continue
+            checked += 1
+            profiles = {profile(e) for e in every}
+            most = max(
+                sum(volume(p.box) for p in e.receives if p.source != e.member) for e in every
+            )
+            if set(member_profiles(src, out, team, reduced)) != profiles:
+                problems.append(f"{a} -> {b} over {team}: profiles differ")
+            if most_received(src, out, team, reduced) != most:
+                problems.append(f"{a} -> {b} over {team}: most received differs from {most}")
+    assert checked > 200 and not problems, "\n".join(problems[:20])
