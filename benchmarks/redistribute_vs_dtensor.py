@@ -25,8 +25,40 @@ What is reported per case (the maximum over ranks where it differs by rank):
   the profiler: the ``gloo:*`` events one call produces on a rank, where a
   ``gloo:send`` and a ``gloo:recv`` posted together (one point-to-point swap)
   count as one: collectives = other gloo events + max(sends, receives).
-- **bytes**: the bytes of the tensors handed to gloo as data to send or reduce
-  (the input of every ``gloo:*`` event except ``gloo:recv``, from
+- **recv** (the criterion against DTensor): the bytes that arrive at a rank
+  from other ranks during one call (the busiest rank: the maximum over ranks).
+  A rank's own chunk, which never leaves it, does not count. Measured from what
+  ran, in a call of its own (neither profiled nor timed): a
+  ``TorchDispatchMode`` (:class:`ProcessGroupRecorder`) records every
+  process-group op the call dispatches on this rank, ``c10d::*`` (what
+  ``torch.distributed``'s functions call: ours) and ``_c10d_functional::*``
+  (DTensor's functional collectives), with its tensors, split sizes, root and
+  its group's size g and this rank's position in it (the profiler's events
+  carry neither the group nor the split sizes). Each call then counts, for
+  n bytes (:func:`received_bytes`):
+
+  ==============================  =========================================
+  all_gather (n from each rank)   (g - 1) n
+  reduce_scatter (n to each)      (g - 1) n
+  all_reduce of n                 2 (g - 1) n / g (ring: reduce-scatter,
+                                  then all-gather)
+  all_to_all(_single)             the split sizes arriving from the other
+                                  g - 1 ranks (own split left out)
+  broadcast of n, scatter of n    n on the others, 0 on the root
+  gather of n from each           (g - 1) n on the root, 0 on the others
+  reduce of n                     2 (g - 1) n / g on the root,
+                                  (g - 1) n / g on the others
+  recv of n / send / barrier      n / 0 / 0
+  ==============================  =========================================
+
+  These are the bytes a bandwidth-optimal algorithm moves for the collective
+  that was called, the same formula for both sides; gloo's own algorithm may
+  move more (its reduce-scatter all-reduces the whole input). The recorded
+  call must compute the expected result, and must have recorded calls where
+  the profiler saw gloo events (a call made on another thread would escape
+  the recorder). ``recv ≤ DTensor`` says whether ours receives no more.
+- **to gloo**: the bytes of the tensors handed to gloo as data to send or
+  reduce (the input of every ``gloo:*`` event except ``gloo:recv``, from
   ``record_shapes``), per rank. Both sides go through the same gloo entry
   points, so this is the same measure for both.
 - **peak extra**: from ``torch.profiler(profile_memory=True)``: every CPU
@@ -54,7 +86,10 @@ Run it with::
     hostir run benchmarks/redistribute_vs_dtensor.py --nproc 8     # 2x2x2 and 2x4
     python benchmarks/redistribute_vs_dtensor.py --nproc 4          # starts the ranks itself
 
-Rank 0 prints one Markdown table per mesh; ``--help`` lists the options.
+Rank 0 prints one Markdown table per mesh, then how many cases fail each check
+against DTensor (more collectives, more bytes received, more bytes to gloo, a
+higher peak) or the bound, then one line per such case; ``--help`` lists the
+options.
 """
 
 from __future__ import annotations
@@ -77,8 +112,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.distributed_c10d import _resolve_process_group
 from torch.distributed.tensor import DTensor
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import hostir
 from frontend import FusionDefinition, shard_tensor
@@ -140,6 +177,11 @@ BACKEND_EVENTS = ("c10d::", "gloo:")
 """Profiler events of the backend: process-group entry points and gloo's work items."""
 
 
+COMMUNICATION_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+"""Dispatcher namespaces of process-group calls: ``c10d`` (what ``torch.distributed``'s
+functions call, hence ours) and the functional collectives (what DTensor calls)."""
+
+
 @dataclass
 class Measured:
     """One side of one case on one rank."""
@@ -149,6 +191,200 @@ class Measured:
     peak_bytes: int
     peak_outside_backend: int
     output_bytes: int
+    received_bytes: int = 0
+    """Bytes that arrive from other ranks (:func:`received_bytes` summed over the calls)."""
+
+
+@dataclass(frozen=True)
+class ProcessGroupCall:
+    """One call into a process group as this rank made it: what :func:`received_bytes`
+    needs."""
+
+    kind: str
+    """``all_gather``, ``reduce_scatter``, ``all_reduce``, ``all_to_all``, ``broadcast``,
+    ``reduce``, ``gather``, ``scatter``, ``send``, ``recv`` or ``barrier``."""
+    group_size: int
+    group_rank: int
+    """This rank's position in the group."""
+    nbytes: int = 0
+    """all_gather, gather: the bytes each member contributes; reduce_scatter, scatter: the
+    bytes each member ends with; all_reduce, broadcast, reduce, recv: the tensor's bytes."""
+    root: int | None = None
+    """broadcast, reduce, gather, scatter: the root's position in the group."""
+    from_each: tuple[int, ...] = ()
+    """all_to_all: the bytes that arrive from each member, in group order (this rank's
+    own entry stays local)."""
+
+
+def _ring_share(nbytes: int, group_size: int) -> int:
+    """(g - 1) / g of ``nbytes``, rounded up: what a rank receives in one ring pass over a
+    tensor of ``nbytes`` cut in g parts (a reduce-scatter or an all-gather of it)."""
+    return -(-(group_size - 1) * nbytes // group_size)
+
+
+def received_bytes(call: ProcessGroupCall) -> int:
+    """The bytes that arrive at this rank from other ranks in ``call`` (g the group size,
+    n its ``nbytes``; what a bandwidth-optimal algorithm moves, whatever the backend does):
+
+    - all_gather (n contributed by each): (g - 1) n; reduce_scatter (n the result of each):
+      (g - 1) n;
+    - all_reduce of n: 2 (g - 1) n / g (a ring: a reduce-scatter then an all-gather);
+    - all_to_all: what the other members send this rank (``from_each`` less its own);
+    - broadcast of n, scatter of n to each: n on the other members, 0 on the root;
+    - gather of n from each: (g - 1) n on the root, 0 elsewhere;
+    - reduce of n: 2 (g - 1) n / g on the root, (g - 1) n / g elsewhere (a ring
+      reduce-scatter, then the root gathers the reduced parts);
+    - recv of n: n; send and barrier: 0.
+    """
+    g, n, me = call.group_size, call.nbytes, call.group_rank
+    at_root = me == call.root
+    match call.kind:
+        case "all_gather" | "reduce_scatter":
+            return (g - 1) * n
+        case "all_reduce":
+            return 2 * _ring_share(n, g)
+        case "all_to_all":
+            return sum(call.from_each) - call.from_each[me]
+        case "broadcast" | "scatter":
+            return 0 if at_root else n
+        case "gather":
+            return (g - 1) * n if at_root else 0
+        case "reduce":
+            return (2 if at_root else 1) * _ring_share(n, g)
+        case "recv":
+            return n
+        case "send" | "barrier":
+            return 0
+    raise ValueError(f"no received-bytes formula for a {call.kind!r} call")
+
+
+_OPS = {
+    # c10d (torch.distributed's functions: ours): op -> (kind, argument that gives nbytes)
+    "c10d::_allgather_base_": ("all_gather", "input_tensor"),
+    "c10d::allgather_": ("all_gather", "input_tensors"),
+    "c10d::allgather_coalesced_": ("all_gather", "input_list"),
+    "c10d::allgather_into_tensor_coalesced_": ("all_gather", "inputs"),
+    "c10d::_reduce_scatter_base_": ("reduce_scatter", "output_tensor"),
+    "c10d::reduce_scatter_": ("reduce_scatter", "output_tensors"),
+    "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", "outputs"),
+    "c10d::allreduce_": ("all_reduce", "tensors"),
+    "c10d::allreduce_coalesced_": ("all_reduce", "tensors"),
+    "c10d::alltoall_": ("all_to_all", "output_tensors"),
+    "c10d::alltoall_base_": ("all_to_all", "output"),
+    "c10d::broadcast_": ("broadcast", "tensors"),
+    "c10d::reduce_": ("reduce", "tensors"),
+    "c10d::gather_": ("gather", "input_tensors"),
+    "c10d::scatter_": ("scatter", "output_tensors"),
+    "c10d::send": ("send", None),
+    "c10d::recv_": ("recv", "tensors"),
+    "c10d::recv_any_source_": ("recv", "tensors"),
+    "c10d::barrier": ("barrier", None),
+    "c10d::monitored_barrier_": ("barrier", None),
+    # functional collectives (DTensor's); a reduce-scatter's nbytes is its input / g
+    "all_gather_into_tensor": ("all_gather", "input"),
+    "all_gather_into_tensor_out": ("all_gather", "input"),
+    "all_gather_into_tensor_coalesced": ("all_gather", "inputs"),
+    "reduce_scatter_tensor": ("reduce_scatter", "input"),
+    "reduce_scatter_tensor_out": ("reduce_scatter", "input"),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", "inputs"),
+    "all_reduce": ("all_reduce", "input"),
+    "all_reduce_": ("all_reduce", "input"),
+    "all_reduce_coalesced": ("all_reduce", "inputs"),
+    "all_reduce_coalesced_": ("all_reduce", "inputs"),
+    "all_to_all_single": ("all_to_all", "input"),
+    "broadcast": ("broadcast", "input"),
+    "broadcast_": ("broadcast", "input"),
+    "isend": ("send", None),
+    "irecv": ("recv", "tensor"),
+}
+"""How each process-group op maps to a :class:`ProcessGroupCall` (functional ops by their
+name without the namespace: ``_c10d_functional`` and ``_c10d_functional_autograd`` alike)."""
+
+_NOT_COMMUNICATION = {"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"}
+"""Ops of those namespaces that move nothing."""
+
+
+def _nbytes(value: object) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _process_group(named: dict) -> dist.ProcessGroup:
+    group = named.get("process_group", named.get("group_name"))
+    if isinstance(group, str):
+        return _resolve_process_group(group)
+    return group if isinstance(group, dist.ProcessGroup) else dist.ProcessGroup.unbox(group)
+
+
+def _from_each(tensor: torch.Tensor, splits: list, group_size: int, total: int) -> tuple:
+    """Bytes per member of an all-to-all with ``splits`` rows along dim 0 (of ``tensor``'s
+    row size); equal parts of ``total`` without splits."""
+    if not splits:
+        return (total // group_size,) * group_size
+    row = math.prod(tensor.shape[1:]) * tensor.element_size()
+    return tuple(int(s) * row for s in splits)
+
+
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+"""Kinds of call with a root (``root_rank`` in ``c10d``, ``src`` in the functional ops)."""
+
+
+def _process_group_calls(func: object, args: tuple, kwargs: dict) -> list[ProcessGroupCall]:
+    """The process-group calls one dispatched op makes on this rank (several for a batch
+    of point-to-point operations); none for an op that moves nothing."""
+    op = func._schema.name
+    key = op if op.startswith("c10d::") else op.split("::")[1]
+    if key in _NOT_COMMUNICATION:
+        return []
+    if key not in _OPS and key != "batch_p2p_ops":
+        raise NotImplementedError(f"received bytes: no rule for {op}")
+    named = dict(zip((a.name for a in func._schema.arguments), args, strict=False))
+    named.update(kwargs)
+    group = _process_group(named)
+    size, rank = group.size(), group.rank()
+    if key == "batch_p2p_ops":  # functional: one op per (kind, peer, tag, tensor)
+        pairs = zip(named["op_list"], named["tensors"], strict=True)
+        return [
+            ProcessGroupCall("recv", size, rank, _nbytes(t))
+            if kind == "irecv"
+            else ProcessGroupCall("send", size, rank)
+            for kind, t in pairs
+        ]
+    kind, argument = _OPS[key]
+    nbytes = _nbytes(named[argument]) if argument else 0
+    if kind == "reduce_scatter" and not key.startswith("c10d::"):
+        nbytes //= size  # the functional op names its input
+    root = named.get("root_rank", named.get("src")) if kind in _ROOTED else None
+    from_each = ()
+    if kind == "all_to_all":
+        tensor = named[argument]
+        if isinstance(tensor, list):  # c10d::alltoall_: one output tensor per member
+            from_each = tuple(_nbytes(t) for t in tensor)
+        else:
+            from_each = _from_each(tensor, named["output_split_sizes"], size, nbytes)
+    return [ProcessGroupCall(kind, size, rank, nbytes, root, from_each)]
+
+
+class ProcessGroupRecorder(TorchDispatchMode):
+    """While active, records every process-group call made on this thread as a
+    :class:`ProcessGroupCall`: the ``c10d`` ops that ``torch.distributed``'s functions
+    dispatch (ours) and the functional collectives (DTensor's), each with its tensors and
+    its group's size and this rank's position in it. A functional collective's own
+    ``c10d`` call runs inside the mode's handler, where the mode is off, so no call is
+    counted twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[ProcessGroupCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace in COMMUNICATION_NAMESPACES:
+            self.calls.extend(_process_group_calls(func, args, kwargs))
+        return func(*args, **kwargs)
 
 
 @dataclass
@@ -249,6 +485,23 @@ def _worst(measures: Iterator[Measured]) -> Measured:
     return Measured(*(max(column) for column in zip(*rows, strict=True)))
 
 
+def received(call: Callable[[], torch.Tensor], expected: torch.Tensor, gloo_calls: int) -> int:
+    """The bytes that arrive at this rank from other ranks in one ``call``: every
+    process-group call it makes, recorded by a :class:`ProcessGroupRecorder` (a call of its
+    own, not profiled or timed), summed through :func:`received_bytes`. Checks that the
+    recorded call computed ``expected`` and that it recorded calls where the profiler saw
+    ``gloo_calls`` gloo events (a call made on another thread would escape the recorder)."""
+    recorder = ProcessGroupRecorder()
+    with recorder:
+        result = call()
+    if not torch.equal(result, expected):
+        raise AssertionError("the recorded call computed another result")
+    moving = [c for c in recorder.calls if c.kind != "barrier"]
+    if gloo_calls and not moving:
+        raise AssertionError(f"{gloo_calls} gloo events but no process-group call recorded")
+    return sum(received_bytes(c) for c in recorder.calls)
+
+
 def timed(call: Callable[[], object]) -> float:
     """One call's wall time in ms, the maximum over ranks, after a barrier."""
     dist.barrier()
@@ -317,6 +570,8 @@ def measure(
         _worst(profiled(ours) for _ in range(3)),
         _worst(profiled(theirs) for _ in range(3)),
     )
+    mine = dataclasses.replace(mine, received_bytes=received(ours, expected, mine.collectives))
+    other = dataclasses.replace(other, received_bytes=received(theirs, expected, other.collectives))
     times: dict[str, list[float]] = {"ours": [], "DTensor": []}
     for run in range(runs):
         order = [("ours", ours), ("DTensor", theirs)]
@@ -342,18 +597,18 @@ def measure(
 def table(rows: list[Row]) -> str:
     """The Markdown table of one mesh's rows."""
     lines = [
-        "| mesh | case | ours coll. (program / gloo) | DTensor coll. | ours bytes"
-        " | DTensor bytes | out | ours peak extra (outside backend)"
-        " | DTensor peak extra (outside backend)"
-        " | max(in, out) | ours ms"
-        " | DTensor ms | ours/DTensor |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| mesh | case | ours coll. (program / gloo) | DTensor coll. | ours recv | DTensor recv"
+        " | recv ≤ DTensor | ours to gloo | DTensor to gloo | out"
+        " | ours peak extra (outside backend) | DTensor peak extra (outside backend)"
+        " | max(in, out) | ours ms | DTensor ms | ours/DTensor |",
+        "|---|---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r.mesh} | {r.case} | {r.ours_program_collectives} / {r.ours.collectives}"
-            f" | {r.dtensor.collectives} | {r.ours.sent_bytes} | {r.dtensor.sent_bytes}"
-            f" | {r.ours.output_bytes}"
+            f" | {r.dtensor.collectives} | {r.ours.received_bytes} | {r.dtensor.received_bytes}"
+            f" | {'yes' if r.ours.received_bytes <= r.dtensor.received_bytes else '**no**'}"
+            f" | {r.ours.sent_bytes} | {r.dtensor.sent_bytes} | {r.ours.output_bytes}"
             f" | {r.ours.peak_bytes} ({r.ours.peak_outside_backend})"
             f" | {r.dtensor.peak_bytes} ({r.dtensor.peak_outside_backend}) | {r.bound_bytes}"
             f" | {r.ours_ms:.3f} | {r.dtensor_ms:.3f} | {r.ratio:.2f} |"
@@ -362,14 +617,19 @@ def table(rows: list[Row]) -> str:
 
 
 def findings(rows: list[Row]) -> list[str]:
-    """One line per case where ours issues more collectives or bytes than DTensor, peaks
-    higher than DTensor, or exceeds the memory bound; empty when there are none."""
+    """One line per case where ours issues more collectives than DTensor, receives or
+    hands gloo more bytes per rank, peaks higher than DTensor, or exceeds the memory bound;
+    empty when there are none."""
     notes = []
     for r in rows:
         ours, theirs = r.ours, r.dtensor
         why = []
         if ours.collectives > theirs.collectives:
             why.append(f"{ours.collectives} collectives against {theirs.collectives}")
+        if ours.received_bytes > theirs.received_bytes:
+            why.append(
+                f"{ours.received_bytes} bytes received per rank against {theirs.received_bytes}"
+            )
         if ours.sent_bytes > theirs.sent_bytes:
             why.append(f"{ours.sent_bytes} bytes to gloo against {theirs.sent_bytes}")
         if ours.peak_bytes > theirs.peak_bytes:
@@ -382,6 +642,44 @@ def findings(rows: list[Row]) -> list[str]:
         if why:
             notes.append(f"{r.mesh} {r.case}: " + "; ".join(why))
     return notes
+
+
+def counts(rows: list[Row]) -> list[tuple[str, int]]:
+    """How many of ``rows`` fail each check against DTensor and the bound."""
+    checks = [
+        (
+            "our program issues more collective instructions than DTensor's gloo calls",
+            lambda r: r.ours_program_collectives > r.dtensor.collectives,
+        ),
+        (
+            "gloo records more calls for ours than for DTensor",
+            lambda r: r.ours.collectives > r.dtensor.collectives,
+        ),
+        (
+            "bytes received per rank (busiest rank): ours above DTensor",
+            lambda r: r.ours.received_bytes > r.dtensor.received_bytes,
+        ),
+        (
+            "bytes handed to gloo per rank: ours above DTensor",
+            lambda r: r.ours.sent_bytes > r.dtensor.sent_bytes,
+        ),
+        (
+            "peak extra (backend included): ours above DTensor",
+            lambda r: r.ours.peak_bytes > r.dtensor.peak_bytes,
+        ),
+        (
+            "allocations outside the backend above max(in, out)",
+            lambda r: r.ours.peak_outside_backend > r.bound_bytes,
+        ),
+    ]
+    return [(what, sum(1 for r in rows if fails(r))) for what, fails in checks]
+
+
+def counts_table(rows: list[Row]) -> str:
+    """The Markdown table of :func:`counts`."""
+    lines = [f"| counted over {len(rows)} cases | cases |", "|---|---:|"]
+    lines += [f"| {what} | {n} |" for what, n in counts(rows)]
+    return "\n".join(lines)
 
 
 def sweep_pairs(k: int) -> list[tuple[str, str]]:
@@ -471,12 +769,14 @@ def main(argv: list[str]) -> int:
             print()
             print(table(rows))
             print()
+            print(counts_table(rows))
+            print()
             notes = findings(rows)
             print(
                 "Ours worse than DTensor or over the bound:"
                 if notes
-                else "No case where ours"
-                " issues more collectives or bytes than DTensor or exceeds max(in, out)."
+                else "No case where ours issues more collectives, receives or hands gloo more"
+                " bytes than DTensor or exceeds max(in, out)."
             )
             for note in notes:
                 print(f"- {note}")

@@ -37,38 +37,28 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
     return None
 
 
-def _operands(before: Sharding, after: Sharding, shape: tuple[Scalar, ...]):
+@functools.lru_cache(maxsize=512)
+def _of_exchange(
+    measure, before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
+):
+    """``measure`` (``hostir.blocks.member_profiles``: the distinct rank profiles, each
+    computed once; ``most_received``: from block boxes alone) of the AllToAllV from
+    ``before`` to ``after``; None if the shape is symbolic or the exchange cannot be
+    formed. Cached: the rounds, the cost and memory models and ``explain`` ask alike."""
     concrete = _concrete(shape)
-    if concrete is None:
-        return None
-    return Operand("src", before, concrete), Operand("out", after, concrete)
-
-
-@functools.lru_cache(maxsize=256)
-def _profiles(
-    before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
-) -> tuple[Exchange, ...] | None:
-    """The exchange's distinct rank profiles, each computed once
-    (``hostir.blocks.member_profiles``: linear in the mesh); None if the shape is
-    symbolic or the exchange cannot be formed. Cached: the rounds, the memory model and
-    ``explain`` ask for the same."""
-    operands = _operands(before, after, shape)
     try:
-        return None if operands is None else member_profiles(*operands, team, reduced)
+        src, out = Operand("src", before, concrete), Operand("out", after, concrete)
+        return None if concrete is None else measure(src, out, team, reduced)
     except HostIrError:
         return None
 
 
-@functools.lru_cache(maxsize=256)
-def _received(
-    before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
-) -> int | None:
-    """The most elements a rank receives (``hostir.blocks.most_received``: no pieces)."""
-    operands = _operands(before, after, shape)
-    try:
-        return None if operands is None else most_received(*operands, team, reduced)
-    except HostIrError:
-        return None
+def _profiles(*key) -> tuple[Exchange, ...] | None:
+    return _of_exchange(member_profiles, *key)
+
+
+def _received(*key) -> int | None:
+    return _of_exchange(most_received, *key)
 
 
 def exchange_rounds_floor(

@@ -420,48 +420,41 @@ def _move_suffix(
     if len(released) < 2:
         return False
     for destination in range(len(target.dims)):
-        if destination == dim:
-            continue
         dest_axes = planner.axes(planner.current, destination)
-        if planner.axes(target, destination) != dest_axes + released:
-            continue
-        gathered = planner.with_dim(planner.current, dim, have[: len(have) - len(released)])
-        after = planner.with_dim(gathered, destination, dest_axes + released)
-        planner.add(
-            StepKind.ALL_TO_ALL,
-            after,
-            team=_team(planner, released),
-            axis=destination,
-            concat_axis=dim,
-            reason=f"mesh axes {_names(released)} move from dim {dim} to dim {destination}"
-            " together: one all-to-all over their flattened team",
-        )
-        planner.note(f"fused: one AllToAll over the flattened team {_names(released)}")
-        return True
+        if destination != dim and planner.axes(target, destination) == dest_axes + released:
+            _all_to_all(planner, dim, destination, released)
+            planner.note(f"fused: one AllToAll over the flattened team {_names(released)}")
+            return True
     return False
 
 
 def _move_innermost(planner: Planner, target: Sharding, dim: int, have: tuple) -> bool:
     """One AllToAll when the innermost axis of ``dim`` is the next axis of another dim."""
-    axis = have[-1]
-    destination = planner.dim_of(target, axis)
+    destination = planner.dim_of(target, have[-1])
     if destination is None or destination == dim:
         return False
     dest_axes = planner.axes(planner.current, destination)
-    if planner.axes(target, destination)[: len(dest_axes) + 1] != dest_axes + (axis,):
+    if planner.axes(target, destination)[: len(dest_axes) + 1] != dest_axes + have[-1:]:
         return False
-    gathered = planner.with_dim(planner.current, dim, have[:-1])
-    after = planner.with_dim(gathered, destination, dest_axes + (axis,))
+    _all_to_all(planner, dim, destination, have[-1:])
+    return True
+
+
+def _all_to_all(planner: Planner, dim: int, destination: int, moved: tuple) -> None:
+    """The AllToAll moving the innermost mesh axes ``moved`` of ``dim`` to the inside of
+    ``destination``'s."""
+    have = planner.axes(planner.current, dim)
+    gathered = planner.with_dim(planner.current, dim, have[: len(have) - len(moved)])
+    dest_axes = planner.axes(planner.current, destination)
     planner.add(
         StepKind.ALL_TO_ALL,
-        after,
-        team=_team(planner, (axis,)),
+        planner.with_dim(gathered, destination, dest_axes + moved),
+        team=_team(planner, moved),
         axis=destination,
         concat_axis=dim,
-        reason=f"mesh axis {axis.value} moves from dim {dim} to dim {destination}: an"
-        " all-to-all, not a gather",
+        reason=f"mesh axes {_names(moved)} move from dim {dim} to dim {destination}: an"
+        " all-to-all over their team, not a gather",
     )
-    return True
 
 
 # ----- rule 4: slices -----
