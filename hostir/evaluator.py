@@ -50,7 +50,7 @@ from hostir.rank_text import describe_group
 from hostir.run_context import Listener, RunContext
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.sharding import Mesh
-from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool
+from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool, stream_count
 from hostir.timeouts import collective_timeout
 from hostir.values import RequestValue, StreamValue, TensorValue
 from hostir.verify import verify_located
@@ -126,7 +126,9 @@ class HostIrEvaluator:
 
     ``communicator`` defaults to :func:`default_communicator`. ``listeners``
     observe each instruction. ``device`` defaults to the device of the first
-    tensor input (CPU if there is none).
+    tensor input (CPU if there is none). ``streams``: the stream pool's size per
+    device (default ``HOSTIR_STREAMS``, else 4; ``stream(i)`` runs on pool stream
+    ``i mod streams``, see ``hostir.stream_handlers.StreamPool``).
     """
 
     def __init__(
@@ -136,6 +138,7 @@ class HostIrEvaluator:
         communicator: Communicator | None = None,
         listeners: Sequence[Listener] = (),
         device: torch.device | str | None = None,
+        streams: int | None = None,
     ) -> None:
         verify_located(program)
         used = {type(i) for i in walk_instructions(program.body)}
@@ -154,10 +157,13 @@ class HostIrEvaluator:
         self._digest: str | None = None
         self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
+        self.streams = stream_count(streams)  # the pool's size per device
 
     def stream_pool(self, device: torch.device) -> StreamPool:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""
-        return self._stream_pools.setdefault(device, StreamPool(device))
+        if device not in self._stream_pools:
+            self._stream_pools[device] = StreamPool(device, self.streams)
+        return self._stream_pools[device]
 
     def run(
         self, inputs: Sequence[Any], *, timeout: float | None = None
@@ -492,7 +498,8 @@ def _resolve(operand: Any, context: RunContext, optional: bool = False) -> Any:
         return None
     if isinstance(operand, StreamValue):
         if operand.index is not None:
-            return int(evaluate_scalar(operand.index, context.scalars))
+            index = int(evaluate_scalar(operand.index, context.scalars))
+            return context.stream_pool.stream_id(index)  # iterations share the pool round-robin
         return context.tensors[operand.name]
     if isinstance(operand, TensorValue | RequestValue):
         if operand.name not in context.tensors:

@@ -9,10 +9,12 @@ On CPU the instructions only move that bookkeeping: execution stays in order.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hostir.errors import SettingError
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 
 if TYPE_CHECKING:
@@ -22,12 +24,44 @@ MAIN = "main"
 """The id of the stream a run starts on."""
 
 
-class StreamPool:
-    """CUDA streams by id, created on first use (one pool per evaluator and device)."""
+STREAMS_VARIABLE = "HOSTIR_STREAMS"
+"""How many streams an evaluator's pool holds per device (a positive integer)."""
 
-    def __init__(self, device: torch.device) -> None:
+DEFAULT_STREAMS = 4
+"""Streams per device by default: ``stream(i)`` is stream ``i mod 4`` of the pool, so a
+stream loop of any length uses at most four, enough for a chunk's compute to overlap
+the communication of the next three (a prefetch depth up to 3)."""
+
+
+def stream_count(count: int | None = None) -> int:
+    """The pool size to use: ``count`` if given, else ``HOSTIR_STREAMS``, else
+    :data:`DEFAULT_STREAMS`; SettingError for anything but a positive integer."""
+    if count is None:
+        text = os.environ.get(STREAMS_VARIABLE, "").strip()
+        if not text:
+            return DEFAULT_STREAMS
+        if not text.isdigit():
+            raise SettingError(f"{STREAMS_VARIABLE}={text!r}: expected a positive integer")
+        count = int(text)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SettingError(f"streams: expected a positive integer, got {count!r}")
+    return count
+
+
+class StreamPool:
+    """At most ``size`` streams per device, by id: ``stream(i)`` of a program is pool stream
+    ``i mod size`` (:meth:`stream_id`), so loop iterations share streams round-robin and
+    two iterations on one stream run in order (the race checker sees the same ids). CUDA
+    streams are created on first use (one pool per evaluator and device)."""
+
+    def __init__(self, device: torch.device, size: int = DEFAULT_STREAMS) -> None:
         self.device = device
+        self.size = size
         self._streams: dict[Any, torch.cuda.Stream] = {}
+
+    def stream_id(self, index: int) -> int:
+        """The pool stream that ``stream(index)`` runs on."""
+        return index % self.size
 
     def get(self, stream_id: Any) -> torch.cuda.Stream:
         """The CUDA stream for ``stream_id`` (the run's starting stream for ``main``)."""

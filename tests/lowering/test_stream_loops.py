@@ -10,6 +10,11 @@ import pytest
 import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from hostir.errors import SettingError
+from hostir.evaluator import HostIrEvaluator
+from hostir.race_checker import RaceChecker
+from hostir.run_context import Listener
+from hostir.stream_handlers import DEFAULT_STREAMS, stream_count
 from lowering import LoweringError
 
 STREAMS = 3
@@ -241,3 +246,40 @@ def test_split_only_on_the_output_slices_the_input_per_chunk():
     (out,) = fd.execute([full])
     torch.testing.assert_close(out, torch.relu(full))
     assert "T0_c : float32[4, 4] @M0 = shard_by_stream(T0, axis=0, index=j0)" in str(fd.host_ir())
+
+
+class StreamIds(Listener):
+    """Records the stream every instruction of a run runs on."""
+
+    def __init__(self) -> None:
+        self.seen: set = set()
+
+    def before(self, instruction, context, operands) -> None:
+        self.seen.add(context.current_stream)
+
+
+@pytest.mark.parametrize("streams", [None, 2])
+def test_a_64_chunk_loop_uses_at_most_the_pools_streams(multidevice_test, streams, monkeypatch):
+    """stream(j) runs on pool stream j mod N (default 4, or HOSTIR_STREAMS): 64 chunks use
+    N streams, the race checker (which sees the same ids) passes, and the result is exact."""
+    if streams is not None:
+        monkeypatch.setenv("HOSTIR_STREAMS", str(streams))
+    d, chunks = multidevice_test.size, 64
+    fd, (x, w, _) = row_parallel(d, chunks)
+    torch.manual_seed(1)
+    x_full, w_full = torch.randn(2 * chunks, 4 * HIDDEN * d), torch.randn(HIDDEN, 4 * HIDDEN * d)
+    inputs = [multidevice_test.shard_tensor(x_full, x), multidevice_test.shard_tensor(w_full, w)]
+    ids = StreamIds()
+    evaluator = HostIrEvaluator(fd.host_ir(), listeners=[ids, RaceChecker()])
+    (out,) = evaluator.run([t.to(multidevice_test.device) for t in inputs])
+    torch.testing.assert_close(out.cpu(), x_full @ w_full.T, rtol=1e-5, atol=1e-5)
+    assert f"for j0 in range(0, {chunks}) {{" in str(fd.host_ir())
+    assert ids.seen == {"main", *range(streams or DEFAULT_STREAMS)}
+
+
+def test_the_pool_size_is_checked(monkeypatch):
+    monkeypatch.setenv("HOSTIR_STREAMS", "0x")
+    with pytest.raises(SettingError, match="HOSTIR_STREAMS='0x': expected a positive integer"):
+        stream_count()
+    with pytest.raises(SettingError, match="streams: expected a positive integer, got 0"):
+        stream_count(0)
