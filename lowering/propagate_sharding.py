@@ -9,6 +9,11 @@ sharded yet, skipping mesh axes the tensor already uses, and its stream split
 tensors still without a mesh; the two passes repeat while they place more tensors (a
 producer placed by its consumer passes its mesh on to its other consumers). A
 user-set mesh is final. Afterwards every tensor has a mesh or none does.
+
+Stream splits spread from producers on their own, whether or not a mesh does: an
+op's output without a stream split of its own takes its inputs' (same priority
+order), so consecutive ops over the same chunks share one loop, with or without a
+device mesh, as nvFuser propagates a stream schedule from its reference tensor.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
             f"tensors {', '.join(without)} have no device mesh and none could be propagated"
             " to them; set_device_mesh on them or on a connected tensor"
         )
+    _streams_from_producers(fusion, tensors)
     return dataclasses.replace(fusion, tensors=tuple(tensors[t.name] for t in fusion.tensors))
 
 
@@ -51,6 +57,15 @@ def _from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) 
                 for reference in references:
                     pairs = _pairs(op, reference.name)
                     tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)
+
+
+def _streams_from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
+    """An op's output without a stream split of its own takes its inputs' (in the same
+    priority order), whether the tensors have a mesh or not."""
+    for op in fusion.ops:
+        for reference in _reference_inputs(op, tensors, placed=False):
+            pairs = _pairs(op, reference.name)
+            tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)
 
 
 def _from_consumers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
@@ -67,8 +82,11 @@ def _pairs(op: LoweringOp, name: str) -> tuple[tuple[int, int], ...]:
     return dict(op.axis_maps)[name]
 
 
-def _reference_inputs(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> list[LoweringTensor]:
-    """The inputs with a mesh, in the order they lend their sharding to the output."""
+def _reference_inputs(
+    op: LoweringOp, tensors: dict[str, LoweringTensor], placed: bool = True
+) -> list[LoweringTensor]:
+    """The inputs with a mesh (all, unless ``placed``), in the order they lend their
+    sharding to the output."""
     instruction = op.instruction
     if isinstance(instruction, Linear):
         order = [instruction.weight, instruction.bias, instruction.input]
@@ -78,7 +96,7 @@ def _reference_inputs(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> lis
     else:
         # More sharded inputs first; ties keep operand order (sorted is stable).
         names = sorted(op.inputs, key=lambda n: -_sharded_axes(tensors[n]))
-    return [tensors[n] for n in dict.fromkeys(names) if tensors[n].mesh is not None]
+    return [tensors[n] for n in dict.fromkeys(names) if tensors[n].mesh is not None or not placed]
 
 
 def _inherit_all(

@@ -78,17 +78,22 @@ def stream_split(tensor: LoweringTensor) -> StreamSplit | None:
 
 
 def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]]]:
-    """Consecutive ops whose outputs have the same stream chunk count share a loop;
-    returns (chunk count or None, ops) segments in order."""
+    """Consecutive ops whose outputs have the same stream chunk count and swizzle share a
+    loop; returns (chunk count or None, ops) segments in order. A swizzled loop visits
+    chunk (j + coordinate) % count on each rank, so an unswizzled op beside it would
+    read and write chunks of other indices than its peers' in the same iteration (an
+    Allgather in it would join rows of different chunks): it gets a loop of its own."""
     tensors = {t.name: t for t in fusion.tensors}
     segments: list[tuple[int | None, list[LoweringOp]]] = []
+    keys: list[tuple | None] = []
     for op in fusion.ops:
         split = stream_split(tensors[op.output])
-        count = split.count if split is not None else None
-        if segments and segments[-1][0] == count:
+        key = (split.count, split.swizzle, split.mesh) if split is not None else None
+        if segments and keys[-1] == key:
             segments[-1][1].append(op)
         else:
-            segments.append((count, [op]))
+            segments.append((split.count if split is not None else None, [op]))
+            keys.append(key)
     return segments
 
 

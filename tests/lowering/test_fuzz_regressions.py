@@ -444,3 +444,60 @@ def test_stream_chunks_of_differently_laid_out_dims_are_refused(multidevice_test
     t3.axis(0).parallelize(ParallelType.stream)
     with pytest.raises(LoweringError, match="do not split into 4 stream chunks"):
         fd.host_ir()
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_unswizzled_ops_do_not_share_a_swizzled_loop(multidevice_test):
+    """Seed 67 at 4 ranks, once stream splits spread to tensors with a user-set mesh: a
+    set whose output is swizzled over mesh_x, then add/sub split on another dim, fell
+    into one loop, so the sub's Allgather joined rows of different chunks. The two now
+    run in separate loops."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        t1, t2 = fd.define_tensor((8, 2 * d)), fd.define_tensor((8, 1))
+        t4 = fd.ops.set(t1)
+        t7 = fd.ops.sub(fd.ops.add(t1, t2), 2.0)
+        fd.add_output(t4)
+        fd.add_output(t7)
+    for tv in (t1, t2, t4, t7):
+        tv.set_device_mesh(mesh)
+    t1.outer_split(1, d)
+    t1.axis(1).parallelize(X)
+    t4.inner_split(1, 2)
+    t4.swizzle1d(1, X)
+    t4.axis(1).parallelize(ParallelType.stream)
+    t2.outer_split(0, 2)
+    t2.axis(0).parallelize(ParallelType.stream)
+    torch.manual_seed(67)
+    a, b = torch.randn(8, 2 * d), torch.randn(8, 1)
+    run_against_torch(fd, multidevice_test, [a, b], [a, a + b - 2.0])
+    loops = str(fd.host_ir()).split("for j")[1:]
+    assert any("CollectivePermute" in body for body in loops)
+    assert not any("CollectivePermute" in body and "sub(" in body for body in loops)
+
+
+@pytest.mark.world_sizes(1)
+def test_a_stream_schedule_without_a_mesh_gives_the_same_loop(multidevice_test):
+    """A single-device fusion with no set_device_mesh, stream-split on its input only,
+    runs its linear and relu chunk by chunk, as with a one-device mesh (the split used
+    to be dropped for every tensor after the input)."""
+    programs = []
+    for mesh in (None, DeviceMesh(torch.arange(1))):
+        with FusionDefinition() as fd:
+            x, w = fd.define_tensor((-1, 8)), fd.define_tensor((4, 8))
+            fd.add_output(fd.ops.relu(fd.ops.linear(x, w)))
+        if mesh is not None:
+            x.set_device_mesh(mesh)
+        x.outer_split(0, 2)
+        x.axis(0).parallelize(ParallelType.stream)
+        torch.manual_seed(0)
+        x_full, w_full = torch.randn(6, 8), torch.randn(4, 8)
+        (y,) = fd.execute([x_full, w_full])
+        torch.testing.assert_close(y, torch.relu(x_full @ w_full.T))
+        programs.append(str(fd.host_ir()).replace(" @M0", ""))
+    for text in programs:
+        body = text[text.index("for j0 in range(0, 2) {") : text.index("set_current_stream(main)")]
+        assert "= linear(T0_c, T1)" in body and "relu(T2_c, out=T3_c)" in body, text
+    strip = [t[t.index("main = get_current_stream()") :] for t in programs]
+    assert strip[0] == strip[1]
