@@ -9,10 +9,12 @@ loop (``lowering/stream_loops.py``).
 from __future__ import annotations
 
 from hostir import HostIrContainer
+from hostir.catalog import keyword
 from hostir.instructions import Instruction
 from lowering.emitter import Emitter
+from lowering.errors import LoweringError
 from lowering.snapshot import LoweringFusion
-from lowering.stream_loops import emit_stream_loop, group_ops
+from lowering.stream_loops import emit_stream_loop, group_ops, stream_split
 
 
 def emit_host_ir(fusion: LoweringFusion) -> HostIrContainer:
@@ -30,5 +32,37 @@ def emit_host_ir(fusion: LoweringFusion) -> HostIrContainer:
             continue
         later = [op for _, rest in segments[index + 1 :] for op in rest]
         body.extend(emit_stream_loop(emitter, stream, ops, later))
+    _refuse_unused_stream_splits(fusion, emitter.chunked)
     outputs = tuple(values[name] for name in fusion.outputs)
     return HostIrContainer(inputs=inputs, outputs=outputs, body=tuple(body))
+
+
+def _refuse_unused_stream_splits(fusion: LoweringFusion, chunked: set[str]) -> None:
+    """A stream schedule yields a loop or a named error, never nothing: a tensor split into
+    stream chunks that no loop read or wrote chunk by chunk is refused, saying why."""
+    tensors = {t.name: t for t in fusion.tensors}
+    for tensor in fusion.tensors:
+        split = stream_split(tensor)
+        if split is None or tensor.name in chunked:
+            continue
+        axis = next(i for i, a in enumerate(tensor.axes) if a.stream is not None)
+        reducing = [
+            op
+            for op in fusion.ops
+            for name, pairs in op.axis_maps
+            if name == tensor.name
+            for o, i in pairs  # (output axis, input axis)
+            if i == axis and tensors[op.output].axes[o].reduction
+        ]
+        why = (
+            f"{keyword(reducing[0].instruction)} reduces that dim into {reducing[0].output}, and"
+            " a stream loop over a reduced (contraction) dim would have to accumulate"
+            " per-chunk partial results, which the lowering does not do; split a dim the ops"
+            " keep (the M or N dim of a linear or matmul)"
+            if reducing
+            else "no op computes it or reads it on that dim in a loop"
+        )
+        raise LoweringError(
+            f"{tensor.name} is split into {split.count} stream chunks on dim {split.dim}, but no"
+            f" stream loop reads or writes it chunk by chunk: {why}"
+        )

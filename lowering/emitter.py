@@ -48,6 +48,8 @@ class Emitter:
         """Whether ``main = get_current_stream()`` was emitted (by the first stream loop)."""
         self.chunk_names: set[str] = set()
         """The names stream loops gave their chunks (a name is defined once per program)."""
+        self.chunked: set[str] = set()
+        """The tensors stream loops read or wrote chunk by chunk."""
 
     def emit_op(
         self, op: LoweringOp, values: Mapping[str, TensorValue], preallocated: bool = False

@@ -206,6 +206,7 @@ class _Loop:
                     " chunks; use fewer chunks or shard that dim over fewer devices"
                 )
         value = chunk_value(whole, split)
+        self.emitter.chunked.add(name)
         if value.name in self.emitter.chunk_names:
             value = dataclasses.replace(value, name=f"{value.name}{self.index.name[1:]}")
         self.emitter.chunk_names.add(value.name)

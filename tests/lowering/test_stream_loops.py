@@ -283,3 +283,20 @@ def test_the_pool_size_is_checked(monkeypatch):
         stream_count()
     with pytest.raises(SettingError, match="streams: expected a positive integer, got 0"):
         stream_count(0)
+
+
+@pytest.mark.parametrize("op", ["linear", "sum"])
+@pytest.mark.parametrize("with_mesh", [False, True])
+def test_a_stream_split_on_a_reduced_dim_is_refused(op, with_mesh):
+    """A stream split that no loop can use is a named error, not a program without a loop:
+    here on the dim a linear contracts or a sum reduces."""
+    with FusionDefinition() as fd:
+        x, w = fd.define_tensor((6, 8)), fd.define_tensor((4, 8))
+        fd.add_output(fd.ops.linear(x, w) if op == "linear" else fd.ops.sum(x, [1]))
+    if with_mesh:
+        for tv in (x, w):
+            tv.set_device_mesh(DeviceMesh(torch.arange(1)))
+    x.outer_split(1, 2)
+    x.axis(1).parallelize(ParallelType.stream)
+    with pytest.raises(LoweringError, match=f"T0 is split into 2 stream chunks on dim 1.*{op}"):
+        fd.host_ir()
