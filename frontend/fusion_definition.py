@@ -31,7 +31,15 @@ from hostir.race_checker import RaceChecker, race_checking_enabled
 from hostir.round_trip import check_round_trip, round_trip_checking_enabled
 from hostir.timeouts import collective_timeout
 
-_KNOWN_OPTIONS = {"host_ir_lowering"}
+_ENABLE_OPTIONS = {
+    "host_ir_lowering": "always on: every fusion is lowered to a host IR program",
+}
+"""The ``_enable_options`` nvFuser's stream-parallel programs pass, and what they mean here."""
+_DISABLE_OPTIONS = {
+    "infer_contiguity": "no effect: the ops run as torch ops, which take any strides, so"
+    " nothing is compiled for an inferred contiguity",
+}
+"""The ``_disable_options`` they pass, and what they mean here."""
 
 
 class FusionDefinition:
@@ -152,7 +160,8 @@ class FusionDefinition:
         known = self._evaluators.get(key)
         first = known is None or not known.has_agreed(inputs)
         try:
-            options = [*_enable_options, *_disable_options]
+            options = [(o, _ENABLE_OPTIONS) for o in _enable_options]
+            options += [(o, _DISABLE_OPTIONS) for o in _disable_options]
             evaluator = self._evaluator(key, inputs, communicator, device, options, timeout)
         except Exception as error:  # a bug too: the peers must not wait for this rank
             _tell_peers(error, communicator, first)
@@ -165,17 +174,19 @@ class FusionDefinition:
         inputs: list[Any],
         communicator: Any,
         device: torch.device | str | None,
-        options: list[str],
+        options: list[tuple[str, dict]],
         timeout: float | None,
     ) -> HostIrEvaluator:
         """The evaluator for ``key`` (schedule version, input signature, device), lowering
         and checking what it needs the first time."""
         if not self._finalized:
             self._finalize()
-        for option in options:
-            if option not in _KNOWN_OPTIONS:
+        for option, known in options:
+            if option not in known:
+                which = "_enable_options" if known is _ENABLE_OPTIONS else "_disable_options"
                 raise DefinitionError(
-                    f"execute: unknown option {option!r}; known: {sorted(_KNOWN_OPTIONS)}"
+                    f"execute: unknown option {option!r} in {which}; known there:"
+                    f" {sorted(known)} (see docs/streams.md)"
                 )
         collective_timeout(timeout)  # a bad value is refused here, where peers hear of it
         program = self._programs.get(key[:2])

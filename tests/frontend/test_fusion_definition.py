@@ -282,13 +282,19 @@ def test_define_after_finish() -> None:
 
 
 def test_unknown_execute_option() -> None:
-    """An unknown _enable_options entry is named; host_ir_lowering is accepted."""
+    """The options nvFuser's stream-parallel programs pass are accepted with their lists
+    (host_ir_lowering enabled, infer_contiguity disabled); an unknown one, or one in the
+    wrong list, is named with the known ones of that list."""
     fd = relu_fusion()
     x = torch.randn(4, 8)
-    (out,) = fd.execute([x], _enable_options=["host_ir_lowering"])
+    (out,) = fd.execute(
+        [x], _enable_options=["host_ir_lowering"], _disable_options=["infer_contiguity"]
+    )
     torch.testing.assert_close(out, torch.relu(x))
-    with raises(DefinitionError, "unknown option", "'fast_mode'"):
+    with raises(DefinitionError, "unknown option", "'fast_mode'", "['host_ir_lowering']"):
         fd.execute([x], _enable_options=["fast_mode"])
+    with raises(DefinitionError, "'host_ir_lowering' in _disable_options", "infer_contiguity"):
+        fd.execute([x], _disable_options=["host_ir_lowering"])
 
 
 # ----- input errors at execute -----
