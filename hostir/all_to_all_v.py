@@ -12,14 +12,19 @@ larger of the local input and output, so:
   the alltoallv as the rank's chunk to itself, which the backend copies;
 - the send buffer is a flat view of ``src`` when the pieces it sends, in
   destination order, are consecutive contiguous ranges of ``src``'s memory (row
-  slabs, say); otherwise they are packed into one buffer, each copied once;
+  slabs, say); otherwise they are packed into the workspace, each copied once;
 - the receive buffer is a flat view of ``out`` when there is no ``op`` and the
   pieces it receives, in source order, are consecutive contiguous ranges of
-  ``out``; otherwise one flat temporary, unpacked at ``wait``.
+  ``out``; otherwise a flat part of the workspace, unpacked at ``wait``.
 
 With ``rounds=k`` the exchange is k alltoallv calls (``hostir.blocks.exchange_rounds``),
-each moving a slab of every piece and waited for before the next, so one
-round's buffers exist at a time.
+each moving a slab of every piece and waited for before the next. The calls
+share one workspace, allocated once and sized for the round that needs the
+most (its send and receive buffers side by side: ``hostir.blocks.round_buffers``
+counts exactly that). Buffers of their own per round would briefly coexist:
+gloo's worker thread drops its reference to a finished call after the caller's
+``wait`` returns, so a round's buffers can outlive it while the next round's
+are allocated (and the profiler records no free for them).
 
 With an ``op``, each region of ``out`` is combined from its pieces in member
 order of their sources (the first copied, the others combined), so every
@@ -29,6 +34,7 @@ replica of the result is bitwise identical.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -57,8 +63,8 @@ if TYPE_CHECKING:
 
 def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict) -> list:
     """AllToAllV on this rank: the piece it keeps copied locally (or passed through the
-    call), the others through one alltoallv of the group per round; ``out`` and its
-    request."""
+    call), the others through one alltoallv of the group per round, every round's buffers
+    in one workspace; ``out`` and its request."""
     src = need(operands["src"], instruction, "src", context)
     out = need(out_buffer(context, instruction, operands), instruction, "out", context)
     exchange = member_exchange(
@@ -79,31 +85,59 @@ def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict
         _combine(out, exchange.out_box, kept, op)
         return [out, Request(None)]
     group = instruction.team.group_of(context.rank)
-    # Rounds each waited for before the next, so that one round's buffers exist at a time.
+    calls = [
+        _layout(exchange, (src, out), pieces, op)
+        for pieces in exchange_rounds(exchange, instruction.rounds or 1)
+    ]
+    # One workspace for all rounds (see the module docstring): rounds run one after the
+    # other, each waited for before the next packs into it.
+    size = max(call.packing + call.receiving for call in calls)
+    workspace = torch.empty(size, dtype=out.dtype, device=out.device)
     written: set[Box] = set()  # regions of out written so far, for combining partial sums
     request = Request(None)
-    for sends, receives in exchange_rounds(exchange, instruction.rounds or 1):
+    for call in calls:
         request.wait()
-        request = _call(context, group, exchange, (src, out), (sends, receives), op, written)
+        request = _post(context, group, exchange, out, call, workspace, op, written)
     return [out, request]
 
 
-def _call(
-    context: RunContext,
-    group: tuple[int, ...],
+@dataclass(frozen=True)
+class _Call:
+    """One alltoallv call of this rank (the whole exchange or one round), as views: what
+    it sends and receives, where, and what it keeps without sending."""
+
+    sends: list[Piece]
+    receives: list[Piece]
+    kept: list[tuple[int, torch.Tensor, Box]]
+    """(member, view of src, box): the piece this rank keeps beside the call."""
+    send_views: list[torch.Tensor]
+    sent: torch.Tensor | None
+    """A flat view of src holding the sends in order, or None: packed into the workspace."""
+    receive_views: list[torch.Tensor]
+    landing: torch.Tensor | None
+    """A flat view of out the receives land in, or None: received into the workspace."""
+
+    @property
+    def packing(self) -> int:
+        """Workspace elements the sends are packed into (0: sent from a view of src)."""
+        return 0 if self.sent is not None else sum(v.numel() for v in self.send_views)
+
+    @property
+    def receiving(self) -> int:
+        """Workspace elements the receives land in (0: straight into out)."""
+        return 0 if self.landing is not None else sum(volume(p.box) for p in self.receives)
+
+
+def _layout(
     exchange: Exchange,
-    tensors: tuple,
+    tensors: tuple[torch.Tensor, torch.Tensor],
     pieces: tuple[Sequence[Piece], Sequence[Piece]],
     op: ReduceOp | None,
-    written: set[Box],
-) -> Request:
-    """Posts one alltoallv sending and receiving ``pieces`` (the whole exchange or one
-    round of it).
+) -> _Call:
+    """The views of one call sending and receiving ``pieces``; nothing is copied yet.
 
     The piece this rank keeps goes through the call where that makes a buffer a plain
-    view (``hostir.blocks.keeps_through``); otherwise it is copied now (no op: out's
-    regions are disjoint) or combined at ``wait`` with the received ones, in source order
-    (sends come in destination order and receives in source order)."""
+    view (``hostir.blocks.keeps_through``); otherwise it is kept beside the call."""
     (src_tensor, out_tensor), (all_sends, all_receives) = tensors, pieces
     src_box, out_box, me = exchange.src_box, exchange.out_box, exchange.member
     through = keeps_through(exchange, all_sends, all_receives, op is not None)
@@ -114,30 +148,49 @@ def _call(
     ]
     sends = [p for p in all_sends if through or p.destination != me]
     receives = [p for p in all_receives if through or p.source != me]
-    if op is None:
-        _combine(out_tensor, out_box, kept, None)
     send_views = [src_tensor[relative(p.box, src_box)] for p in sends]
-    sent = _flat_run(src_tensor, send_views)
-    if sent is None:
-        sent = _packed(send_views, src_tensor)
     receive_views = [out_tensor[relative(p.box, out_box)] for p in receives]
     landing = _flat_run(out_tensor, receive_views) if op is None else None
-    direct = landing is not None
-    out_splits = _splits(exchange.group_size, receives, lambda p: p.source)
+    sent = _flat_run(src_tensor, send_views)
+    return _Call(sends, receives, kept, send_views, sent, receive_views, landing)
+
+
+def _post(
+    context: RunContext,
+    group: tuple[int, ...],
+    exchange: Exchange,
+    out_tensor: torch.Tensor,
+    call: _Call,
+    workspace: torch.Tensor,
+    op: ReduceOp | None,
+    written: set[Box],
+) -> Request:
+    """Posts one alltoallv (``call``), its packing and receive buffers in ``workspace``.
+
+    Without an op the kept piece is copied now (out's regions are disjoint); with one it
+    is combined at ``wait`` with the received ones, in source order (sends come in
+    destination order and receives in source order)."""
+    if op is None:
+        _combine(out_tensor, exchange.out_box, call.kept, None)
+    sent = call.sent
+    if sent is None:
+        sent = _pack(call.send_views, workspace[: call.packing])
+    landing = call.landing
     if landing is None:
-        landing = torch.empty(sum(out_splits), dtype=out_tensor.dtype, device=out_tensor.device)
-    in_splits = _splits(exchange.group_size, sends, lambda p: p.destination)
+        landing = workspace[call.packing : call.packing + call.receiving]
+    out_splits = _splits(exchange.group_size, call.receives, lambda p: p.source)
+    in_splits = _splits(exchange.group_size, call.sends, lambda p: p.destination)
     work = context.communicator.all_to_all_v(landing, sent, out_splits, in_splits, group)
 
     def finish() -> None:
-        received = _unflattened(landing, receives)
+        received = _unflattened(landing, call.receives)
         if op is None:
-            if not direct:
-                for view, data in zip(receive_views, received, strict=True):
+            if call.landing is None:
+                for view, data in zip(call.receive_views, received, strict=True):
                     view.copy_(data)
             return
-        parts = [(p.source, data, p.box) for p, data in zip(receives, received, strict=True)]
-        _combine(out_tensor, out_box, parts + kept, op, written)
+        parts = [(p.source, data, p.box) for p, data in zip(call.receives, received, strict=True)]
+        _combine(out_tensor, exchange.out_box, parts + call.kept, op, written)
 
     return Request(work, finish)
 
@@ -185,11 +238,9 @@ def _flat_run(base: torch.Tensor, views: list[torch.Tensor]) -> torch.Tensor | N
     return base.as_strided((position - start,), (1,), start)
 
 
-def _packed(views: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """``views`` flattened and concatenated into one new buffer (each copied straight into
-    its place: ``reshape`` of a strided view would copy it once more), or an empty one."""
-    total = sum(view.numel() for view in views)
-    flat = torch.empty(total, dtype=like.dtype, device=like.device)
+def _pack(views: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
+    """``views`` flattened one after the other into ``flat`` (each copied straight into its
+    place: ``reshape`` of a strided view would copy it once more); ``flat``."""
     offset = 0
     for view in views:
         flat[offset : offset + view.numel()].view(view.shape).copy_(view)

@@ -45,7 +45,9 @@ def step_temporaries(plan: Plan) -> list[Scalar]:
         if step.kind is StepKind.ALL_TO_ALL_V:
             staged = exchange_temporaries(plan, k)
         else:
-            staged = _handler(step, before, after, contiguous[k])
+            # Past the head, a step's input is the slot the step before wrote in the output.
+            src_contiguous = k <= head or contiguous[k - 1]
+            staged = _handler(step, before, after, contiguous[k], src_contiguous)
         result.append(add(held, staged))
         current = step.after
     return result
@@ -75,11 +77,20 @@ def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
     return flags
 
 
-def _handler(step: Step, before: Scalar, after: Scalar, contiguous: bool) -> Scalar:
-    """Packing and receive buffers of one step's handler (``hostir.communication_handlers``)."""
+def _handler(
+    step: Step, before: Scalar, after: Scalar, contiguous: bool, src_contiguous: bool = True
+) -> Scalar:
+    """Packing and receive buffers of one step's handler (``hostir.communication_handlers``);
+    ``contiguous``: whether the step's output buffer is, ``src_contiguous``: its input."""
     zero = Const(value=0)
     kind = step.kind
-    if kind in (StepKind.ALLGATHER, StepKind.REDUCE_SCATTER, StepKind.ALLREDUCE):
+    if kind is StepKind.ALLGATHER:
+        # The backend sends from a contiguous input: a strided slot of the output (where
+        # this gather or a later one runs along an inner dim) is copied first. The chunks
+        # land in out (strided views of it where its strides allow, else a landing copy).
+        copied = zero if src_contiguous else before
+        return add(copied, zero if contiguous else after)
+    if kind in (StepKind.REDUCE_SCATTER, StepKind.ALLREDUCE):
         return zero if contiguous else after  # chunks are views of out, else a landing copy
     if kind is StepKind.ALL_TO_ALL:
         packing = zero if step.axis == 0 else before

@@ -39,7 +39,7 @@ from hostir import (
     to_traffic_dot,
 )
 from hostir.all_to_all_v import _flat_run
-from hostir.blocks import Operand, block_box, group_pieces
+from hostir.blocks import Operand, block_box, group_pieces, member_exchange, round_buffers
 from hostir.errors import HostIrError
 from hostir.verify import verify
 
@@ -195,6 +195,50 @@ def test_rounds_give_the_same_bits(multidevice_test, name):
         (out,) = evaluator.run([given])
         assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
         assert len(calls) == rounds
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("name", cases_of(4))
+def test_rounds_share_one_workspace_of_the_modelled_size(multidevice_test, name):
+    """Every call of an exchange packs and receives in one workspace, allocated once:
+    buffers of their own per round would briefly coexist, as gloo's worker thread drops a
+    finished call's buffers after the caller's wait returns. Its size is exactly what the
+    planner's memory model counts (``round_buffers``), and the bits are the reference's."""
+    from hostir.torch_communicator import TorchCommunicator
+
+    storages = []
+
+    class Spy(TorchCommunicator):
+        def all_to_all_v(self, out, inp, out_splits, in_splits, group):
+            storages.extend([inp.untyped_storage(), out.untyped_storage()])
+            return super().all_to_all_v(out, inp, out_splits, in_splits, group)
+
+    rank = multidevice_test.rank
+    given, expected = inputs_and_expected(name, rank)
+    for rounds in (1, 2, 3):
+        storages.clear()
+        program, instruction = build(name, rounds=rounds)
+        evaluator = HostIrEvaluator(program, listeners=[RaceChecker()], communicator=Spy())
+        (out,) = evaluator.run([given])
+        assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
+        own = {given.untyped_storage().data_ptr(), out.untyped_storage().data_ptr()}
+        workspaces = {s.data_ptr(): s.nbytes() for s in storages if s.data_ptr() not in own}
+        reduced = instruction.op is not None
+        exchange = member_exchange(
+            Operand("T0", instruction.src.sharding, given_shape(instruction.src)),
+            Operand("T1", instruction.out.sharding, given_shape(instruction.out)),
+            instruction.team,
+            rank,
+            reduced,
+        )
+        modelled = round_buffers(exchange, rounds, reduced) * given.element_size()
+        assert len(workspaces) <= 1, f"{name}, {rounds} rounds: {len(workspaces)} workspaces"
+        assert sum(workspaces.values()) == modelled, f"{name}, {rounds} rounds, rank {rank}"
+
+
+def given_shape(value: TensorValue) -> tuple[int, ...]:
+    """The global shape of a value of these programs (constant extents)."""
+    return tuple(extent.value for extent in value.shape)
 
 
 def test_verifier_refuses_no_rounds():

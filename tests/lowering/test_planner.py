@@ -417,6 +417,45 @@ def test_modelled_temporaries_stay_within_max_in_out(mesh, src, dst, partial):
     )
 
 
+@pytest.mark.world_sizes(4)
+def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_test):
+    """S1P -> RR: the Allreduce writes this rank's slot of the output, a strided block of
+    columns, and the Allgather along dim 1 sends it from a contiguous copy (gloo sends from
+    contiguous memory). The model counts that copy, exactly what the handler allocates;
+    the result is the reference's."""
+    from hostir import HostIrEvaluator
+    from hostir.torch_communicator import TorchCommunicator
+    from lowering.distribution import parse_notation
+    from lowering.plan_memory import memory_bound, step_temporaries
+    from tests.redistribution_programs import fusion_for, program_for, reference_local
+
+    shape = (16, 16)
+    plan = plan_resharding(
+        value("A", MESH_2x2, {1: (Ya,)}, (Xa,), shape=shape), value("B", MESH_2x2, {}, shape=shape)
+    )
+    assert [step.kind for step in plan.steps] == [StepKind.ALLREDUCE, StepKind.ALLGATHER]
+    slot = 16 * 8  # this rank's [16, 8] block of columns
+    assert [t.value for t in step_temporaries(plan)] == [slot, slot]
+    assert slot <= memory_bound(plan).value
+
+    sent = []
+
+    class Spy(TorchCommunicator):
+        def allgather(self, out, inp, group):
+            sent.append((inp.numel(), inp.untyped_storage().data_ptr()))
+            return super().allgather(out, inp, group)
+
+    src, dst = parse_notation("S1P", MESH_2x2), parse_notation("RR", MESH_2x2)
+    rank = multidevice_test.rank
+    values = torch.randn(2, *shape, generator=torch.Generator().manual_seed(5))
+    given = shard_tensor(values, fusion_for(src, dst, shape).host_ir().inputs[0], rank)
+    evaluator = HostIrEvaluator(program_for(src, dst, shape), communicator=Spy())
+    (out,) = evaluator.run([given.squeeze(0)])
+    assert torch.equal(out, reference_local(values.sum(0), dst, rank))
+    ((elements, storage),) = sent
+    assert elements == slot and storage != out.untyped_storage().data_ptr()  # a copy
+
+
 def test_explain_an_all_to_all_v():
     """explain() gives an AllToAllV's exact bytes received (from its piece pattern), its
     temporaries and why the rules were not used."""
