@@ -95,7 +95,7 @@ def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) ->
     inp, weight, bias = operands["input"], operands["weight"], operands.get("bias")
     if not instruction.preallocated:
         return torch.nn.functional.linear(inp, weight, bias)
-    out = torch.matmul(inp, weight.t(), out=operands["out"])
+    out = _matmul_into(inp, weight.t(), operands["out"])
     if bias is not None:
         out.add_(bias)
     return out
@@ -104,8 +104,17 @@ def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) ->
 def run_matmul(instruction: Matmul, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``matmul`` with torch's batching rules."""
     if instruction.preallocated:
-        return torch.matmul(operands["lhs"], operands["rhs"], out=operands["out"])
+        return _matmul_into(operands["lhs"], operands["rhs"], operands["out"])
     return torch.matmul(operands["lhs"], operands["rhs"])
+
+
+def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul(a, b)`` written into ``out``. torch folds a batched product into one
+    2-d product and reshapes ``out=`` to match, which a strided view cannot take (a stream
+    chunk of a dim inside a 3-d output): such an ``out`` gets a copy of the result."""
+    if out.is_contiguous():
+        return torch.matmul(a, b, out=out)
+    return out.copy_(torch.matmul(a, b))
 
 
 def run_broadcast_in_dim(

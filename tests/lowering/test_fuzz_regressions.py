@@ -501,3 +501,28 @@ def test_a_stream_schedule_without_a_mesh_gives_the_same_loop(multidevice_test):
         assert "= linear(T0_c, T1)" in body and "relu(T2_c, out=T3_c)" in body, text
     strip = [t[t.index("main = get_current_stream()") :] for t in programs]
     assert strip[0] == strip[1]
+
+
+@pytest.mark.world_sizes(1, 2, 4)
+def test_a_linear_into_a_strided_stream_chunk_of_a_3d_output(multidevice_test):
+    """Seed 3081 at 4 ranks: a 3-d input stream-split on its middle dim, so the linear
+    writes chunk j of a 3-d output, a strided view; torch's matmul(out=) folds the batch
+    into one 2-d product and cannot reshape such an out (a crash on every rank). The
+    handler writes a copy there."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        t1, t2 = fd.define_tensor((4, 16, 4 * d)), fd.define_tensor((16, 4 * d))
+        fd.add_output(fd.ops.linear(t1, t2))
+    t1.set_device_mesh(mesh)
+    t1.outer_split(1, 2)
+    t1.axis(1).parallelize(ParallelType.stream)
+    _shard(t2, mesh, 1, X)
+    torch.manual_seed(3081)
+    a, b = torch.randn(4, 16, 4 * d), torch.randn(16, 4 * d)
+    run_against_torch(fd, multidevice_test, [a, b], [torch.nn.functional.linear(a, b)])
+    text = str(fd.host_ir())
+    loop = text[text.index("for j0 in range(0, 2) {") :]
+    assert any(
+        line.strip().startswith("linear(") and ", out=" in line for line in loop.splitlines()
+    )
