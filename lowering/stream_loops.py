@@ -78,8 +78,10 @@ def stream_split(tensor: LoweringTensor) -> StreamSplit | None:
 
 
 def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]]]:
-    """Consecutive ops whose outputs have the same stream chunk count and swizzle share a
-    loop; returns (chunk count or None, ops) segments in order. A swizzled loop visits
+    """Consecutive ops whose outputs have the same stream chunk count, split dim and
+    swizzle share a loop (ops split on different dims get loops of their own, the first
+    writing its output whole for the second); returns (chunk count or None, ops)
+    segments in order. A swizzled loop visits
     chunk (j + coordinate) % count on each rank, so an unswizzled op beside it would
     read and write chunks of other indices than its peers' in the same iteration (an
     Allgather in it would join rows of different chunks): it gets a loop of its own."""
@@ -88,7 +90,7 @@ def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]
     keys: list[tuple | None] = []
     for op in fusion.ops:
         split = stream_split(tensors[op.output])
-        key = (split.count, split.swizzle, split.mesh) if split is not None else None
+        key = (split.count, split.dim, split.swizzle, split.mesh) if split is not None else None
         if segments and keys[-1] == key:
             segments[-1][1].append(op)
         else:
@@ -133,6 +135,7 @@ class _Loop:
         self.allocated = [op.output for op in ops if op.output in used_later]
         self.chunk = self._chunk_index()
         self.preallocated_views: set[str] = set()
+        self.remapped: set[str] = set()  # inputs read by the chunks of this loop's dim
 
     def _chunk_index(self) -> Scalar:
         names = self.defined | {n for op in self.ops for n in op.inputs}
@@ -265,14 +268,19 @@ class _Loop:
         output = self.tensors[op.output]
         stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
         producer = self.tensors[name]
-        if split is not None:
+        pairs = dict(op.axis_maps).get(name, ())
+        own = [o for o, i in pairs if producer.axes[i].stream is not None]
+        if split is not None and (name in self.defined or own == [stream_axis]):
             return split
-        for o, i in dict(op.axis_maps).get(name, ()):
+        # Whole here (an earlier loop, split on another dim, wrote all of it): read by the
+        # chunks of the dim that maps to this loop's, as if it had no split of its own.
+        for o, i in pairs:
             same = [p.axis for p in producer.axes[i].parts] == [
                 p.axis for p in output.axes[o].parts
             ]
             if o == stream_axis and same:
                 dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
+                self.remapped.add(name)
                 return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
         return None
 
@@ -310,7 +318,7 @@ class _Loop:
         output = self.tensors[op.output]
         stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
         for name in op.inputs:
-            if name in chunks:
+            if name in chunks and name not in self.remapped:
                 self._check_same_chunks(op, name, self.tensors[name], output, stream_axis)
         preallocated = op.output in self.allocated or op.output in self.preallocated_views
         if op.output in self.preallocated_views:

@@ -300,3 +300,29 @@ def test_a_stream_split_on_a_reduced_dim_is_refused(op, with_mesh):
     x.axis(1).parallelize(ParallelType.stream)
     with pytest.raises(LoweringError, match=f"T0 is split into 2 stream chunks on dim 1.*{op}"):
         fd.host_ir()
+
+
+@pytest.mark.parametrize("with_mesh", [False, True])
+def test_ops_split_on_different_dims_get_loops_of_their_own(with_mesh):
+    """relu follows x's split of dim 0; neg is split on dim 1 by the user: two loops, the
+    first writing relu's output whole, the second reading it by columns (the race
+    checker runs on both, tests/conftest.py)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 8))
+        z = fd.ops.neg(fd.ops.relu(x))
+        fd.add_output(z)
+    if with_mesh:
+        for tv in (x, z):
+            tv.set_device_mesh(DeviceMesh(torch.arange(1)))
+    x.outer_split(0, 2)
+    x.axis(0).parallelize(ParallelType.stream)
+    z.outer_split(1, 2)
+    z.axis(1).parallelize(ParallelType.stream)
+    torch.manual_seed(2)
+    a = torch.randn(8, 8)
+    (out,), events = profile(fd, [a])
+    torch.testing.assert_close(out, -a.relu())
+    shapes = [list(e.input_shapes[0]) for e in events if e.name in ("aten::relu", "aten::neg")]
+    assert sorted(shapes) == [[4, 8], [4, 8], [8, 4], [8, 4]]
+    text = str(fd.host_ir())
+    assert "shard_by_stream(T1, axis=1" in text and text.count("synchronize(main)") == 2
