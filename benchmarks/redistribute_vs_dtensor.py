@@ -216,6 +216,12 @@ class ProcessGroupCall:
     own entry stays local)."""
 
 
+class UnmeasuredCallError(hostir.HostIrError):
+    """A process-group call the received-bytes measure has no rule for: the benchmark
+    stops rather than count it as nothing (add its op to ``_OPS`` and its kind to
+    :func:`received_bytes`)."""
+
+
 def _ring_share(nbytes: int, group_size: int) -> int:
     """(g - 1) / g of ``nbytes``, rounded up: what a rank receives in one ring pass over a
     tensor of ``nbytes`` cut in g parts (a reduce-scatter or an all-gather of it)."""
@@ -255,7 +261,9 @@ def received_bytes(call: ProcessGroupCall) -> int:
             return n
         case "send" | "barrier":
             return 0
-    raise ValueError(f"no received-bytes formula for a {call.kind!r} call")
+    raise UnmeasuredCallError(
+        f"received bytes: no formula for a {call.kind!r} call; add one to received_bytes"
+    )
 
 
 _OPS = {
@@ -340,7 +348,9 @@ def _process_group_calls(func: object, args: tuple, kwargs: dict) -> list[Proces
     if key in _NOT_COMMUNICATION:
         return []
     if key not in _OPS and key != "batch_p2p_ops":
-        raise NotImplementedError(f"received bytes: no rule for {op}")
+        raise UnmeasuredCallError(
+            f"received bytes: no rule for the process-group op {op}; map it to a kind in _OPS"
+        )
     named = dict(zip((a.name for a in func._schema.arguments), args, strict=False))
     named.update(kwargs)
     group = _process_group(named)

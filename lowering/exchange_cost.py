@@ -61,24 +61,6 @@ def _received(*key) -> int | None:
     return _of_exchange(most_received, *key)
 
 
-def exchange_rounds_floor(
-    before: Sharding,
-    after: Sharding,
-    team: Team,
-    shape: tuple[Scalar, ...],
-    reduced: bool,
-    allowance: Scalar,
-) -> int | None:
-    """The fewest ``rounds`` the exact count (:func:`exchange_rounds_for`) can be, without
-    computing any rank's pieces: partial sums always arrive in a buffer, so a reducing
-    exchange needs at least (most received) / allowance rounds; None for one."""
-    received = _received(before, after, team, shape, reduced)
-    if not reduced or received is None or not isinstance(allowance, Const):
-        return None
-    rounds = min(-(-received // max(allowance.value, 1)), ROUNDS_LIMIT)
-    return rounds if rounds > 1 else None
-
-
 def exchange_rounds_for(
     before: Sharding,
     after: Sharding,
@@ -86,15 +68,24 @@ def exchange_rounds_for(
     shape: tuple[Scalar, ...],
     reduced: bool,
     allowance: Scalar,
+    exact: bool = True,
 ) -> int | None:
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
     buffers pass ``allowance`` elements (``hostir.blocks.rounds_needed``); None for one
-    call (or a symbolic shape)."""
-    profiles = _profiles(before, after, team, shape, reduced)
-    if profiles is None or not isinstance(allowance, Const):
+    call (or a symbolic shape). Not ``exact``: the fewest it can be, computing no rank's
+    pieces (partial sums always arrive in a buffer, so a reducing exchange needs at
+    least the most received over the allowance)."""
+    if not isinstance(allowance, Const):
         return None
-    rounds = rounds_needed(profiles, reduced, allowance.value)
-    return rounds if rounds > 1 else None
+    if exact:
+        profiles = _profiles(before, after, team, shape, reduced)
+        rounds = None if profiles is None else rounds_needed(profiles, reduced, allowance.value)
+    else:
+        received = _received(before, after, team, shape, reduced)
+        if not reduced or received is None:
+            return None
+        rounds = min(-(-received // max(allowance.value, 1)), ROUNDS_LIMIT)
+    return rounds if rounds is not None and rounds > 1 else None
 
 
 def _step_profiles(plan: Plan, k: int) -> tuple[Exchange, ...] | None:

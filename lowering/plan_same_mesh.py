@@ -34,7 +34,7 @@ from hostir import MeshAxis, ReduceOp, Sharding
 from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
 from hostir.team import Team
 from lowering.errors import ReshardingError
-from lowering.exchange_cost import exchange_rounds_floor, exchange_rounds_for, step_received
+from lowering.exchange_cost import exchange_rounds_for, step_received
 from lowering.plan import Plan, Planner, Step, StepKind, local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries
 
@@ -148,8 +148,8 @@ def _exchange(
             after=target,
             team=team,
             op=next(iter(ops)) if ops else None,
-            rounds=(exchange_rounds_for if exact else exchange_rounds_floor)(
-                source, target, team, planner.shape, bool(ops), allowance
+            rounds=exchange_rounds_for(
+                source, target, team, planner.shape, bool(ops), allowance, exact
             ),
             reason=f"{why}; one all-to-all with uneven splits sends each rank just the pieces"
             " of its block it lacks" + (" (partial sums combined on arrival)" if ops else ""),
@@ -217,8 +217,9 @@ def _cheapest(
     for bound in sorted(bounds):
         if bound < best:
             steps = candidates[bound[1]](True)
-            if (cost(steps), bound[1]) < best:
-                best, chosen = (cost(steps), bound[1]), steps
+            exact = (cost(steps), bound[1])
+            if exact < best:
+                best, chosen = exact, steps
     return chosen
 
 
@@ -393,7 +394,7 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
         if len(have) == keep:
             return
         released = have[keep:]
-        if _move_suffix(planner, target, dim, have, released):
+        if _move_suffix(planner, target, dim, released):
             continue
         if _move_innermost(planner, target, dim, have):
             continue
@@ -412,9 +413,7 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
             )
 
 
-def _move_suffix(
-    planner: Planner, target: Sharding, dim: int, have: tuple, released: tuple
-) -> bool:
+def _move_suffix(planner: Planner, target: Sharding, dim: int, released: tuple) -> bool:
     """One AllToAll over the flattened team of ``released`` when another dim takes exactly
     those axes next, in the same nesting order (``S0S0 -> S1S1``)."""
     if len(released) < 2:

@@ -9,6 +9,8 @@ rank's position in it.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,6 +19,8 @@ import torch.distributed._functional_collectives as funcol
 from benchmarks.redistribute_vs_dtensor import (
     ProcessGroupCall,
     ProcessGroupRecorder,
+    UnmeasuredCallError,
+    _process_group_calls,
     received_bytes,
 )
 
@@ -50,8 +54,15 @@ def test_received_bytes_formula(call, expected):
 
 
 def test_received_bytes_refuses_an_unknown_kind():
-    with pytest.raises(ValueError, match="permute"):
+    with pytest.raises(UnmeasuredCallError, match="no formula for a 'permute' call"):
         received_bytes(ProcessGroupCall("permute", 2, 0))
+
+
+def test_the_recorder_refuses_an_unknown_process_group_op():
+    """An op of a communication namespace without a rule stops the measure, named."""
+    op = SimpleNamespace(_schema=SimpleNamespace(name="c10d::mystery_", arguments=[]))
+    with pytest.raises(UnmeasuredCallError, match="no rule for the process-group op c10d::myst"):
+        _process_group_calls(op, (), {})
 
 
 @pytest.mark.world_sizes(4)
