@@ -31,7 +31,7 @@ from hostir.communications import (
 )
 from hostir.errors import EvaluationError
 from hostir.handler_common import Request, need, out_buffer
-from hostir.scalars import evaluate_scalar
+from hostir.scalars import Const, Scalar, add, evaluate_scalar
 
 if TYPE_CHECKING:
     from hostir.run_context import RunContext
@@ -352,3 +352,38 @@ COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     LocalShard: run_local_shard,
 }
 """One handler per communication instruction (LocalShard included: it reshards)."""
+
+
+def handler_buffers(
+    instruction: Any, src: Scalar, out: Scalar, src_contiguous: bool, out_contiguous: bool
+) -> Scalar:
+    """Elements of the packing and receive buffers the handler above allocates for
+    ``instruction`` besides its operands, given the local elements of ``src`` and ``out``
+    and whether each buffer is contiguous (the planner's memory model reads this; an
+    AllToAllV's buffers are ``hostir.blocks.round_buffers``)."""
+    zero = Const(value=0)
+    landing = zero if out_contiguous else out  # chunks land in views of out, else a copy
+    if isinstance(instruction, Allgather):
+        # The backend sends from a contiguous input: a strided one is copied first.
+        return add(zero if src_contiguous else src, landing)
+    if isinstance(instruction, ReduceScatter | Allreduce):
+        return landing
+    if isinstance(instruction, AllToAll):
+        packing = zero if instruction.split_axis == 0 else src
+        return add(packing, landing if instruction.concat_axis == 0 else out)
+    if isinstance(instruction, Reduce | Scatter):
+        return src
+    if isinstance(instruction, Gather | SendRecv):
+        return out
+    return zero  # a permute sends and receives in place; local slices are views
+
+
+def gloo_staging(instruction: Any, src: Scalar, out: Scalar) -> Scalar:
+    """Elements gloo stages inside the backend call ``instruction``'s handler makes (not
+    the handler's own buffers): its all-gather gathers into a flat buffer of the whole
+    output, its reduce-scatter all-reduces a copy of the whole input; NCCL needs neither."""
+    if isinstance(instruction, Allgather):
+        return out
+    if isinstance(instruction, ReduceScatter):
+        return src
+    return Const(value=0)

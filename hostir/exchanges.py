@@ -97,6 +97,21 @@ def exchange(instruction: Any, group: Group, env: Env) -> list[Flow]:
     return fn(instruction, group, env)
 
 
+def busiest_received(instruction: Any, group: Group, env: Env) -> int | None:
+    """The most elements one member of ``group`` receives in ``instruction`` (copies to
+    itself not counted); None when a flow's extents are symbolic."""
+    received: dict[int, int] = {}
+    for flow in exchange(instruction, group, env):
+        if flow.elements is None:
+            return None
+        if flow.local_copy:
+            continue
+        sources = set(flow.sources)
+        for d in flow.destinations:
+            received[d] = received.get(d, 0) + flow.elements * (len(sources) - (d in sources))
+    return max(received.values(), default=0)
+
+
 def local_elements(value: TensorValue, env: Env) -> int | None:
     """The number of elements of ``value``'s local buffer, its extents evaluated in
     ``env``; None when a symbolic extent is not bound there."""

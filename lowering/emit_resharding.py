@@ -18,28 +18,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from hostir import (
-    Allgather,
-    Allreduce,
-    AllToAll,
-    AllToAllV,
-    Broadcast,
-    CollectivePermute,
-    Const,
-    Gather,
-    Reduce,
-    ReduceScatter,
-    Scatter,
-    SendRecv,
-    Set,
-    ShardByStream,
-    TensorValue,
-)
-from hostir.communications import LocalShard, Wait
+from hostir import Set, ShardByStream, TensorValue
+from hostir.communications import Wait
 from hostir.instructions import Allocate, Instruction
 from hostir.scalars import MeshCoordinate, Scalar, add, mul
 from hostir.values import RequestValue
-from lowering.plan_resharding import Plan, Step, StepKind
+from lowering.plan_resharding import Plan, Step
 
 
 def emit_resharding(
@@ -66,7 +50,7 @@ def emit_resharding(
             gather = plan.steps[k + 1]
             instructions.append(
                 ShardByStream(
-                    out=outs[k], src=outs[k + 1], axis=gather.axis, index=_team_index(gather)
+                    out=outs[k], src=outs[k + 1], axis=gather.get("axis"), index=_team_index(gather)
                 )
             )
     current = src
@@ -102,30 +86,7 @@ def _team_index(step: Step) -> Scalar:
 def _emit_step(
     step: Step, src: TensorValue, out: TensorValue, requests: Iterator[int]
 ) -> list[Instruction]:
-    if step.kind is StepKind.LOCAL_SHARD:
-        return [LocalShard(out=out, src=src, axis=step.axis, mesh_axis=step.mesh_axis)]
-    if step.kind is StepKind.COPY:
-        return [Set(out=out, src=src)]
+    if step.team is None:  # a local slice or copy
+        return [step.instruction(src, out)]
     request = RequestValue(name=f"R{next(requests)}")
-    common = {"out": out, "src": src, "team": step.team, "request": request}
-    root = Const(value=step.root) if step.root is not None else None
-    builders = {
-        StepKind.ALLGATHER: lambda: Allgather(**common, axis=step.axis),
-        StepKind.REDUCE_SCATTER: lambda: ReduceScatter(**common, axis=step.axis, op=step.op),
-        StepKind.ALLREDUCE: lambda: Allreduce(**common, op=step.op),
-        StepKind.ALL_TO_ALL: lambda: AllToAll(
-            **common, split_axis=step.axis, concat_axis=step.concat_axis
-        ),
-        StepKind.BROADCAST: lambda: Broadcast(**common, root=root),
-        StepKind.SCATTER: lambda: Scatter(**common, root=root, axis=step.axis),
-        StepKind.GATHER: lambda: Gather(**common, root=root, axis=step.axis),
-        StepKind.REDUCE: lambda: Reduce(**common, root=root, op=step.op),
-        StepKind.SEND_RECV: lambda: SendRecv(
-            **common, sender=Const(value=0), receiver=Const(value=1)
-        ),
-        StepKind.PERMUTE: lambda: CollectivePermute(
-            **common, send_peer=step.send_peer, recv_peer=step.recv_peer
-        ),
-        StepKind.ALL_TO_ALL_V: lambda: AllToAllV(**common, op=step.op, rounds=step.rounds),
-    }
-    return [builders[step.kind](), Wait(request=request)]
+    return [step.instruction(src, out, request), Wait(request=request)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from hostir import Sharding
+from hostir import AllToAllV, Sharding
 from hostir.blocks import (
     ROUNDS_LIMIT,
     Exchange,
@@ -26,9 +26,10 @@ from hostir.blocks import (
     volume,
 )
 from hostir.errors import HostIrError
-from hostir.scalars import Const, Scalar, add, floordiv, mul, sub
+from hostir.exchanges import busiest_received
+from hostir.scalars import Const, Scalar, add
 from hostir.team import Team
-from lowering.plan import Plan, StepKind, local_elements
+from lowering.plan import Plan, local_elements
 
 
 def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
@@ -90,7 +91,7 @@ def exchange_rounds_for(
 
 def _step_profiles(plan: Plan, k: int) -> tuple[Exchange, ...] | None:
     step = plan.steps[k]
-    return _profiles(plan.before(k), step.after, step.team, plan.shape, step.op is not None)
+    return _profiles(plan.before(k), step.after, step.team, plan.shape, step.get("op") is not None)
 
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
@@ -103,40 +104,29 @@ def exchange_temporaries(plan: Plan, k: int) -> Scalar:
         return add(
             local_elements(plan.before(k), plan.shape), local_elements(step.after, plan.shape)
         )
-    reduced = step.op is not None
-    return Const(value=max(round_buffers(e, step.rounds or 1, reduced) for e in profiles))
+    reduced = step.get("op") is not None
+    return Const(value=max(round_buffers(e, step.get("rounds") or 1, reduced) for e in profiles))
 
 
-def step_received(plan: Plan, k: int) -> Scalar:
-    """Elements a rank receives in step ``k``: exact for an AllToAllV (the most over
-    ranks), at the lower bound of what it lacks for the fixed-pattern collectives."""
+def step_received(plan: Plan, k: int) -> int | None:
+    """Elements the busiest rank receives in step ``k``, from the exchange function of its
+    instruction (``hostir.exchanges``) in one group of its team (the planner's groups are
+    alike); for an AllToAllV, from block boxes alone (``most_received``: the pieces its
+    exchange function lists, not listed). None for symbolic extents."""
     step = plan.steps[k]
-    before = local_elements(plan.before(k), plan.shape)
-    after = local_elements(step.after, plan.shape)
-    size = step.team.size if step.team is not None else 1
-    kind = step.kind
-    if kind is StepKind.ALL_TO_ALL_V:
-        received = _received(plan.before(k), step.after, step.team, plan.shape, step.op is not None)
-        return Const(value=received) if received is not None else after
-    if kind in (StepKind.ALLGATHER, StepKind.GATHER):
-        return sub(after, before)
-    if kind is StepKind.REDUCE_SCATTER:
-        return sub(before, after)
-    if kind is StepKind.ALLREDUCE:  # a reduce-scatter and an all-gather (the ring)
-        return floordiv(mul(before, 2 * (size - 1)), size)
-    if kind in (StepKind.ALL_TO_ALL, StepKind.REDUCE):
-        return floordiv(mul(before, size - 1), size)
-    if kind in (StepKind.LOCAL_SHARD, StepKind.COPY):
-        return Const(value=0)
-    return after
+    if step.team is None:  # a local slice or copy
+        return 0
+    if step.kind is AllToAllV:
+        reduced = step.get("op") is not None
+        return _received(plan.before(k), step.after, step.team, plan.shape, reduced)
+    return busiest_received(plan.instruction(k), step.team.groups[0], {})
 
 
-def received_in_all(plan: Plan) -> Scalar:
-    """Elements the busiest rank receives over the whole plan (each step's most, summed)."""
-    total: Scalar = Const(value=0)
-    for k in range(len(plan.steps)):
-        total = add(total, step_received(plan, k))
-    return total
+def received_in_all(plan: Plan) -> int | None:
+    """Elements the busiest rank receives over the whole plan (each step's most, summed);
+    None for symbolic extents."""
+    received = [step_received(plan, k) for k in range(len(plan.steps))]
+    return None if None in received else sum(received)
 
 
 def received_lower_bound(plan: Plan) -> int | None:

@@ -11,11 +11,15 @@ from lowering.exchange_cost import (
     received_lower_bound,
     step_received,
 )
-from lowering.plan import Plan, StepKind
+from lowering.plan import Plan
 from lowering.plan_memory import memory_bound, peak_of, step_staging, step_temporaries
 
 
-def _bytes(elements: Scalar, itemsize: int, names: _MeshNames) -> str:
+def _bytes(elements: Scalar | int | None, itemsize: int, names: _MeshNames) -> str:
+    if elements is None:
+        return "? B (symbolic extents)"
+    if isinstance(elements, int):
+        return f"{elements * itemsize} B"
     if isinstance(elements, Const):
         return f"{elements.value * itemsize} B"
     return f"{print_scalar(elements, names.name)} x {itemsize} B"
@@ -39,13 +43,12 @@ def explain_plan(plan: Plan) -> str:
     temporaries, staging = step_temporaries(plan), step_staging(plan)
     for k, step in enumerate(plan.steps):
         team = f" over {print_team(step.team, names)}" if step.team is not None else ""
-        if step.kind not in (StepKind.LOCAL_SHARD, StepKind.COPY):
-            collectives += 1
-        rounds = step.rounds or 1
+        collectives += step.team is not None
+        rounds = step.get("rounds") or 1
         in_rounds = f" in {rounds} rounds" if rounds and rounds > 1 else ""
         staged = "" if staging[k] == Const(value=0) else f" (gloo stages {size(staging[k])})"
         lines.append(
-            f"{k + 1}. {step.kind.value}{team}{in_rounds}: receives"
+            f"{k + 1}. {step.name}{team}{in_rounds}: receives"
             f" {size(step_received(plan, k))} per rank, temporaries {size(temporaries[k])}"
             + staged
             + (f" -- {step.reason}" if step.reason else "")
@@ -56,12 +59,12 @@ def explain_plan(plan: Plan) -> str:
         f" backend staging apart: {size(peak_of(staging))} (gloo)"
     )
     received, lower = received_in_all(plan), received_lower_bound(plan)
-    if lower is not None and isinstance(received, Const):
+    if lower is not None and received is not None:
         lines.append(
             f"receives {size(received)} per rank in all (lower bound: the target block less"
-            f" what the rank holds, {size(Const(value=lower))})"
+            f" what the rank holds, {size(lower)})"
         )
-        if received.value > lower:
+        if received > lower:
             lines.append(f"trade: {_trade(plan)}")
     lines.extend(f"note: {note}" for note in plan.notes)
     meshes = ", ".join(f"{name} = {mesh}" for mesh, name in names.names.items())

@@ -2,66 +2,48 @@
 
 from __future__ import annotations
 
-import enum
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from hostir import Const, MeshAxis, ReduceOp, Sharding, ShardPart, TensorValue
+from hostir import Allgather, Const, DType, MeshAxis, Sharding, ShardPart, TensorValue
+from hostir.catalog import declaration_of
 from hostir.printer import _MeshNames, print_sharding
 from hostir.scalars import Scalar, floordiv, mul
 from hostir.team import Team
+from hostir.values import RequestValue
 from lowering.errors import ReshardingError
-
-
-class StepKind(enum.Enum):
-    """What one step of a plan does."""
-
-    ALLGATHER = "Allgather"
-    REDUCE_SCATTER = "ReduceScatter"
-    ALLREDUCE = "Allreduce"
-    ALL_TO_ALL = "AllToAll"
-    BROADCAST = "Broadcast"
-    SCATTER = "Scatter"
-    GATHER = "Gather"
-    REDUCE = "Reduce"
-    SEND_RECV = "SendRecv"
-    PERMUTE = "CollectivePermute"
-    ALL_TO_ALL_V = "AllToAllV"
-    LOCAL_SHARD = "local_shard"
-    COPY = "set"
-
-
-WRITES_INTO_OUT = frozenset(
-    {
-        StepKind.ALLGATHER,
-        StepKind.REDUCE_SCATTER,
-        StepKind.ALLREDUCE,
-        StepKind.ALL_TO_ALL,
-        StepKind.ALL_TO_ALL_V,
-        StepKind.PERMUTE,
-        StepKind.LOCAL_SHARD,
-        StepKind.COPY,
-    }
-)
-"""Step kinds whose instruction can write into an existing (preallocated) ``out``."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One communication or local slice; ``after`` is the data's sharding once done."""
+    """One instruction of a plan: its host IR class (``Allgather``, ``LocalShard``, ``Set``),
+    its ``team`` (None for local steps) and the other fields it is built with, under the
+    instruction's own names (``attrs``); ``after`` is the data's sharding once it ran."""
 
-    kind: StepKind
+    kind: type
     after: Sharding
     team: Team | None = None
-    axis: int | None = None
-    concat_axis: int | None = None
-    mesh_axis: MeshAxis | None = None
-    root: int | None = None
-    op: ReduceOp | None = None
-    send_peer: Scalar | None = None
-    recv_peer: Scalar | None = None
-    rounds: int | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
     reason: str = ""
+
+    @property
+    def name(self) -> str:
+        """The instruction's keyword (``Allgather``, ``local_shard``)."""
+        return declaration_of(self.kind).keyword
+
+    def get(self, name: str) -> Any:
+        """The field ``name`` the instruction is built with (None if not given)."""
+        return self.attrs.get(name)
+
+    def instruction(self, src: TensorValue, out: TensorValue, request: Any = None) -> Any:
+        """The host IR instruction this step is, from ``src`` to ``out``; ``request`` (a
+        RequestValue) for a step with a team, which communicates."""
+        given = {"out": out, "src": src, **self.attrs}
+        if self.team is not None:
+            given.update(team=self.team, request=request)
+        return self.kind(**given)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,17 +64,27 @@ class Plan:
     def in_output_from(self) -> int:
         """The first step of the trailing run that is built inside the output buffer: every
         later step is an Allgather on one mesh whose input is this rank's slot of its
-        output, so the steps from here on write straight into ``dst`` (or a view of it).
+        output, so the steps from here on write straight into ``dst`` (or a view of it;
+        every instruction the planner emits can write into an existing ``out``).
         ``len(steps) - 1`` when there is no such run (the last step alone writes ``dst``)."""
         head = len(self.steps) - 1
         while (
             head > 0
-            and self.steps[head].kind is StepKind.ALLGATHER
-            and self.steps[head - 1].kind in WRITES_INTO_OUT
+            and self.steps[head].kind is Allgather
             and self.steps[head - 1].after.mesh == self.steps[head].after.mesh
         ):
             head -= 1
         return head
+
+    def instruction(self, k: int) -> Any:
+        """Step ``k``'s instruction on stand-ins for its input and output (``src``, ``out``):
+        what the cost models ask hostir about."""
+        step = self.steps[k]
+        src, out = (
+            TensorValue(name=name, dtype=DType.FLOAT32, shape=self.shape, sharding=sharding)
+            for name, sharding in (("src", self.before(k)), ("out", step.after))
+        )
+        return step.instruction(src, out, RequestValue(name="R"))
 
     def explain(self) -> str:
         """One line per step: what runs over which team, bytes and memory per rank, why;
@@ -129,9 +121,11 @@ class Planner:
             f" (meshes: {', '.join(f'{n} = {m}' for m, n in names.names.items())}): {why}"
         )
 
-    def add(self, kind: StepKind, after: Sharding, **fields: object) -> None:
-        """Appends a step; the data is laid out as ``after`` once it ran."""
-        self.steps.append(Step(kind=kind, after=after, **fields))
+    def add(
+        self, kind: type, after: Sharding, team: Team | None = None, reason: str = "", **attrs
+    ) -> None:
+        """Appends a step (see :class:`Step`); the data is laid out as ``after`` once it ran."""
+        self.steps.append(Step(kind=kind, after=after, team=team, attrs=attrs, reason=reason))
         self.current = after
 
     def note(self, text: str) -> None:

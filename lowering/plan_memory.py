@@ -4,19 +4,20 @@ The model follows the program ``emit_resharding`` writes and the handlers that
 run it, and counts what a rank holds besides its input (the caller's) and its
 output (the result): the plan's own temporaries are the intermediates between
 steps and the packing and receive buffers of the handlers
-(:func:`step_temporaries`); SPEC §6 bounds them by ``max(local input, local
-output)`` (:func:`memory_bound`). What the backend stages inside a collective
-is reported apart (:func:`step_staging`), for gloo, the larger of the two: its
-all-gather stages the whole output in a flat buffer of its own, and its
-reduce-scatter all-reduces a copy of the whole input (NCCL needs neither).
+(:func:`step_temporaries`, the latter as each handler declares them:
+``hostir.communication_handlers.handler_buffers``); SPEC §6 bounds them by
+``max(local input, local output)`` (:func:`memory_bound`). What the backend
+stages inside a collective is reported apart (:func:`step_staging`).
 ``benchmarks/redistribute_vs_dtensor.py`` measures both with the profiler.
 """
 
 from __future__ import annotations
 
+from hostir import AllToAllV
+from hostir.communication_handlers import gloo_staging, handler_buffers
 from hostir.scalars import Const, Scalar, add
 from lowering.exchange_cost import exchange_temporaries
-from lowering.plan import Plan, Step, StepKind, local_elements
+from lowering.plan import Plan, local_elements
 
 
 def memory_bound(plan: Plan) -> Scalar:
@@ -42,12 +43,13 @@ def step_temporaries(plan: Plan) -> list[Scalar]:
             held = add(held, before)
         if k < head:  # the output is an intermediate, not (a slot of) the result
             held = add(held, after)
-        if step.kind is StepKind.ALL_TO_ALL_V:
+        if step.kind is AllToAllV:
             staged = exchange_temporaries(plan, k)
         else:
             # Past the head, a step's input is the slot the step before wrote in the output.
             src_contiguous = k <= head or contiguous[k - 1]
-            staged = _handler(step, before, after, contiguous[k], src_contiguous)
+            instruction = plan.instruction(k)
+            staged = handler_buffers(instruction, before, after, src_contiguous, contiguous[k])
         result.append(add(held, staged))
         current = step.after
     return result
@@ -73,47 +75,18 @@ def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
     output along dim 0 of a contiguous buffer is; fresh intermediates are."""
     flags = [True] * len(plan.steps)
     for k in reversed(range(head, len(plan.steps) - 1)):
-        flags[k] = flags[k + 1] and plan.steps[k + 1].axis == 0
+        flags[k] = flags[k + 1] and plan.steps[k + 1].get("axis") == 0
     return flags
-
-
-def _handler(
-    step: Step, before: Scalar, after: Scalar, contiguous: bool, src_contiguous: bool = True
-) -> Scalar:
-    """Packing and receive buffers of one step's handler (``hostir.communication_handlers``);
-    ``contiguous``: whether the step's output buffer is, ``src_contiguous``: its input."""
-    zero = Const(value=0)
-    kind = step.kind
-    if kind is StepKind.ALLGATHER:
-        # The backend sends from a contiguous input: a strided slot of the output (where
-        # this gather or a later one runs along an inner dim) is copied first. The chunks
-        # land in out (strided views of it where its strides allow, else a landing copy).
-        copied = zero if src_contiguous else before
-        return add(copied, zero if contiguous else after)
-    if kind in (StepKind.REDUCE_SCATTER, StepKind.ALLREDUCE):
-        return zero if contiguous else after  # chunks are views of out, else a landing copy
-    if kind is StepKind.ALL_TO_ALL:
-        packing = zero if step.axis == 0 else before
-        receiving = zero if step.concat_axis == 0 and contiguous else after
-        return add(packing, receiving)
-    if kind in (StepKind.REDUCE, StepKind.SCATTER):
-        return before
-    if kind in (StepKind.GATHER, StepKind.SEND_RECV):
-        return after
-    return zero  # permute (sent and received in place), local slices, copies
 
 
 def step_staging(plan: Plan) -> list[Scalar]:
     """Per step, the elements gloo stages inside the collective (not the plan's own; not in
-    the bound): a flat copy of an all-gather's whole output, of a reduce-scatter's input."""
-    result: list[Scalar] = []
-    current = plan.src
-    for step in plan.steps:
-        if step.kind is StepKind.ALLGATHER:
-            result.append(local_elements(step.after, plan.shape))
-        elif step.kind is StepKind.REDUCE_SCATTER:
-            result.append(local_elements(current, plan.shape))
-        else:
-            result.append(Const(value=0))
-        current = step.after
-    return result
+    the bound; ``hostir.communication_handlers.gloo_staging``)."""
+    return [
+        gloo_staging(
+            plan.instruction(k),
+            local_elements(plan.before(k), plan.shape),
+            local_elements(step.after, plan.shape),
+        )
+        for k, step in enumerate(plan.steps)
+    ]

@@ -18,12 +18,25 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from hostir import Mesh, MeshAxis, Sharding, ShardPart, TensorValue
+from hostir import (
+    Broadcast,
+    Const,
+    Gather,
+    Mesh,
+    MeshAxis,
+    Reduce,
+    Scatter,
+    SendRecv,
+    Set,
+    Sharding,
+    ShardPart,
+    TensorValue,
+)
 from hostir.team import Team
-from lowering.plan import Plan, Planner, Step, StepKind
+from lowering.plan import Plan, Planner, Step
 from lowering.plan_same_mesh import plan_same_mesh
 
-__all__ = ["Plan", "Step", "StepKind", "plan_resharding"]
+__all__ = ["Plan", "Step", "plan_resharding"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -77,9 +90,8 @@ def _plan_from_device(planner: Planner) -> None:
         and not planner.current.partial
     ):
         team = Team(mesh=mesh, axes=(MeshAxis.X,))
-        planner.add(
-            StepKind.SCATTER, target, team=team, axis=sharded[0], root=mesh.devices.index(device)
-        )
+        root = Const(value=mesh.devices.index(device))
+        planner.add(Scatter, target, team=team, axis=sharded[0], root=root)
         return
     if planner.current.partial:
         raise planner.fail("a partial tensor on one device has nothing to reduce with")
@@ -88,7 +100,7 @@ def _plan_from_device(planner: Planner) -> None:
     else:
         team_mesh, root = Mesh(devices=(device, *mesh.devices), shape=(len(mesh.devices) + 1,)), 0
     team = Team(mesh=team_mesh, axes=(MeshAxis.X,))
-    planner.add(StepKind.BROADCAST, _replicated(planner, mesh), team=team, root=root)
+    planner.add(Broadcast, _replicated(planner, mesh), team=team, root=Const(value=root))
     plan_same_mesh(planner, target)
 
 
@@ -100,16 +112,13 @@ def _plan_to_device(planner: Planner) -> None:
     sharded = [d for d in range(len(source.dims)) if planner.axes(source, d)]
     if mesh.ndim == 1 and device in mesh.devices:
         team = Team(mesh=mesh, axes=(MeshAxis.X,))
-        root = mesh.devices.index(device)
+        root = Const(value=mesh.devices.index(device))
         if len(source.partial) == 1 and not sharded:
-            planner.add(
-                StepKind.REDUCE, planner.dst.sharding, team=team, root=root, op=source.partial[0].op
-            )
+            op = source.partial[0].op
+            planner.add(Reduce, planner.dst.sharding, team=team, root=root, op=op)
             return
         if len(sharded) == 1 and not source.partial:
-            planner.add(
-                StepKind.GATHER, planner.dst.sharding, team=team, root=root, axis=sharded[0]
-            )
+            planner.add(Gather, planner.dst.sharding, team=team, root=root, axis=sharded[0])
             return
     plan_same_mesh(planner, _replicated(planner, mesh))
     _move(planner, planner.dst.sharding)
@@ -126,9 +135,9 @@ def _move(planner: Planner, target: Sharding) -> None:
     """Moves data laid out as ``target`` from the current mesh to ``target``'s mesh."""
     source_mesh = planner.current.mesh
     if len(target.mesh.devices) == 1 and target.mesh.devices[0] in source_mesh.devices:
-        planner.add(StepKind.COPY, target)
+        planner.add(Set, target)
         return
     senders = source_mesh.devices[: len(target.mesh.devices)]  # one replica per target device
     pairs = Mesh(devices=senders + target.mesh.devices, shape=(2, len(target.mesh.devices)))
     team = Team(mesh=pairs, axes=(MeshAxis.Y,))
-    planner.add(StepKind.SEND_RECV, target, team=team)
+    planner.add(SendRecv, target, team=team, sender=Const(value=0), receiver=Const(value=1))

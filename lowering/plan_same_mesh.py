@@ -30,12 +30,23 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from hostir import MeshAxis, ReduceOp, Sharding
+from hostir import (
+    Allgather,
+    Allreduce,
+    AllToAll,
+    AllToAllV,
+    CollectivePermute,
+    MeshAxis,
+    ReduceOp,
+    ReduceScatter,
+    Sharding,
+)
+from hostir.communications import LocalShard
 from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
 from hostir.team import Team
 from lowering.errors import ReshardingError
 from lowering.exchange_cost import exchange_rounds_for, step_received
-from lowering.plan import Plan, Planner, Step, StepKind, local_elements
+from lowering.plan import Plan, Planner, Step, local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries
 
 
@@ -84,12 +95,10 @@ def _exchange_instead(
     model (:func:`_cost`) prefers, if it beats the rules."""
     start, notes = since
     steps = tuple(planner.steps[start:])
-    communicated = [k for k, s in enumerate(steps) if s.kind is not StepKind.LOCAL_SHARD]
+    communicated = [k for k, s in enumerate(steps) if s.kind is not LocalShard]
     if not communicated:
         return
-    sliced_after = any(
-        s.kind is StepKind.LOCAL_SHARD and k > communicated[0] for k, s in enumerate(steps)
-    )
+    sliced_after = any(s.kind is LocalShard and k > communicated[0] for k, s in enumerate(steps))
     rules = _sub_plan(planner, source, target, steps)
     if not (sliced_after or _exceeds(peak_temporaries(rules), memory_bound(rules))):
         return
@@ -114,7 +123,7 @@ def _exchange_instead(
     planner.current = target
     involved = _names(best[-1].team.axes)
     planner.note(
-        f"exchange: {'one ' * (len(best) == 1)}{' + '.join(s.kind.value for s in best)} over"
+        f"exchange: {'one ' * (len(best) == 1)}{' + '.join(s.name for s in best)} over"
         f" {involved} instead of"
         f" {len(communicated)} collective(s)"
         + (" followed by local slices" if sliced_after else "")
@@ -144,13 +153,15 @@ def _exchange(
     team = _team(planner, involved)
     return (
         Step(
-            kind=StepKind.ALL_TO_ALL_V,
+            kind=AllToAllV,
             after=target,
             team=team,
-            op=next(iter(ops)) if ops else None,
-            rounds=exchange_rounds_for(
-                source, target, team, planner.shape, bool(ops), allowance, exact
-            ),
+            attrs={
+                "op": next(iter(ops)) if ops else None,
+                "rounds": exchange_rounds_for(
+                    source, target, team, planner.shape, bool(ops), allowance, exact
+                ),
+            },
             reason=f"{why}; one all-to-all with uneven splits sends each rank just the pieces"
             " of its block it lacks" + (" (partial sums combined on arrival)" if ops else ""),
         ),
@@ -175,11 +186,10 @@ def _reduce_then_exchange(
             continue
         after = planner.with_dim(replace(source, partial=target.partial), dim, have + axes)
         scatter = Step(
-            kind=StepKind.REDUCE_SCATTER,
+            kind=ReduceScatter,
             after=after,
             team=_team(planner, axes),
-            axis=dim,
-            op=reduced[0].op,
+            attrs={"axis": dim, "op": reduced[0].op},
             reason=f"reduce the partial sums over {_names(axes)} along dim {dim} first, while"
             " the data is smallest",
         )
@@ -228,9 +238,8 @@ def _cost(plan: Plan, bound_only: bool = False) -> tuple:
     (an AllToAllV's rounds each count), elements received by the busiest rank, temporaries.
     Symbolic quantities count as 0 (plans of symbolic shapes keep the rules).
     ``bound_only``: a lower bound without costing the temporaries (taken as 0)."""
-    calls = sum(s.rounds or 1 for s in plan.steps if s.kind is not StepKind.LOCAL_SHARD)
-    received = [step_received(plan, k) for k in range(len(plan.steps))]
-    total = sum(r.value for r in received if isinstance(r, Const))
+    calls = sum(s.get("rounds") or 1 for s in plan.steps if s.kind is not LocalShard)
+    total = sum(filter(None, (step_received(plan, k) for k in range(len(plan.steps)))))
     if bound_only:
         return (False, calls, total, 0)
     peak, bound = peak_temporaries(plan), memory_bound(plan)
@@ -254,11 +263,12 @@ def _note_unfused(planner: Planner, start: int) -> None:
     """For ``Plan.explain``: why consecutive collectives since ``start`` stay separate."""
     steps = [s for s in planner.steps[start:] if s.team is not None]
     for first, second in zip(steps, steps[1:], strict=False):
-        a, b = first.kind.value, second.kind.value
+        a, b = first.name, second.name
         teams = f"{a} over {_names(first.team.axes)} and {b} over {_names(second.team.axes)}"
-        if first.kind is second.kind is StepKind.ALLGATHER:
+        if first.kind is second.kind is Allgather:
             planner.note(
-                f"not fused: {teams} fill different dims ({first.axis} and {second.axis}); one"
+                f"not fused: {teams} fill different dims ({first.get('axis')} and"
+                f" {second.get('axis')}); one"
                 " gather over a flattened team fills one dim, and both at once would need the"
                 " output rearranged through a buffer of its size"
             )
@@ -267,7 +277,7 @@ def _note_unfused(planner: Planner, start: int) -> None:
                 f"not fused: {teams} are different collectives"
                 + (
                     " (the reduction first, while the data is smallest)"
-                    if first.kind in (StepKind.ALLREDUCE, StepKind.REDUCE_SCATTER)
+                    if first.kind in (Allreduce, ReduceScatter)
                     else ""
                 )
             )
@@ -321,7 +331,7 @@ def _permute(planner: Planner, target: Sharding) -> bool:
         after = planner.with_dim(after, dim, planner.axes(target, dim))
     swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
     planner.add(
-        StepKind.PERMUTE,
+        CollectivePermute,
         after,
         team=_team(planner, axes),
         send_peer=send,
@@ -341,10 +351,10 @@ def _reduce_partials(planner: Planner, target: Sharding) -> None:
     for op in dict.fromkeys(p.op for p in todo):
         axes = [p.axis for p in todo if p.op is op]
         for dim, appended in _scatters(planner, target, axes):
-            _reduce(planner, StepKind.REDUCE_SCATTER, appended, op, dim)
+            _reduce(planner, ReduceScatter, appended, op, dim)
             axes = [a for a in axes if a not in appended]
         if axes:
-            _reduce(planner, StepKind.ALLREDUCE, _in_mesh_order(planner, axes), op, None)
+            _reduce(planner, Allreduce, _in_mesh_order(planner, axes), op, None)
 
 
 def _scatters(
@@ -363,7 +373,7 @@ def _scatters(
 
 
 def _reduce(
-    planner: Planner, kind: StepKind, axes: tuple[MeshAxis, ...], op: ReduceOp, dim: int | None
+    planner: Planner, kind: type, axes: tuple[MeshAxis, ...], op: ReduceOp, dim: int | None
 ) -> None:
     current = planner.current
     partial = tuple(p for p in current.partial if not (p.axis in axes and p.op is op))
@@ -375,13 +385,13 @@ def _reduce(
         kind,
         after,
         team=_team(planner, axes),
-        axis=dim,
-        op=op,
         reason=f"reduce the partial sums over {_names(axes)}{where} first, while the data"
         " is smallest",
+        op=op,
+        **({} if dim is None else {"axis": dim}),
     )
     if len(axes) > 1:
-        planner.note(f"fused: one {kind.value} over the flattened team {_names(axes)}")
+        planner.note(f"fused: one {planner.steps[-1].name} over the flattened team {_names(axes)}")
 
 
 # ----- rule 3: releasing axes -----
@@ -400,7 +410,7 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
             continue
         gathered = planner.with_dim(planner.current, dim, have[:keep])
         planner.add(
-            StepKind.ALLGATHER,
+            Allgather,
             gathered,
             team=_team(planner, released),
             axis=dim,
@@ -446,10 +456,10 @@ def _all_to_all(planner: Planner, dim: int, destination: int, moved: tuple) -> N
     gathered = planner.with_dim(planner.current, dim, have[: len(have) - len(moved)])
     dest_axes = planner.axes(planner.current, destination)
     planner.add(
-        StepKind.ALL_TO_ALL,
+        AllToAll,
         planner.with_dim(gathered, destination, dest_axes + moved),
         team=_team(planner, moved),
-        axis=destination,
+        split_axis=destination,
         concat_axis=dim,
         reason=f"mesh axes {_names(moved)} move from dim {dim} to dim {destination}: an"
         " all-to-all over their team, not a gather",
@@ -469,7 +479,7 @@ def _slice_axes(planner: Planner, target: Sharding, dim: int) -> None:
             raise planner.fail(f"mesh axis {axis.value} is still in use by another dim")
         after = planner.with_dim(planner.current, dim, have + (axis,))
         planner.add(
-            StepKind.LOCAL_SHARD,
+            LocalShard,
             after,
             axis=dim,
             mesh_axis=axis,

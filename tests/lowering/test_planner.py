@@ -10,9 +10,20 @@ import pytest
 import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir import Const, DType, MeshAxis, ReduceOp, TensorValue
+from hostir import (
+    Allgather,
+    Allreduce,
+    AllToAll,
+    CollectivePermute,
+    Const,
+    DType,
+    MeshAxis,
+    ReduceOp,
+    ReduceScatter,
+    TensorValue,
+)
+from hostir.communications import LocalShard
 from hostir.sharding import Mesh, PartialAxis, Sharding, ShardPart
-from lowering.plan import StepKind
 from lowering.plan_resharding import plan_resharding
 
 X, Y, Z = ParallelType.mesh_x, ParallelType.mesh_y, ParallelType.mesh_z
@@ -47,34 +58,34 @@ Xa, Ya, Za = MeshAxis.X, MeshAxis.Y, MeshAxis.Z
 
 PLANS = {
     # name: (src dims, src partial, dst dims, dst partial, [(kind, team axes)])
-    "S0S0->RR": ({0: (Ya, Xa)}, (), {}, (), [(StepKind.ALLGATHER, (Ya, Xa))]),
-    "PP->RR": ({}, (Ya, Xa), {}, (), [(StepKind.ALLREDUCE, (Ya, Xa))]),
-    "PP->S0S0": ({}, (Ya, Xa), {0: (Ya, Xa)}, (), [(StepKind.REDUCE_SCATTER, (Ya, Xa))]),
+    "S0S0->RR": ({0: (Ya, Xa)}, (), {}, (), [(Allgather, (Ya, Xa))]),
+    "PP->RR": ({}, (Ya, Xa), {}, (), [(Allreduce, (Ya, Xa))]),
+    "PP->S0S0": ({}, (Ya, Xa), {0: (Ya, Xa)}, (), [(ReduceScatter, (Ya, Xa))]),
     "S0S1->S1S0": (
         {0: (Ya,), 1: (Xa,)},
         (),
         {0: (Xa,), 1: (Ya,)},
         (),
-        [(StepKind.PERMUTE, (Ya, Xa))],
+        [(CollectivePermute, (Ya, Xa))],
     ),
-    "RS0->S0R": ({0: (Xa,)}, (), {0: (Ya,)}, (), [(StepKind.PERMUTE, (Ya, Xa))]),
+    "RS0->S0R": ({0: (Xa,)}, (), {0: (Ya,)}, (), [(CollectivePermute, (Ya, Xa))]),
     "PS0->RR": (
         {0: (Xa,)},
         (Ya,),
         {},
         (),
-        [(StepKind.ALLREDUCE, (Ya,)), (StepKind.ALLGATHER, (Xa,))],
+        [(Allreduce, (Ya,)), (Allgather, (Xa,))],
     ),
-    "S0R->S1R": ({0: (Ya,)}, (), {1: (Ya,)}, (), [(StepKind.ALL_TO_ALL, (Ya,))]),
+    "S0R->S1R": ({0: (Ya,)}, (), {1: (Ya,)}, (), [(AllToAll, (Ya,))]),
     "RR->S0S1": (
         {},
         (),
         {0: (Ya,), 1: (Xa,)},
         (),
-        [(StepKind.LOCAL_SHARD, None), (StepKind.LOCAL_SHARD, None)],
+        [(LocalShard, None), (LocalShard, None)],
     ),
-    "S0S0->S0R": ({0: (Ya, Xa)}, (), {0: (Ya,)}, (), [(StepKind.ALLGATHER, (Xa,))]),
-    "S0S0->S1S1": ({0: (Ya, Xa)}, (), {1: (Ya, Xa)}, (), [(StepKind.ALL_TO_ALL, (Ya, Xa))]),
+    "S0S0->S0R": ({0: (Ya, Xa)}, (), {0: (Ya,)}, (), [(Allgather, (Xa,))]),
+    "S0S0->S1S1": ({0: (Ya, Xa)}, (), {1: (Ya, Xa)}, (), [(AllToAll, (Ya, Xa))]),
 }
 
 
@@ -433,7 +444,7 @@ def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_t
     plan = plan_resharding(
         value("A", MESH_2x2, {1: (Ya,)}, (Xa,), shape=shape), value("B", MESH_2x2, {}, shape=shape)
     )
-    assert [step.kind for step in plan.steps] == [StepKind.ALLREDUCE, StepKind.ALLGATHER]
+    assert [step.kind for step in plan.steps] == [Allreduce, Allgather]
     slot = 16 * 8  # this rank's [16, 8] block of columns
     assert [t.value for t in step_temporaries(plan)] == [slot, slot]
     assert slot <= memory_bound(plan).value
