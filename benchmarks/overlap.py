@@ -11,17 +11,25 @@ once:
 - ``column-broadcast``: the same without the swizzle: per chunk a Broadcast
   (root = chunk) and a matmul.
 
-Each reference does the same chunked work on the same local data with the same
-chunk sizes in plain ``torch.distributed`` (async collective, then wait), and
-its result is checked against ours before anything is timed. Runs alternate
-ours/reference (ABBA order), each after a ``dist.barrier()``; a run's time is
+Each program has three hand-written versions in plain ``torch.distributed`` on
+the same local data with the same chunk sizes: *serialized* (post a chunk's
+collective, wait, compute), *pipelined* (the software pipeline a skilled user
+writes: a chunk's collective in flight while the next chunk's matmul runs,
+prefetch depth 1) and the two *parts alone* (the collectives without the
+matmuls, the matmuls without the collectives). Every result is checked against
+ours before anything is timed. All versions run interleaved (run ``r`` starts
+with version ``r mod n``), each run after a ``dist.barrier()``; a run's time is
 the maximum over ranks of its ``time.perf_counter()`` wall time, and the table
-reports the median over runs. ``overhead/instr`` is (ours - reference) divided
-by the number of instructions the evaluator executes per run (counted by a
-``hostir.Listener`` in a separate run). ``A/A`` times the reference against a
-second copy of itself the same way: how far from 1.00 a ratio strays by noise
-alone. A second table runs the evaluator alone (a stub communicator that moves
-no data, tiny tensors): its own cost per instruction.
+reports the median over runs. ``ours / pipelined`` is the acceptance ratio;
+``saved`` is the share of the serialized time a version saves;
+``overhead/instr`` is (ours - serialized) divided by the number of instructions
+the evaluator executes per run (counted by a ``hostir.Listener`` in a separate
+run). ``A/A`` times the pipelined reference against a second copy of itself the
+same way: how far from 1.00 a ratio strays by noise alone. A second table runs
+the evaluator alone (a stub communicator that moves no data, tiny tensors): its
+own cost per instruction. Sizes: ``small`` (overhead only), ``medium``
+(compute and communication comparable), ``large`` (compute-bound: a chunk's
+matmul takes longer than its collective).
 
 Run it with::
 
@@ -56,9 +64,11 @@ from hostir.communicator import CompletedWork
 SIZES = {
     # name: (tokens per rank, hidden); tokens = tokens per rank * d
     "small": (8, 16),  # overhead-dominated: every tensor is a few hundred bytes
-    "medium": (512, 512),  # compute and communication dominated (tokens 1024 at d = 2)
+    "medium": (512, 512),  # compute and communication comparable (tokens 1024 at d = 2)
+    "large": (512, 1024),  # compute-bound: a chunk's matmul takes longer than its collective
 }
 PROGRAMS = ("row-parallel", "column-permute", "column-broadcast")
+DEFAULT_RUNS = {"small": 300, "medium": 100, "large": 40}
 
 
 # -- The programs (as tests/lowering/test_stream_loops.py builds them) ------------------
@@ -107,66 +117,129 @@ def column_parallel(d: int, swizzle: bool, hidden: int) -> tuple[FusionDefinitio
 
 
 # -- The references ---------------------------------------------------------------------
+#
+# Each program has three hand-written versions: "serialized" posts each chunk's collective
+# and waits for it before the next chunk (what our loops do today), "pipelined" is the
+# software pipeline a skilled user writes (a chunk's collective runs while the next
+# chunk's matmul does: prefetch depth 1), and "parts" runs the collectives alone and the
+# matmuls alone (what a perfect overlap could hide).
 
 
-def reference_row_parallel(x: torch.Tensor, w: torch.Tensor, streams: int) -> Callable:
-    """Per chunk: matmul into the output slice, async all-reduce of that slice, wait."""
+def reference_row_parallel(x: torch.Tensor, w: torch.Tensor, streams: int, pipelined: bool):
+    """Per chunk: matmul into the output slice and an async all-reduce of that slice;
+    serialized waits for it at once, pipelined after posting the next chunk's."""
     tokens = x.shape[0]
     chunk = tokens // streams
 
     def run() -> torch.Tensor:
         out = torch.empty(tokens, w.shape[0], dtype=x.dtype)
         wt = w.t()
+        pending = None
         for i in range(streams):
             rows = slice(i * chunk, (i + 1) * chunk)
             piece = torch.matmul(x[rows], wt, out=out[rows])
-            dist.all_reduce(piece, async_op=True).wait()
+            work = dist.all_reduce(piece, async_op=True)
+            if not pipelined:
+                work.wait()
+                continue
+            if pending is not None:
+                pending.wait()
+            pending = work
+        if pending is not None:
+            pending.wait()
         return out
 
     return run
 
 
-def reference_ring(x: torch.Tensor, w: torch.Tensor, rank: int, d: int) -> Callable:
-    """Iteration i: receive chunk (r + i) % d from that rank while sending ours to
-    (r - i) % d (one batch_isend_irecv; iteration 0 a local copy), then its matmul."""
+def reference_ring(x: torch.Tensor, w: torch.Tensor, rank: int, d: int, pipelined: bool):
+    """Iteration i: chunk (r + i) % d arrives from that rank while ours goes to (r - i) % d
+    (one batch_isend_irecv; iteration 0 is our own), then its matmul; pipelined posts
+    iteration i + 1's exchange before iteration i's matmul."""
     chunk = x.shape[0]
+
+    def post(i: int) -> tuple[torch.Tensor, list]:
+        if i == 0:
+            return x, []
+        buf = torch.empty_like(x)
+        ops = [
+            dist.P2POp(dist.isend, x, (rank - i) % d),
+            dist.P2POp(dist.irecv, buf, (rank + i) % d),
+        ]
+        return buf, dist.batch_isend_irecv(ops)
 
     def run() -> torch.Tensor:
         out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
         wt = w.t()
+        current, works = post(0)
         for i in range(d):
+            for work in works:
+                work.wait()
+            upcoming = post(i + 1) if pipelined and i + 1 < d else None
             src = (rank + i) % d
-            buf = torch.empty_like(x)
-            if i == 0:
-                buf.copy_(x)
-            else:
+            torch.matmul(current, wt, out=out[src * chunk : (src + 1) * chunk])
+            if i + 1 < d:
+                current, works = upcoming if upcoming is not None else post(i + 1)
+        return out
+
+    return run
+
+
+def reference_broadcast(x: torch.Tensor, w: torch.Tensor, rank: int, d: int, pipelined: bool):
+    """Chunk i: an async broadcast from rank i (the root sends its own shard), then its
+    matmul; pipelined posts chunk i + 1's broadcast before chunk i's matmul."""
+    chunk = x.shape[0]
+
+    def post(i: int) -> tuple[torch.Tensor, object]:
+        buf = x if i == rank else torch.empty_like(x)
+        return buf, dist.broadcast(buf, src=i, async_op=True)
+
+    def run() -> torch.Tensor:
+        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
+        wt = w.t()
+        current, work = post(0)
+        for i in range(d):
+            work.wait()
+            upcoming = post(i + 1) if pipelined and i + 1 < d else None
+            torch.matmul(current, wt, out=out[i * chunk : (i + 1) * chunk])
+            if i + 1 < d:
+                current, work = upcoming if upcoming is not None else post(i + 1)
+        return out
+
+    return run
+
+
+def parts_alone(program: str, x: torch.Tensor, w: torch.Tensor, d: int, streams: int):
+    """(the collectives alone, the matmuls alone) of a program, each chunk as the
+    serialized reference does it."""
+    rows = x.shape[0] // streams if program == "row-parallel" else x.shape[0]
+    out = torch.empty(rows, w.shape[0], dtype=x.dtype)
+    wt = w.t()
+    rank = dist.get_rank()
+
+    def communication() -> None:
+        for i in range(streams if program == "row-parallel" else d):
+            if program == "row-parallel":
+                dist.all_reduce(out, async_op=True).wait()
+            elif program == "column-broadcast":
+                buf = x if i == rank else torch.empty_like(x)
+                dist.broadcast(buf, src=i, async_op=True).wait()
+            elif i:
+                buf = torch.empty_like(x)
                 ops = [
                     dist.P2POp(dist.isend, x, (rank - i) % d),
-                    dist.P2POp(dist.irecv, buf, src),
+                    dist.P2POp(dist.irecv, buf, (rank + i) % d),
                 ]
                 for work in dist.batch_isend_irecv(ops):
                     work.wait()
-            torch.matmul(buf, wt, out=out[src * chunk : (src + 1) * chunk])
-        return out
 
-    return run
+    def compute() -> None:
+        for i in range(streams if program == "row-parallel" else d):
+            torch.matmul(
+                x[i * rows : (i + 1) * rows] if program == "row-parallel" else x, wt, out=out
+            )
 
-
-def reference_broadcast(x: torch.Tensor, w: torch.Tensor, rank: int, d: int) -> Callable:
-    """Chunk i: async broadcast from rank i (the root sends its own shard), wait,
-    then its matmul."""
-    chunk = x.shape[0]
-
-    def run() -> torch.Tensor:
-        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
-        wt = w.t()
-        for i in range(d):
-            buf = x if i == rank else torch.empty_like(x)
-            dist.broadcast(buf, src=i, async_op=True).wait()
-            torch.matmul(buf, wt, out=out[i * chunk : (i + 1) * chunk])
-        return out
-
-    return run
+    return communication, compute
 
 
 # -- Measuring --------------------------------------------------------------------------
@@ -210,11 +283,26 @@ class Row:
     size: str
     shape: str
     ours_ms: float
-    reference_ms: float
-    ratio: float
+    serialized_ms: float
+    pipelined_ms: float
+    communication_ms: float
+    compute_ms: float
     instructions: int
-    overhead_us: float
-    aa_ratio: float | None
+    aa_ratio: float
+
+    @property
+    def versus_pipelined(self) -> float:
+        """ours / pipelined: the acceptance ratio (goal <= 1.05 at compute-bound sizes)."""
+        return self.ours_ms / self.pipelined_ms
+
+    def saved(self, ms: float) -> float:
+        """The share of the serialized time that a version taking ``ms`` saves."""
+        return 1 - ms / self.serialized_ms
+
+    @property
+    def overhead_us(self) -> float:
+        """(ours - serialized) per instruction: the evaluator's cost where neither overlaps."""
+        return (self.ours_ms - self.serialized_ms) / self.instructions * 1e3
 
 
 def max_over_ranks(times: list[float]) -> list[float]:
@@ -235,28 +323,23 @@ def timed(fn: Callable, batch: int) -> float:
     return (time.perf_counter() - start) / batch
 
 
-def compare(
-    ours: Callable, reference: Callable, warmup: int, runs: int, batch: int
-) -> tuple[float, float]:
-    """Median over runs of the max over ranks, in seconds: (ours, reference)."""
+def compare(versions: dict[str, Callable], warmup: int, runs: int, batch: int) -> dict[str, float]:
+    """Median over runs of the max over ranks, in seconds, per version. The versions run
+    interleaved: run ``r`` starts at version ``r mod n`` (none always goes first)."""
     for _ in range(warmup):
-        ours()
-        reference()
-    times: dict[str, list[float]] = {"ours": [], "reference": []}
+        for fn in versions.values():
+            fn()
+    names = list(versions)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for run in range(runs):
-        order = (("ours", ours), ("reference", reference))
-        if run % 2:
-            order = order[::-1]  # ABBA: neither side always goes first
-        for name, fn in order:
-            times[name].append(timed(fn, batch))
-    return (
-        statistics.median(max_over_ranks(times["ours"])),
-        statistics.median(max_over_ranks(times["reference"])),
-    )
+        shift = run % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(timed(versions[name], batch))
+    return {name: statistics.median(max_over_ranks(t)) for name, t in times.items()}
 
 
 def build(program: str, d: int, rank: int, streams: int, tokens: int, hidden: int):
-    """(fusion, local inputs, reference function) for one program and size."""
+    """(fusion, local inputs, references by name) for one program and size."""
     torch.manual_seed(0)  # the same full tensors on every rank
     if program == "row-parallel":
         fd, tvs = row_parallel(d, streams, hidden)
@@ -264,13 +347,16 @@ def build(program: str, d: int, rank: int, streams: int, tokens: int, hidden: in
         fd, tvs = column_parallel(d, program == "column-permute", hidden)
     full = [torch.randn(tokens, hidden), torch.randn(hidden, hidden)]
     x, w = (shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True))
-    if program == "row-parallel":
-        reference = reference_row_parallel(x, w, streams)
-    elif program == "column-permute":
-        reference = reference_ring(x, w, rank, d)
-    else:
-        reference = reference_broadcast(x, w, rank, d)
-    return fd, [x, w], reference
+    references = {}
+    for name, pipelined in (("serialized", False), ("pipelined", True), ("again", True)):
+        if program == "row-parallel":
+            references[name] = reference_row_parallel(x, w, streams, pipelined)
+        elif program == "column-permute":
+            references[name] = reference_ring(x, w, rank, d, pipelined)
+        else:
+            references[name] = reference_broadcast(x, w, rank, d, pipelined)
+    communication, compute = parts_alone(program, x, w, d, streams)
+    return fd, [x, w], references, {"communication": communication, "compute": compute}
 
 
 def measure(program: str, size: str, args: argparse.Namespace, rank: int, d: int) -> Row:
@@ -278,7 +364,7 @@ def measure(program: str, size: str, args: argparse.Namespace, rank: int, d: int
     per_rank, hidden = SIZES[size]
     tokens = per_rank * d
     streams = args.streams if program == "row-parallel" else d
-    fd, inputs, reference = build(program, d, rank, streams, tokens, hidden)
+    fd, inputs, references, parts = build(program, d, rank, streams, tokens, hidden)
     if args.entry == "execute":
         fd.execute(inputs)  # lowers once
 
@@ -294,28 +380,28 @@ def measure(program: str, size: str, args: argparse.Namespace, rank: int, d: int
             return evaluator.run(inputs)
 
     (result,) = ours()
-    torch.testing.assert_close(result, reference(), rtol=1e-4, atol=1e-4)
+    for reference in references.values():
+        torch.testing.assert_close(result, reference(), rtol=1e-4, atol=1e-4)
     counter = InstructionCounter()
     hostir.HostIrEvaluator(
         program_ir, communicator=hostir.default_communicator(), listeners=[counter]
     ).run(inputs)
-    runs = args.runs if args.runs is not None else (300 if size == "small" else 200)
-    ours_s, reference_s = compare(ours, reference, args.warmup, runs, args.batch)
-    aa_ratio = None
-    if args.aa:  # the noise floor: the reference against a second copy of itself
-        _, _, again = build(program, d, rank, streams, tokens, hidden)
-        first_s, again_s = compare(reference, again, args.warmup, runs, args.batch)
-        aa_ratio = first_s / again_s
+    runs = args.runs if args.runs is not None else DEFAULT_RUNS[size]
+    versions = {"ours": ours, **references, **parts}
+    if not args.aa:
+        del versions["again"]
+    median = compare(versions, args.warmup, runs, args.batch)
     return Row(
         program=program,
         size=size,
         shape=f"t={tokens} h={hidden} chunks={streams}",
-        ours_ms=ours_s * 1e3,
-        reference_ms=reference_s * 1e3,
-        ratio=ours_s / reference_s,
+        ours_ms=median["ours"] * 1e3,
+        serialized_ms=median["serialized"] * 1e3,
+        pipelined_ms=median["pipelined"] * 1e3,
+        communication_ms=median["communication"] * 1e3,
+        compute_ms=median["compute"] * 1e3,
         instructions=counter.count,
-        overhead_us=(ours_s - reference_s) / counter.count * 1e6,
-        aa_ratio=aa_ratio,
+        aa_ratio=median["pipelined"] / median["again"] if args.aa else float("nan"),
     )
 
 
@@ -324,7 +410,7 @@ def evaluator_alone(program: str, args: argparse.Namespace, rank: int, d: int) -
     the evaluator's own cost, with no data moved and (almost) no compute."""
     per_rank, hidden = SIZES["small"]
     streams = args.streams if program == "row-parallel" else d
-    fd, inputs, _ = build(program, d, rank, streams, per_rank * d, hidden)
+    fd, inputs, _, _ = build(program, d, rank, streams, per_rank * d, hidden)
     counter = InstructionCounter()
     hostir.HostIrEvaluator(
         fd.host_ir(), communicator=StubCommunicator(rank, d), listeners=[counter]
@@ -342,20 +428,19 @@ def evaluator_alone(program: str, args: argparse.Namespace, rank: int, d: int) -
 
 def table(rows: list[Row]) -> str:
     """The Markdown table of ``rows``."""
-    aa = any(r.aa_ratio is not None for r in rows)
     lines = [
-        "| program | size | ours (ms) | reference (ms) | ratio | instructions"
-        " | overhead/instr (µs) |" + (" A/A |" if aa else ""),
-        "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if aa else ""),
+        "| program | size | ours (ms) | serialized (ms) | pipelined (ms) | ours / pipelined"
+        " | saved: ours | saved: pipelined | communication alone (ms) | compute alone (ms)"
+        " | overhead/instr (µs) | A/A |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        line = (
-            f"| {r.program} | {r.size} ({r.shape}) | {r.ours_ms:.3f} | {r.reference_ms:.3f}"
-            f" | {r.ratio:.2f} | {r.instructions} | {r.overhead_us:.1f} |"
+        lines.append(
+            f"| {r.program} | {r.size} ({r.shape}) | {r.ours_ms:.3f} | {r.serialized_ms:.3f}"
+            f" | {r.pipelined_ms:.3f} | {r.versus_pipelined:.2f} | {r.saved(r.ours_ms):.0%}"
+            f" | {r.saved(r.pipelined_ms):.0%} | {r.communication_ms:.3f} | {r.compute_ms:.3f}"
+            f" | {r.overhead_us:.1f} | {r.aa_ratio:.2f} |"
         )
-        if aa:
-            line += f" {r.aa_ratio:.2f} |" if r.aa_ratio is not None else " - |"
-        lines.append(line)
     return "\n".join(lines)
 
 
@@ -379,7 +464,9 @@ def reproducing_command(argv: list[str], d: int) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="small,medium", help="comma-separated: small,medium")
+    parser.add_argument(
+        "--sizes", default="small,medium,large", help="comma-separated: small,medium,large"
+    )
     parser.add_argument(
         "--programs", default=",".join(PROGRAMS), help=f"comma-separated: {','.join(PROGRAMS)}"
     )
@@ -387,7 +474,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs",
         type=int,
         default=None,
-        help="timed runs per size (default: small 300, medium 200)",
+        help="timed runs per size (default: small 300, medium 100, large 40)",
     )
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     parser.add_argument(
@@ -413,7 +500,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--no-aa",
         dest="aa",
         action="store_false",
-        help="skip the A/A column (the reference timed against a copy of itself: the noise)",
+        help="skip the A/A column (the pipelined reference timed against a copy of itself:"
+        " the noise)",
     )
     parser.add_argument("--json", help="also write the rows to this file (rank 0)")
     parser.add_argument(
