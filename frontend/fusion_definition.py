@@ -26,6 +26,11 @@ from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
 from hostir.agreement import RankFacts, agree
 from hostir.errors import HostIrError
 from hostir.inputs import bind_input_tensor
+from hostir.pipelined_loops import (
+    check_same_outputs,
+    has_pipelined_loop,
+    pipeline_checking_enabled,
+)
 from hostir.program_info import check_meshes_fit
 from hostir.race_checker import RaceChecker, race_checking_enabled
 from hostir.round_trip import check_round_trip, round_trip_checking_enabled
@@ -166,7 +171,13 @@ class FusionDefinition:
         except Exception as error:  # a bug too: the peers must not wait for this rank
             _tell_peers(error, communicator, first)
             raise
-        return evaluator.run(inputs, timeout=timeout)
+        outputs = evaluator.run(inputs, timeout=timeout)
+        if pipeline_checking_enabled() and has_pipelined_loop(evaluator.program.body):
+            again = HostIrEvaluator(
+                evaluator.program, communicator=communicator, device=device, pipeline=False
+            )
+            check_same_outputs(outputs, again.run(inputs, timeout=timeout))
+        return outputs
 
     def _evaluator(
         self,

@@ -41,10 +41,12 @@ from hostir.instructions import (
     Deallocate,
     ForLoop,
     Instruction,
+    PipelineStage,
     ShardByStream,
     defined_values,
     keyword,
 )
+from hostir.pipelined_loops import is_pipelined, pipelining, run_pipelined
 from hostir.program_info import check_meshes_fit, program_teams, walk_instructions
 from hostir.rank_text import describe_group
 from hostir.run_context import Listener, RunContext
@@ -78,6 +80,9 @@ def _run_shard_by_stream(context: RunContext, instruction: ShardByStream, operan
 
 def _run_for_loop(context: RunContext, instruction: ForLoop, operands: dict) -> list:
     name = instruction.index.name
+    if context.pipelined and is_pipelined(instruction):
+        run_pipelined(context, instruction, int(operands["start"]), int(operands["stop"]))
+        return []
     for index in range(int(operands["start"]), int(operands["stop"])):
         context.scalars[name] = index
         context.run_body(instruction.body)
@@ -116,6 +121,7 @@ HANDLERS: dict[type, Handler] = {
     Deallocate: _run_deallocate,
     ShardByStream: _run_shard_by_stream,
     ForLoop: _run_for_loop,
+    PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
     **{cls: _compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
 }
 """One handler per instruction class."""
@@ -128,7 +134,9 @@ class HostIrEvaluator:
     observe each instruction. ``device`` defaults to the device of the first
     tensor input (CPU if there is none). ``streams``: the stream pool's size per
     device (default ``HOSTIR_STREAMS``, else 4; ``stream(i)`` runs on pool stream
-    ``i mod streams``, see ``hostir.stream_handlers.StreamPool``).
+    ``i mod streams``, see ``hostir.stream_handlers.StreamPool``). ``pipeline``: run
+    loops with ``pipeline_stage`` s pipelined (default ``HOSTIR_PIPELINE``, else yes;
+    see ``hostir.pipelined_loops``); False runs each iteration whole, in order.
     """
 
     def __init__(
@@ -139,6 +147,7 @@ class HostIrEvaluator:
         listeners: Sequence[Listener] = (),
         device: torch.device | str | None = None,
         streams: int | None = None,
+        pipeline: bool | None = None,
     ) -> None:
         verify_located(program)
         used = {type(i) for i in walk_instructions(program.body)}
@@ -158,6 +167,7 @@ class HostIrEvaluator:
         self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
         self.streams = stream_count(streams)  # the pool's size per device
+        self.pipeline = pipelining(pipeline)
 
     def stream_pool(self, device: torch.device) -> StreamPool:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""
@@ -182,6 +192,7 @@ class HostIrEvaluator:
         communicator = self.communicator or default_communicator(device.type == "cuda")
         check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
         context = RunContext(self, self.program, communicator, device)
+        context.pipelined = self.pipeline
         failure = self._set_timeout(communicator, timeout) or self._bind_inputs(context, inputs)
         if communicator.world_size > 1:
             signature = _signature(inputs)

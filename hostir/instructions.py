@@ -203,6 +203,20 @@ class ForLoop:
     body: tuple[Instruction, ...]
 
 
+@declare(kind=Kind.CONTROL, keyword="pipeline_stage")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineStage:
+    """Ends a stage of the enclosing loop's body and starts the next, which runs ``depth``
+    iterations behind: the loop is software-pipelined (see :mod:`hostir.pipelined_loops`).
+    Typically the first stage computes a chunk and posts its communication, the next
+    waits for it and uses it, so a chunk's communication runs while the next chunk is
+    computed."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ()
+    depth: int = 1
+
+
 # The communication and stream instructions live in their own modules; importing them
 # here declares them, so that importing this module gives the whole built-in catalog.
 import hostir.communications  # noqa: E402, F401 - after the local classes on purpose

@@ -119,7 +119,7 @@ class RaceChecker(Listener):
         self._clocks: dict[Any, Clock] = {MAIN: {}}
         self._buffers: dict[tuple[torch.device, int], _Buffer] = {}
         self._bound: dict[str, _Buffer] = {}
-        self._posted: dict[str, _Posted] = {}
+        self._posted: dict[tuple, _Posted] = {}
         self._loops: list[str] = []
         self._serial = 0
 
@@ -139,7 +139,7 @@ class RaceChecker(Listener):
         if isinstance(instruction, Synchronize):
             self._join(self._clock(context.current_stream), self._clocks.get(operands["stream"]))
         elif isinstance(instruction, Wait):
-            self._wait(instruction.request.name, context.current_stream)
+            self._wait(self._request_key(instruction.request.name, context), context.current_stream)
         elif isinstance(instruction, ForLoop):
             if self._loops:
                 self._loops.pop()
@@ -192,6 +192,11 @@ class RaceChecker(Listener):
         return _Stamp(
             stream, stream_name(stream), tick, clock, self._loop_values(context), context.rank
         )
+
+    def _request_key(self, name: str, context: RunContext) -> tuple:
+        """A request of one iteration: a pipelined loop waits for iteration ``j``'s while
+        iteration ``j + 1``'s, of the same name, is in flight (hostir.pipelined_loops)."""
+        return (name, self._loop_values(context))
 
     def _loop_values(self, context: RunContext) -> tuple[tuple[str, Any], ...]:
         return tuple((name, context.scalars.get(name)) for name in self._loops)
@@ -262,7 +267,7 @@ class RaceChecker(Listener):
         stream = ("request", self._serial)
         clock = dict(self._clock(context.current_stream))
         clock[stream] = 1
-        posted = self._posted[request.name] = _Posted(stream, clock)
+        posted = self._posted[self._request_key(request.name, context)] = _Posted(stream, clock)
         stamp = _Stamp(
             stream, f"request {request.name}", 1, clock, self._loop_values(context), context.rank
         )
@@ -333,7 +338,7 @@ class RaceChecker(Listener):
         stamp = self._tick(context.current_stream, context)
         self._record(stamp, (name, tensor, True, "freed"), instruction)
 
-    def _wait(self, request: str, stream: Any) -> None:
+    def _wait(self, request: tuple, stream: Any) -> None:
         """``wait``: the current stream joins the communication's clock. The
         communication's accesses are restamped as the current stream's at this tick,
         so clocks never carry a component per communication."""

@@ -51,6 +51,7 @@ class RunContext:
         self.scalars: dict[str, int | float | bool] = {RANK: communicator.rank}
         self.current_stream: Any = MAIN
         self.posted: dict[str, Instruction] = {}  # request name -> the communication defining it
+        self.pipelined = True  # run pipeline stages interleaved (hostir.pipelined_loops)
         self._shapes: dict[int, tuple[TensorValue, list[int]]] = {}
         self.stream_pool = runner.stream_pool(device)
 

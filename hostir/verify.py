@@ -40,6 +40,7 @@ from hostir.instructions import (
     Deallocate,
     ForLoop,
     Instruction,
+    PipelineStage,
     ShardByStream,
     defined_values,
     keyword,
@@ -128,6 +129,15 @@ class _Walk:
             self.wait(instruction.request, path)
         elif isinstance(instruction, ForLoop):
             self.loop(instruction, path)
+        elif isinstance(instruction, PipelineStage) and (
+            len(self.scopes) == 1 or instruction.depth < 1
+        ):
+            raise VerifyError(
+                "pipeline_stage: expected inside a loop body, with depth >= 1"
+                f" (got depth={instruction.depth}"
+                + (", outside every loop)" if len(self.scopes) == 1 else ")"),
+                path=path,
+            )
         self.check_rules(instruction, path)
         self.note_writes(instruction)
         for value in defined_values(instruction):

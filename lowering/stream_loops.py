@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from dataclasses import dataclass
 
 from hostir import (
@@ -36,6 +37,7 @@ from hostir import (
     Mesh,
     MeshAxis,
     MeshCoordinate,
+    PipelineStage,
     RequestValue,
     Set,
     SetCurrentStream,
@@ -47,6 +49,7 @@ from hostir import (
     TensorValue,
     Wait,
 )
+from hostir.errors import SettingError
 from hostir.instructions import Instruction
 from hostir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
 from hostir.sharding import normalized
@@ -188,7 +191,10 @@ class _Loop:
             ),
         ]
         loop = ForLoop(
-            index=self.index, start=Const(value=0), stop=Const(value=self.count), body=tuple(body)
+            index=self.index,
+            start=Const(value=0),
+            stop=Const(value=self.count),
+            body=tuple(_pipelined(body)),
         )
         return before + [loop] + after
 
@@ -402,6 +408,32 @@ class _Loop:
 
 def _axes_text(axes: list) -> str:
     return "[" + ", ".join(a.value if a is not None else "local" for a in axes) + "]"
+
+
+DEPTH_VARIABLE = "HOSTIR_PIPELINE_DEPTH"
+"""How many chunks behind a stream loop waits for a chunk's communication: 1 by default
+(the chunk's communication runs while the next chunk is computed), 2 for double
+buffering, 0 for loops without stages (each chunk waits before the next starts)."""
+
+
+def pipeline_depth() -> int:
+    """``HOSTIR_PIPELINE_DEPTH`` (1 when unset); SettingError unless a number >= 0."""
+    text = os.environ.get(DEPTH_VARIABLE, "").strip() or "1"
+    if not text.isdigit():
+        raise SettingError(f"{DEPTH_VARIABLE}={text!r}: expected a number of chunks, 0 or more")
+    return int(text)
+
+
+def _pipelined(body: list[Instruction]) -> list[Instruction]:
+    """``body`` in two stages (``hostir.pipelined_loops``): the second starts at the first
+    ``wait``, so a chunk's first communication is in flight while the next chunk is
+    computed and is waited for right before its result is used. Unchanged without a
+    wait (nothing to overlap) or at depth 0."""
+    depth = pipeline_depth()
+    first_wait = next((k for k, i in enumerate(body) if isinstance(i, Wait)), None)
+    if first_wait is None or depth == 0:
+        return body
+    return [*body[:first_wait], PipelineStage(depth=depth), *body[first_wait:]]
 
 
 def _print_parts(parts: tuple[ShardPart, ...]) -> str:

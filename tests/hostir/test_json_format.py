@@ -41,6 +41,7 @@ from hostir import (
     MeshCoordinate,
     PartialAxis,
     Permute,
+    PipelineStage,
     Reduce,
     ReduceOp,
     ReduceScatter,
@@ -111,6 +112,7 @@ def every_instruction() -> tuple:
         SetCurrentStream(stream=StreamValue(index=i)),
         Synchronize(stream=main),
         ShardByStream(out=y, src=x, axis=0, index=peer),
+        PipelineStage(depth=2),
         ForLoop(index=Symbol(name="k"), start=i, stop=c(2), body=(Deallocate(tensor=y),)),
     )
     return (
@@ -512,7 +514,7 @@ def test_values_of_the_wrong_type_are_refused_with_their_path():
     assert message == "program.body[6].rhs: expected TensorValue | Scalar, got RequestValue"
     loop = 18
     message = _refusal(lambda d: d["program"]["body"][loop]["body"].append(symbol))
-    assert message == f"program.body[{loop}].body[4]: expected Instruction, got Symbol"
+    assert message == f"program.body[{loop}].body[5]: expected Instruction, got Symbol"
     message = _refusal(lambda d: d.update(program=symbol))
     assert message == "program: expected HostIrContainer, got Symbol"
 

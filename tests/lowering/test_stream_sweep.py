@@ -1,0 +1,111 @@
+"""Stream loops over a sweep of op chains (issue "Streams", acceptance): pointwise ops,
+``linear``, ``matmul`` and a reduction over another axis, with the stream split placed on
+the input, on an intermediate or on the output, with and without a device mesh, at 1, 2
+and 4 ranks. Every case: results equal the single-device torch reference, and the
+profiler sees each op of a chunked tensor run once per chunk on chunk-sized inputs
+(``aten::mm``/``aten::relu``/... counts and input shapes, as nvFuser's stream tests
+check), the ops before the split once on the whole. With a mesh, the feature dim is
+sharded over ``mesh_x``: a linear or a sum over it reduces per chunk (an Allreduce in the
+loop, pipelined: the suite also checks every such program against its unpipelined run,
+bitwise, and runs the race checker, tests/conftest.py)."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import pytest
+import torch
+
+from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+
+TOKENS, FEATURES, OUT = 8, 8, 6
+STREAMS = 4
+
+# A chain: its steps, each (torch op name the profiler reports, the frontend call on
+# (fd, previous tensor, weights), the torch reference on (previous value, weights)).
+CHAINS = {
+    "pointwise": [
+        ("aten::relu", lambda fd, t, w: fd.ops.relu(t), lambda a, w: a.relu()),
+        ("aten::neg", lambda fd, t, w: fd.ops.neg(t), lambda a, w: -a),
+    ],
+    "linear": [
+        ("aten::relu", lambda fd, t, w: fd.ops.relu(t), lambda a, w: a.relu()),
+        ("aten::mm", lambda fd, t, w: fd.ops.linear(t, w[0]), lambda a, w: a @ w[0].T),
+        ("aten::neg", lambda fd, t, w: fd.ops.neg(t), lambda a, w: -a),
+    ],
+    "matmul": [
+        ("aten::neg", lambda fd, t, w: fd.ops.neg(t), lambda a, w: -a),
+        ("aten::mm", lambda fd, t, w: fd.ops.matmul(t, w[1]), lambda a, w: a @ w[1]),
+        ("aten::relu", lambda fd, t, w: fd.ops.relu(t), lambda a, w: a.relu()),
+    ],
+    "reduction": [
+        ("aten::relu", lambda fd, t, w: fd.ops.relu(t), lambda a, w: a.relu()),
+        ("aten::sum", lambda fd, t, w: fd.ops.sum(t, [1]), lambda a, w: a.sum(1)),
+    ],
+}
+PLACEMENTS = ("input", "intermediate", "output")
+
+
+def _build(chain: str, placement: str, d: int | None):
+    """(fusion, its input views, the tensor of each step); ``d``: a 1-d mesh of d devices
+    sharding the feature dim of the input (and the contracted dim of the weights), or
+    None for a fusion without a mesh."""
+    steps = CHAINS[chain]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((TOKENS, FEATURES))
+        weights = [fd.define_tensor((OUT, FEATURES)), fd.define_tensor((FEATURES, OUT))]
+        tensors = [x]
+        for _, call, _ in steps:
+            tensors.append(call(fd, tensors[-1], weights))
+        fd.add_output(tensors[-1])
+    if d is not None:
+        mesh = DeviceMesh(torch.arange(d))
+        for tv in (x, *weights):
+            tv.set_device_mesh(mesh)
+        # The feature dim over mesh_x: linear contracts it (partial sums), matmul's
+        # weight is contracted on its dim 0, the sum reduces it.
+        for tv, dim in ((x, 1), (weights[0], 1), (weights[1], 0)):
+            tv.outer_split(dim, d)
+            tv.axis(dim).parallelize(ParallelType.mesh_x)
+    split = {"input": 0, "intermediate": 1, "output": len(steps)}[placement]
+    target = tensors[split]
+    target.outer_split(0, STREAMS)
+    target.axis(0).parallelize(ParallelType.stream)
+    return fd, [x, *weights], split
+
+
+def _check(chain: str, placement: str, d: int | None, rank: int, device) -> None:
+    fd, inputs, split = _build(chain, placement, d)
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{chain} {placement} {d}".encode()))
+    shapes = [(TOKENS, FEATURES), (OUT, FEATURES), (FEATURES, OUT)]
+    full = [torch.randn(shape, generator=generator) for shape in shapes]
+    local = [shard_tensor(t, tv, rank).to(device) for t, tv in zip(full, inputs, strict=True)]
+    fd.execute(local)  # lowers and warms up
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
+    ) as prof:
+        (out,) = fd.execute(local)
+    expected = full[0]
+    for _, _, reference in CHAINS[chain]:
+        expected = reference(expected, full[1:])
+    where = f"{chain}, split on the {placement}, {'no mesh' if d is None else f'{d} ranks'}"
+    expected = shard_tensor(expected, fd.host_ir().outputs[0], rank)  # this rank's block
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5, msg=where)
+    events = list(prof.events())
+    # Step k (defining tensor k + 1) runs per chunk when its output is stream-split: the
+    # split tensor and everything after it (splits spread to consumers); the first
+    # step also when the split is on the input, which it reads chunk by chunk.
+    for k, (name, _, _) in enumerate(CHAINS[chain]):
+        chunked = k + 1 >= split
+        rows = [list(e.input_shapes[0])[0] for e in events if e.name == name and e.input_shapes]
+        want = [TOKENS // STREAMS] * STREAMS if chunked else [TOKENS]
+        assert rows == want, f"{where}: {name} ran on rows {rows}, expected {want}"
+
+
+@pytest.mark.world_sizes(1, 2, 4)
+def test_every_chain_placement_and_mesh(multidevice_test):
+    """All chains x placements, without a mesh and on a mesh of every rank."""
+    d = multidevice_test.size
+    for chain, placement, mesh in itertools.product(CHAINS, PLACEMENTS, (None, d)):
+        _check(chain, placement, mesh, multidevice_test.rank, multidevice_test.device)
