@@ -109,3 +109,36 @@ def test_every_chain_placement_and_mesh(multidevice_test):
     d = multidevice_test.size
     for chain, placement, mesh in itertools.product(CHAINS, PLACEMENTS, (None, d)):
         _check(chain, placement, mesh, multidevice_test.rank, multidevice_test.device)
+
+
+@pytest.mark.parametrize("with_mesh", [False, True])
+def test_schedules_set_inside_the_with_block_behave_like_those_set_after_it(with_mesh):
+    """nvFuser users schedule inside ``with FusionDefinition()`` as often as after it:
+    both give the same program and the same results (a linear chain, split on its input,
+    sharded over a 1-device mesh or without one)."""
+
+    def build(inside: bool) -> FusionDefinition:
+        with FusionDefinition() as fd:
+            x, w = fd.define_tensor((TOKENS, FEATURES)), fd.define_tensor((OUT, FEATURES))
+            fd.add_output(fd.ops.neg(fd.ops.linear(x, w)))
+            if inside:
+                schedule(x, w)
+        if not inside:
+            schedule(x, w)
+        return fd
+
+    def schedule(x, w) -> None:
+        if with_mesh:
+            for tv in (x, w):
+                tv.set_device_mesh(DeviceMesh(torch.arange(1)))
+        x.outer_split(0, STREAMS)
+        x.axis(0).parallelize(ParallelType.stream)
+
+    inside, after = build(True), build(False)
+    assert str(inside.host_ir()) == str(after.host_ir())
+    assert "for j0 in range(0, 4)" in str(inside.host_ir())
+    torch.manual_seed(5)
+    a, w = torch.randn(TOKENS, FEATURES), torch.randn(OUT, FEATURES)
+    (got,), (again,) = inside.execute([a, w]), after.execute([a, w])
+    torch.testing.assert_close(got, -(a @ w.T))
+    assert torch.equal(got, again)
