@@ -49,7 +49,7 @@ class _Builder:
 
     def add_set(self, src: LoweringTensor, dst: LoweringTensor) -> None:
         pairs = tuple((i, i) for i, axis in enumerate(dst.axes) if not axis.reduction)
-        instruction = Set(out=_placeholder(dst), src=_placeholder(src))
+        instruction = Set(out=dst.value(), src=src.value())
         self.ops.append(
             LoweringOp(
                 instruction=instruction,
@@ -58,10 +58,6 @@ class _Builder:
                 axis_maps=((src.name, pairs),),
             )
         )
-
-
-def _placeholder(tensor: LoweringTensor) -> TensorValue:
-    return tensor.value()
 
 
 def decompose_resharding(fusion: LoweringFusion) -> LoweringFusion:

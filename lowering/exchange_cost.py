@@ -15,7 +15,6 @@ import functools
 from hostir import AllToAllV, Sharding
 from hostir.blocks import (
     ROUNDS_LIMIT,
-    Exchange,
     Operand,
     block_box,
     intersect,
@@ -54,14 +53,6 @@ def _of_exchange(
         return None
 
 
-def _profiles(*key) -> tuple[Exchange, ...] | None:
-    return _of_exchange(member_profiles, *key)
-
-
-def _received(*key) -> int | None:
-    return _of_exchange(most_received, *key)
-
-
 def exchange_rounds_for(
     before: Sharding,
     after: Sharding,
@@ -79,32 +70,27 @@ def exchange_rounds_for(
     if not isinstance(allowance, Const):
         return None
     if exact:
-        profiles = _profiles(before, after, team, shape, reduced)
+        profiles = _of_exchange(member_profiles, before, after, team, shape, reduced)
         rounds = None if profiles is None else rounds_needed(profiles, reduced, allowance.value)
     else:
-        received = _received(before, after, team, shape, reduced)
+        received = _of_exchange(most_received, before, after, team, shape, reduced)
         if not reduced or received is None:
             return None
         rounds = min(-(-received // max(allowance.value, 1)), ROUNDS_LIMIT)
     return rounds if rounds is not None and rounds > 1 else None
 
 
-def _step_profiles(plan: Plan, k: int) -> tuple[Exchange, ...] | None:
-    step = plan.steps[k]
-    return _profiles(plan.before(k), step.after, step.team, plan.shape, step.get("op") is not None)
-
-
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
     """The most elements of packing and receive buffers any rank holds in one round of
     step ``k`` (``hostir.blocks.exchange_rounds``; the whole input and output when the
     exchange cannot be computed: symbolic shapes)."""
-    profiles = _step_profiles(plan, k)
-    step = plan.steps[k]
+    step, reduced = plan.steps[k], plan.steps[k].get("op") is not None
+    key = (plan.before(k), step.after, step.team, plan.shape, reduced)
+    profiles = _of_exchange(member_profiles, *key)
     if profiles is None:
         return add(
             local_elements(plan.before(k), plan.shape), local_elements(step.after, plan.shape)
         )
-    reduced = step.get("op") is not None
     return Const(value=max(round_buffers(e, step.get("rounds") or 1, reduced) for e in profiles))
 
 
@@ -118,7 +104,9 @@ def step_received(plan: Plan, k: int) -> int | None:
         return 0
     if step.kind is AllToAllV:
         reduced = step.get("op") is not None
-        return _received(plan.before(k), step.after, step.team, plan.shape, reduced)
+        return _of_exchange(
+            most_received, plan.before(k), step.after, step.team, plan.shape, reduced
+        )
     return busiest_received(plan.instruction(k), step.team.groups[0], {})
 
 

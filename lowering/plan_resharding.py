@@ -29,9 +29,9 @@ from hostir import (
     SendRecv,
     Set,
     Sharding,
-    ShardPart,
     TensorValue,
 )
+from hostir.sharding import replicated
 from hostir.team import Team
 from lowering.plan import Plan, Planner, Step
 from lowering.plan_same_mesh import plan_same_mesh
@@ -67,11 +67,6 @@ def plan_resharding(src: TensorValue, dst: TensorValue) -> Plan:
     )
 
 
-def _replicated(planner: Planner, mesh: Mesh) -> Sharding:
-    dims = tuple((ShardPart(axis=None, extent=e),) for e in planner.shape)
-    return Sharding(mesh=mesh, dims=dims)
-
-
 def _flat(mesh: Mesh) -> Mesh:
     return Mesh(devices=mesh.devices, shape=(len(mesh.devices),))
 
@@ -100,7 +95,7 @@ def _plan_from_device(planner: Planner) -> None:
     else:
         team_mesh, root = Mesh(devices=(device, *mesh.devices), shape=(len(mesh.devices) + 1,)), 0
     team = Team(mesh=team_mesh, axes=(MeshAxis.X,))
-    planner.add(Broadcast, _replicated(planner, mesh), team=team, root=Const(value=root))
+    planner.add(Broadcast, replicated(mesh, planner.shape), team=team, root=Const(value=root))
     plan_same_mesh(planner, target)
 
 
@@ -120,7 +115,7 @@ def _plan_to_device(planner: Planner) -> None:
         if len(sharded) == 1 and not source.partial:
             planner.add(Gather, planner.dst.sharding, team=team, root=root, axis=sharded[0])
             return
-    plan_same_mesh(planner, _replicated(planner, mesh))
+    plan_same_mesh(planner, replicated(mesh, planner.shape))
     _move(planner, planner.dst.sharding)
 
 
