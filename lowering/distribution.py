@@ -30,6 +30,7 @@ distributions, for tests and benchmarks, are in ``tests/redistribution_programs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -119,6 +120,14 @@ class Distribution:
             for dim, axes in enumerate(self.dims)
             if axes
         }
+
+    def with_dim(self, dim: int, axes: tuple[MeshAxis, ...]) -> Distribution:
+        """This distribution with ``dim`` sharded over ``axes`` (outer first) instead."""
+        return dataclasses.replace(self, dims=(*self.dims[:dim], axes, *self.dims[dim + 1 :]))
+
+    def dim_of(self, axis: MeshAxis) -> int | None:
+        """The dim sharded over mesh axis ``axis``, if any."""
+        return next((dim for dim, axes in enumerate(self.dims) if axis in axes), None)
 
     def has_default_order(self) -> bool:
         """Whether every dim nests its mesh axes outer mesh dim first (DTensor's default)."""

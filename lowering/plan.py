@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from hostir import Allgather, Const, DType, MeshAxis, Sharding, ShardPart, TensorValue
+from hostir import Allgather, Const, DType, Sharding, TensorValue
 from hostir.catalog import declaration_of
 from hostir.printer import _MeshNames, print_sharding
 from hostir.scalars import Scalar, floordiv, mul
 from hostir.team import Team
 from hostir.values import RequestValue
+from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
 
 
@@ -103,14 +103,21 @@ def local_elements(sharding: Sharding, shape: tuple[Scalar, ...]) -> Scalar:
 
 
 class Planner:
-    """Builds a plan step by step, tracking the current sharding."""
+    """Builds a plan step by step, tracking where the data is (``current``) as a
+    :class:`~lowering.distribution.Distribution`: the planner's one representation of
+    "the mesh axes of a dim"; steps record the sharding each leaves."""
 
     def __init__(self, src: TensorValue, dst: TensorValue) -> None:
         self.src, self.dst = src, dst
         self.shape = dst.shape
-        self.current = src.sharding
         self.steps: list[Step] = []
         self.notes: list[str] = []
+        if src.sharding is None or dst.sharding is None:
+            raise self.fail("both tensors need a mesh")
+        try:  # a layout that is not in blocks (cyclic) has no Distribution
+            self.current, self.target = (Distribution.from_sharding(v.sharding) for v in (src, dst))
+        except ReshardingError as error:
+            raise self.fail(str(error)) from None
 
     def fail(self, why: str) -> ReshardingError:
         """A ReshardingError naming both tensors, their shardings and the meshes."""
@@ -121,41 +128,18 @@ class Planner:
             f" (meshes: {', '.join(f'{n} = {m}' for m, n in names.names.items())}): {why}"
         )
 
+    def sharding(self, distribution: Distribution) -> Sharding:
+        """The block sharding of the tensor laid out as ``distribution``."""
+        return distribution.to_sharding(self.shape)
+
     def add(
-        self, kind: type, after: Sharding, team: Team | None = None, reason: str = "", **attrs
+        self, kind: type, after: Distribution, team: Team | None = None, reason: str = "", **attrs
     ) -> None:
         """Appends a step (see :class:`Step`); the data is laid out as ``after`` once it ran."""
-        self.steps.append(Step(kind=kind, after=after, team=team, attrs=attrs, reason=reason))
+        sharding = self.sharding(after)
+        self.steps.append(Step(kind=kind, after=sharding, team=team, attrs=attrs, reason=reason))
         self.current = after
 
     def note(self, text: str) -> None:
         """Records a fusion applied or refused, for ``Plan.explain``."""
         self.notes.append(text)
-
-    # ----- block layouts -----
-    def axes(self, sharding: Sharding, dim: int) -> tuple[MeshAxis, ...]:
-        """The mesh axes of ``dim``, outer first; raises unless they come before local data."""
-        parts = sharding.dims[dim]
-        mesh_parts = [p.axis for p in parts if p.axis is not None]
-        if mesh_parts and any(p.axis is None for p in parts[: len(mesh_parts)]):
-            raise self.fail(f"dim {dim} is not laid out in blocks (mesh axes first)")
-        return tuple(mesh_parts)
-
-    def with_dim(self, sharding: Sharding, dim: int, axes: tuple[MeshAxis, ...]) -> Sharding:
-        """``sharding`` with ``dim`` laid out in blocks over ``axes``."""
-        mesh = sharding.mesh
-        factor = math.prod(mesh.axis_size(a) for a in axes)
-        parts = [ShardPart(axis=a, extent=Const(value=mesh.axis_size(a))) for a in axes]
-        local: Scalar = floordiv(self.shape[dim], factor)
-        if not (axes and local == Const(value=1)):
-            parts.append(ShardPart(axis=None, extent=local))
-        dims = list(sharding.dims)
-        dims[dim] = tuple(parts)
-        return replace(sharding, dims=tuple(dims))
-
-    def dim_of(self, sharding: Sharding, axis: MeshAxis) -> int | None:
-        """The dim ``sharding`` shards over ``axis``, if any."""
-        for dim in range(len(sharding.dims)):
-            if axis in self.axes(sharding, dim):
-                return dim
-        return None

@@ -28,11 +28,10 @@ from hostir import (
     Scatter,
     SendRecv,
     Set,
-    Sharding,
     TensorValue,
 )
-from hostir.sharding import replicated
 from hostir.team import Team
+from lowering.distribution import Distribution
 from lowering.plan import Plan, Planner, Step
 from lowering.plan_same_mesh import plan_same_mesh
 
@@ -45,10 +44,8 @@ def plan_resharding(src: TensorValue, dst: TensorValue) -> Plan:
     cached by (source, target): values carry shape, dtype and sharding."""
     planner = Planner(src, dst)
     s, d = src.sharding, dst.sharding
-    if s is None or d is None:
-        raise planner.fail("both tensors need a mesh")
     if s.mesh == d.mesh:
-        plan_same_mesh(planner, d)
+        plan_same_mesh(planner, planner.target)
     elif len(s.mesh.devices) == 1:
         _plan_from_device(planner)
     elif len(d.mesh.devices) == 1:
@@ -67,6 +64,10 @@ def plan_resharding(src: TensorValue, dst: TensorValue) -> Plan:
     )
 
 
+def _replicated(mesh: Mesh, ndim: int) -> Distribution:
+    return Distribution(mesh=mesh, dims=((),) * ndim)
+
+
 def _flat(mesh: Mesh) -> Mesh:
     return Mesh(devices=mesh.devices, shape=(len(mesh.devices),))
 
@@ -74,8 +75,8 @@ def _flat(mesh: Mesh) -> Mesh:
 def _plan_from_device(planner: Planner) -> None:
     """One source device: Scatter into a 1-d target, else Broadcast then slice."""
     device = planner.current.mesh.devices[0]
-    target = planner.dst.sharding
-    sharded = [d for d in range(len(target.dims)) if planner.axes(target, d)]
+    target = planner.target
+    sharded = [d for d in range(len(target.dims)) if target.dims[d]]
     mesh = target.mesh
     if (
         mesh.ndim == 1
@@ -95,38 +96,38 @@ def _plan_from_device(planner: Planner) -> None:
     else:
         team_mesh, root = Mesh(devices=(device, *mesh.devices), shape=(len(mesh.devices) + 1,)), 0
     team = Team(mesh=team_mesh, axes=(MeshAxis.X,))
-    planner.add(Broadcast, replicated(mesh, planner.shape), team=team, root=Const(value=root))
+    planner.add(Broadcast, _replicated(mesh, len(planner.shape)), team=team, root=Const(value=root))
     plan_same_mesh(planner, target)
 
 
 def _plan_to_device(planner: Planner) -> None:
     """One target device: Gather or Reduce from a 1-d source, else replicate and move."""
-    device = planner.dst.sharding.mesh.devices[0]
+    device = planner.target.mesh.devices[0]
     source = planner.current
     mesh = source.mesh
-    sharded = [d for d in range(len(source.dims)) if planner.axes(source, d)]
+    sharded = [d for d in range(len(source.dims)) if source.dims[d]]
     if mesh.ndim == 1 and device in mesh.devices:
         team = Team(mesh=mesh, axes=(MeshAxis.X,))
         root = Const(value=mesh.devices.index(device))
         if len(source.partial) == 1 and not sharded:
             op = source.partial[0].op
-            planner.add(Reduce, planner.dst.sharding, team=team, root=root, op=op)
+            planner.add(Reduce, planner.target, team=team, root=root, op=op)
             return
         if len(sharded) == 1 and not source.partial:
-            planner.add(Gather, planner.dst.sharding, team=team, root=root, axis=sharded[0])
+            planner.add(Gather, planner.target, team=team, root=root, axis=sharded[0])
             return
-    plan_same_mesh(planner, replicated(mesh, planner.shape))
-    _move(planner, planner.dst.sharding)
+    plan_same_mesh(planner, _replicated(mesh, len(planner.shape)))
+    _move(planner, planner.target)
 
 
 def _plan_between_meshes(planner: Planner) -> None:
     """Equal-shape disjoint meshes: match the target's layout, then SendRecv pairwise."""
-    target = planner.dst.sharding
+    target = planner.target
     plan_same_mesh(planner, replace(target, mesh=planner.current.mesh))
     _move(planner, target)
 
 
-def _move(planner: Planner, target: Sharding) -> None:
+def _move(planner: Planner, target: Distribution) -> None:
     """Moves data laid out as ``target`` from the current mesh to ``target``'s mesh."""
     source_mesh = planner.current.mesh
     if len(target.mesh.devices) == 1 and target.mesh.devices[0] in source_mesh.devices:

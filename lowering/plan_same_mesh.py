@@ -39,18 +39,17 @@ from hostir import (
     MeshAxis,
     ReduceOp,
     ReduceScatter,
-    Sharding,
 )
 from hostir.communications import LocalShard
 from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
 from hostir.team import Team
-from lowering.errors import ReshardingError
+from lowering.distribution import Distribution
 from lowering.exchange_cost import exchange_rounds_for, step_received
 from lowering.plan import Plan, Planner, Step, local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries
 
 
-def plan_same_mesh(planner: Planner, target: Sharding) -> None:
+def plan_same_mesh(planner: Planner, target: Distribution) -> None:
     """Steps from ``planner.current`` to ``target`` on the same mesh."""
     start, source, notes = len(planner.steps), planner.current, len(planner.notes)
     _plan_by_rules(planner, target)
@@ -58,7 +57,7 @@ def plan_same_mesh(planner: Planner, target: Sharding) -> None:
     _note_unfused(planner, start)
 
 
-def _plan_by_rules(planner: Planner, target: Sharding) -> None:
+def _plan_by_rules(planner: Planner, target: Distribution) -> None:
     if not _permute(planner, target):
         _reduce_partials(planner, target)
         # Inner dims first, on the smaller data: the last gather is then the outermost
@@ -67,8 +66,7 @@ def _plan_by_rules(planner: Planner, target: Sharding) -> None:
             _release_axes(planner, target, dim)
         for dim in range(len(target.dims)):
             _slice_axes(planner, target, dim)
-    layout = [planner.axes(planner.current, d) for d in range(len(target.dims))]
-    if layout != [planner.axes(target, d) for d in range(len(target.dims))]:
+    if planner.current.dims != target.dims:
         raise planner.fail("the per-dim mesh axes do not match after planning")
 
 
@@ -86,7 +84,7 @@ def _names(axes: tuple[MeshAxis, ...]) -> str:
 
 # ----- the exchange: AllToAllV instead of gathering and slicing -----
 def _exchange_instead(
-    planner: Planner, target: Sharding, since: tuple[int, int], source: Sharding
+    planner: Planner, target: Distribution, since: tuple[int, int], source: Distribution
 ) -> None:
     """Replaces the rule steps (and notes) since ``since`` by an exchange when they slice
     data they communicated (so they moved data no rank keeps) or hold more temporaries
@@ -132,8 +130,8 @@ def _exchange_instead(
 
 def _exchange(
     planner: Planner,
-    source: Sharding,
-    target: Sharding,
+    source: Distribution,
+    target: Distribution,
     why: str,
     allowance: Scalar,
     exact: bool = True,
@@ -145,23 +143,20 @@ def _exchange(
     involved = tuple(
         a
         for a in mesh.axes()
-        if planner.dim_of(source, a) is not None
-        or planner.dim_of(target, a) is not None
+        if source.dim_of(a) is not None
+        or target.dim_of(a) is not None
         or any(p.axis == a for p in (*source.partial, *target.partial))
     )
     ops = {p.op for p in source.partial if p not in target.partial}
     team = _team(planner, involved)
+    before, after = planner.sharding(source), planner.sharding(target)
+    rounds = exchange_rounds_for(before, after, team, planner.shape, bool(ops), allowance, exact)
     return (
         Step(
             kind=AllToAllV,
-            after=target,
+            after=after,
             team=team,
-            attrs={
-                "op": next(iter(ops)) if ops else None,
-                "rounds": exchange_rounds_for(
-                    source, target, team, planner.shape, bool(ops), allowance, exact
-                ),
-            },
+            attrs={"op": next(iter(ops)) if ops else None, "rounds": rounds},
             reason=f"{why}; one all-to-all with uneven splits sends each rank just the pieces"
             " of its block it lacks" + (" (partial sums combined on arrival)" if ops else ""),
         ),
@@ -169,7 +164,12 @@ def _exchange(
 
 
 def _reduce_then_exchange(
-    planner: Planner, source: Sharding, target: Sharding, reduced: list, why: str, rules: Plan
+    planner: Planner,
+    source: Distribution,
+    target: Distribution,
+    reduced: list,
+    why: str,
+    rules: Plan,
 ) -> list[Callable[[bool], tuple[Step, ...]]]:
     """For each dim the reduced partial axes can split: a ReduceScatter along it (the
     axes appended to the dim's), then one AllToAllV to ``target`` (if still needed), its
@@ -180,14 +180,14 @@ def _reduce_then_exchange(
     factor = math.prod(source.mesh.axis_size(a) for a in axes)
     found = []
     for dim in range(len(target.dims)):
-        have = planner.axes(source, dim)
+        have = source.dims[dim]
         local = planner.shape[dim]
         if not isinstance(local, Const) or local.value % (factor * _size(source, have)):
             continue
-        after = planner.with_dim(replace(source, partial=target.partial), dim, have + axes)
+        after = replace(source, partial=target.partial).with_dim(dim, have + axes)
         scatter = Step(
             kind=ReduceScatter,
-            after=after,
+            after=planner.sharding(after),
             team=_team(planner, axes),
             attrs={"axis": dim, "op": reduced[0].op},
             reason=f"reduce the partial sums over {_names(axes)} along dim {dim} first, while"
@@ -202,14 +202,14 @@ def _reduce_then_exchange(
     return found
 
 
-def _size(sharding: Sharding, axes: tuple[MeshAxis, ...]) -> int:
+def _size(sharding: Distribution, axes: tuple[MeshAxis, ...]) -> int:
     return math.prod(sharding.mesh.axis_size(a) for a in axes)
 
 
 def _cheapest(
     planner: Planner,
-    source: Sharding,
-    target: Sharding,
+    source: Distribution,
+    target: Distribution,
     candidates: list[Callable[[bool], tuple[Step, ...]]],
     rules: Plan,
 ) -> tuple[Step, ...] | None:
@@ -247,9 +247,10 @@ def _cost(plan: Plan, bound_only: bool = False) -> tuple:
 
 
 def _sub_plan(
-    planner: Planner, source: Sharding, target: Sharding, steps: tuple[Step, ...]
+    planner: Planner, source: Distribution, target: Distribution, steps: tuple[Step, ...]
 ) -> Plan:
-    return Plan(src=source, dst=target, steps=steps, shape=planner.shape)
+    src, dst = planner.sharding(source), planner.sharding(target)
+    return Plan(src=src, dst=dst, steps=steps, shape=planner.shape)
 
 
 def _exceeds(a: Scalar, b: Scalar, strictly: bool = True) -> bool:
@@ -284,13 +285,13 @@ def _note_unfused(planner: Planner, start: int) -> None:
 
 
 # ----- rule 1: permutations -----
-def _axis_map(planner: Planner, target: Sharding) -> dict[MeshAxis, MeshAxis] | None:
+def _axis_map(planner: Planner, target: Distribution) -> dict[MeshAxis, MeshAxis] | None:
     """sigma with: the target's axes of each dim are sigma-images of the source's, in
     order and of equal sizes, extended over the unused axes; None if there is none."""
     mesh = planner.current.mesh
     sigma: dict[MeshAxis, MeshAxis] = {}
     for dim in range(len(target.dims)):
-        want, have = planner.axes(target, dim), planner.axes(planner.current, dim)
+        want, have = target.dims[dim], planner.current.dims[dim]
         if len(want) != len(have):
             return None
         for a, b in zip(want, have, strict=True):
@@ -308,14 +309,11 @@ def _axis_map(planner: Planner, target: Sharding) -> dict[MeshAxis, MeshAxis] | 
     return sigma
 
 
-def _permute(planner: Planner, target: Sharding) -> bool:
+def _permute(planner: Planner, target: Distribution) -> bool:
     """Rule 1: one CollectivePermute when the change is a relabelling of mesh axes."""
     if planner.current.partial or target.partial:
         return False
-    try:
-        sigma = _axis_map(planner, target)
-    except ReshardingError:
-        return False  # a layout that is not in blocks: the other rules report it
+    sigma = _axis_map(planner, target)
     if sigma is None or all(a == b for a, b in sigma.items()):
         return False
     mesh = planner.current.mesh
@@ -326,13 +324,10 @@ def _permute(planner: Planner, target: Sharding) -> bool:
     for a in axes:
         recv = add(recv, mul(MeshCoordinate(mesh=mesh, axis=a), stride[sigma[a]]))
         send = add(send, mul(MeshCoordinate(mesh=mesh, axis=sigma[a]), stride[a]))
-    after = planner.current
-    for dim in range(len(target.dims)):
-        after = planner.with_dim(after, dim, planner.axes(target, dim))
     swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
     planner.add(
         CollectivePermute,
-        after,
+        target,
         team=_team(planner, axes),
         send_peer=send,
         recv_peer=recv,
@@ -344,7 +339,7 @@ def _permute(planner: Planner, target: Sharding) -> bool:
 
 
 # ----- rule 2: reductions -----
-def _reduce_partials(planner: Planner, target: Sharding) -> None:
+def _reduce_partials(planner: Planner, target: Distribution) -> None:
     todo = [p for p in planner.current.partial if p not in target.partial]
     if set(target.partial) - set(planner.current.partial):
         raise planner.fail("the target holds partial sums the source does not")
@@ -358,16 +353,16 @@ def _reduce_partials(planner: Planner, target: Sharding) -> None:
 
 
 def _scatters(
-    planner: Planner, target: Sharding, axes: list[MeshAxis]
+    planner: Planner, target: Distribution, axes: list[MeshAxis]
 ) -> list[tuple[int, tuple[MeshAxis, ...]]]:
     """Dims the target extends by partial ``axes`` only (after the source's axes)."""
     found = []
     for dim in range(len(target.dims)):
-        have, want = planner.axes(planner.current, dim), planner.axes(target, dim)
+        have, want = planner.current.dims[dim], target.dims[dim]
         appended = want[len(have) :]
         if want[: len(have)] != have or not appended:
             continue
-        if all(a in axes and planner.dim_of(planner.current, a) is None for a in appended):
+        if all(a in axes and planner.current.dim_of(a) is None for a in appended):
             found.append((dim, appended))
     return found
 
@@ -379,7 +374,7 @@ def _reduce(
     partial = tuple(p for p in current.partial if not (p.axis in axes and p.op is op))
     after = replace(current, partial=partial)
     if dim is not None:
-        after = planner.with_dim(after, dim, planner.axes(current, dim) + axes)
+        after = after.with_dim(dim, current.dims[dim] + axes)
     where = f" along dim {dim}" if dim is not None else ""
     planner.add(
         kind,
@@ -395,11 +390,11 @@ def _reduce(
 
 
 # ----- rule 3: releasing axes -----
-def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
+def _release_axes(planner: Planner, target: Distribution, dim: int) -> None:
     """Gathers (or moves with AllToAll) the axes of ``dim`` beyond the target's prefix."""
-    wanted = planner.axes(target, dim)
+    wanted = target.dims[dim]
     while True:
-        have = planner.axes(planner.current, dim)
+        have = planner.current.dims[dim]
         keep = _common_prefix(have, wanted)
         if len(have) == keep:
             return
@@ -408,7 +403,7 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
             continue
         if _move_innermost(planner, target, dim, have):
             continue
-        gathered = planner.with_dim(planner.current, dim, have[:keep])
+        gathered = planner.current.with_dim(dim, have[:keep])
         planner.add(
             Allgather,
             gathered,
@@ -423,27 +418,27 @@ def _release_axes(planner: Planner, target: Sharding, dim: int) -> None:
             )
 
 
-def _move_suffix(planner: Planner, target: Sharding, dim: int, released: tuple) -> bool:
+def _move_suffix(planner: Planner, target: Distribution, dim: int, released: tuple) -> bool:
     """One AllToAll over the flattened team of ``released`` when another dim takes exactly
     those axes next, in the same nesting order (``S0S0 -> S1S1``)."""
     if len(released) < 2:
         return False
     for destination in range(len(target.dims)):
-        dest_axes = planner.axes(planner.current, destination)
-        if destination != dim and planner.axes(target, destination) == dest_axes + released:
+        dest_axes = planner.current.dims[destination]
+        if destination != dim and target.dims[destination] == dest_axes + released:
             _all_to_all(planner, dim, destination, released)
             planner.note(f"fused: one AllToAll over the flattened team {_names(released)}")
             return True
     return False
 
 
-def _move_innermost(planner: Planner, target: Sharding, dim: int, have: tuple) -> bool:
+def _move_innermost(planner: Planner, target: Distribution, dim: int, have: tuple) -> bool:
     """One AllToAll when the innermost axis of ``dim`` is the next axis of another dim."""
-    destination = planner.dim_of(target, have[-1])
+    destination = target.dim_of(have[-1])
     if destination is None or destination == dim:
         return False
-    dest_axes = planner.axes(planner.current, destination)
-    if planner.axes(target, destination)[: len(dest_axes) + 1] != dest_axes + have[-1:]:
+    dest_axes = planner.current.dims[destination]
+    if target.dims[destination][: len(dest_axes) + 1] != dest_axes + have[-1:]:
         return False
     _all_to_all(planner, dim, destination, have[-1:])
     return True
@@ -452,12 +447,12 @@ def _move_innermost(planner: Planner, target: Sharding, dim: int, have: tuple) -
 def _all_to_all(planner: Planner, dim: int, destination: int, moved: tuple) -> None:
     """The AllToAll moving the innermost mesh axes ``moved`` of ``dim`` to the inside of
     ``destination``'s."""
-    have = planner.axes(planner.current, dim)
-    gathered = planner.with_dim(planner.current, dim, have[: len(have) - len(moved)])
-    dest_axes = planner.axes(planner.current, destination)
+    have = planner.current.dims[dim]
+    gathered = planner.current.with_dim(dim, have[: len(have) - len(moved)])
+    dest_axes = planner.current.dims[destination]
     planner.add(
         AllToAll,
-        planner.with_dim(gathered, destination, dest_axes + moved),
+        gathered.with_dim(destination, dest_axes + moved),
         team=_team(planner, moved),
         split_axis=destination,
         concat_axis=dim,
@@ -467,17 +462,17 @@ def _all_to_all(planner: Planner, dim: int, destination: int, moved: tuple) -> N
 
 
 # ----- rule 4: slices -----
-def _slice_axes(planner: Planner, target: Sharding, dim: int) -> None:
+def _slice_axes(planner: Planner, target: Distribution, dim: int) -> None:
     """Local slices for the axes the target adds to ``dim``, outer first."""
-    wanted = planner.axes(target, dim)
-    while planner.axes(planner.current, dim) != wanted:
-        have = planner.axes(planner.current, dim)
+    wanted = target.dims[dim]
+    while planner.current.dims[dim] != wanted:
+        have = planner.current.dims[dim]
         if wanted[: len(have)] != have:
             raise planner.fail(f"dim {dim} is sharded in an order that cannot be sliced into")
         axis = wanted[len(have)]
-        if planner.dim_of(planner.current, axis) is not None:
+        if planner.current.dim_of(axis) is not None:
             raise planner.fail(f"mesh axis {axis.value} is still in use by another dim")
-        after = planner.with_dim(planner.current, dim, have + (axis,))
+        after = planner.current.with_dim(dim, have + (axis,))
         planner.add(
             LocalShard,
             after,
