@@ -74,20 +74,25 @@ def _mesh(name: str) -> Mesh:
     return Mesh(devices=tuple(range(math.prod(shape))), shape=shape)
 
 
+def _plans(name: str):
+    """(source text, target text, source value, target value, plan) of every pair on the
+    mesh ``name``."""
+    mesh, shape = _mesh(name), SHAPES[name]
+    for src_text, dst_text in _pairs(len(MESHES[name])):
+        src, dst = (
+            value(n, parse_notation(t, mesh), shape) for n, t in (("A", src_text), ("B", dst_text))
+        )
+        yield src_text, dst_text, src, dst, plan_resharding(src, dst)
+
+
 @pytest.mark.parametrize("name", MESHES)
 def test_every_plan_keeps_the_bound_and_reaches_the_lower_bound(name):
     """Over every pair, the plan's own temporaries stay within max(local in, local out);
     the busiest rank receives no less than the bytes of its target block it does not hold,
     exactly that for sources without partial sums, and where more, ``explain`` names the
     trade (a partial source: every partial copy is combined)."""
-    mesh = _mesh(name)
-    shape = SHAPES[name]
     problems = []
-    for src_text, dst_text in _pairs(len(MESHES[name])):
-        src, dst = (
-            value(n, parse_notation(t, mesh), shape) for n, t in (("A", src_text), ("B", dst_text))
-        )
-        plan = plan_resharding(src, dst)
+    for src_text, dst_text, src, _, plan in _plans(name):
         peak, bound = peak_temporaries(plan).value, memory_bound(plan).value
         received, lower = received_in_all(plan), received_lower_bound(plan)
         if peak > bound:
@@ -136,17 +141,11 @@ def test_explain_counts_what_the_static_traffic_counts(name):
     (what ``explain`` prints) equal what ``hostir traffic`` counts for the emitted
     instruction from the collective's exchange function on the whole world: one
     meaning of a collective's traffic, read by both."""
-    mesh = _mesh(name)
-    shape = SHAPES[name]
     problems = []
-    for src_text, dst_text in _pairs(len(MESHES[name])):
-        src, dst = (
-            value(n, parse_notation(t, mesh), shape) for n, t in (("A", src_text), ("B", dst_text))
-        )
-        plan = plan_resharding(src, dst)
+    for src_text, dst_text, src, dst, plan in _plans(name):
         body = tuple(emit_resharding(plan, src, dst, itertools.count()))
         traffic = count_traffic(
-            HostIrContainer(inputs=(src,), outputs=(dst,), body=body), len(mesh.devices)
+            HostIrContainer(inputs=(src,), outputs=(dst,), body=body), len(_mesh(name).devices)
         )
         counted = [most for _, _, most in traffic.by_communication.values()]
         planned = [4 * step_received(plan, k) for k, s in enumerate(plan.steps) if s.team]
