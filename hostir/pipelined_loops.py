@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hostir.errors import EvaluationError, SettingError
-from hostir.instructions import ForLoop, Instruction, PipelineStage, defined_values
+from hostir.exchanges import local_elements
+from hostir.instructions import (
+    ForLoop,
+    Instruction,
+    PipelineStage,
+    ShardByStream,
+    defined_values,
+)
+from hostir.values import TensorValue
 
 if TYPE_CHECKING:
     from hostir.run_context import RunContext
@@ -136,3 +144,30 @@ def check_same_outputs(pipelined: Sequence[Any], unpipelined: Sequence[Any]) -> 
                 " unpipelined (HOSTIR_PIPELINE=0): a pipeline stage touches what another"
                 " iteration's stage uses"
             )
+
+
+def in_flight(loop: ForLoop, env: dict) -> tuple[int, int] | None:
+    """(how many iterations' values are alive at once, the bytes of the tensors one
+    iteration allocates on a rank) for a pipelined ``loop``: an iteration's values live
+    until its last stage ran, so at total depth ``d`` up to ``d + 1`` iterations hold
+    theirs. Views (``shard_by_stream``) and writes into existing buffers allocate
+    nothing. None when an extent is not bound in ``env``."""
+    iterations = 1 + sum(i.depth for i in loop.body if isinstance(i, PipelineStage))
+    total = 0
+    for instruction in _walk(loop.body):
+        if isinstance(instruction, ShardByStream):
+            continue
+        for value in defined_values(instruction):
+            if isinstance(value, TensorValue):
+                elements = local_elements(value, env)
+                if elements is None:
+                    return None
+                total += elements * value.dtype.to_torch().itemsize
+    return iterations, total
+
+
+def _walk(body: Sequence[Instruction]):
+    for instruction in body:
+        yield instruction
+        if isinstance(instruction, ForLoop):
+            yield from _walk(instruction.body)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,7 @@ from hostir.container import HostIrContainer
 from hostir.errors import HostIrError
 from hostir.exchanges import exchange
 from hostir.instructions import ForLoop, Instruction
+from hostir.pipelined_loops import in_flight, is_pipelined
 from hostir.scalars import evaluate_scalar
 
 
@@ -57,6 +58,9 @@ class Traffic:
 
     links: torch.Tensor
     by_communication: dict[str, tuple[str, int, int]]  # path -> (text, iterations, max bytes)
+    in_flight: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    """Per pipelined loop (by path): its index, how many iterations' values are alive at
+    once and the bytes one iteration allocates on a rank (``hostir.pipelined_loops``)."""
 
     @property
     def received(self) -> torch.Tensor:
@@ -99,7 +103,23 @@ def count_traffic(
         text, count, most = by_communication.get(path, (_describe(instruction), 0, 0))
         by_communication[path] = (text, count + 1, max(most, int(received.max())))
     links.fill_diagonal_(0)  # a rank in both ends of a flow does not send to itself
-    return Traffic(links, by_communication)
+    return Traffic(links, by_communication, _pipelined_loops(program.body, env))
+
+
+def _pipelined_loops(
+    body: tuple[Instruction, ...], env: Mapping[str, int], path: str = "body"
+) -> dict[str, tuple[str, int, int]]:
+    """The buffers each pipelined loop of ``body`` keeps in flight (see ``Traffic``)."""
+    found = {}
+    for index, instruction in enumerate(body):
+        if not isinstance(instruction, ForLoop):
+            continue
+        where = f"{path}[{index}]"
+        counted = in_flight(instruction, dict(env)) if is_pipelined(instruction) else None
+        if counted is not None:
+            found[where] = (instruction.index.name, *counted)
+        found.update(_pipelined_loops(instruction.body, env, f"{where}.body"))
+    return found
 
 
 def _add(
@@ -153,4 +173,11 @@ def traffic_report(traffic: Traffic) -> str:
     for path, (text, count, most_received) in traffic.by_communication.items():
         times = f", {count} iterations" if count > 1 else ""
         lines.append(f"  {path} {text}: {_bytes(most_received)} per iteration at most{times}")
+    if traffic.in_flight:
+        lines.append("pipelined loops (what one rank's iterations in flight hold at once):")
+    for path, (index, iterations, each) in traffic.in_flight.items():
+        lines.append(
+            f"  {path} for {index}: {iterations} iterations x {_bytes(each)} ="
+            f" {_bytes(iterations * each)}"
+        )
     return "\n".join(lines)

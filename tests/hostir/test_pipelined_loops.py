@@ -17,6 +17,7 @@ from hostir import ForLoop, HostIrEvaluator, Listener, RaceChecker, parse
 from hostir.errors import EvaluationError, SettingError, VerifyError
 from hostir.instructions import keyword
 from hostir.pipelined_loops import check_same_outputs
+from hostir.traffic import count_traffic, traffic_report
 
 CHUNKED = """%HostIrContainer {
   input T0 : float32[6, 4]
@@ -176,3 +177,13 @@ def test_stream_loops_post_the_next_chunk_before_waiting(multidevice_test, depth
         if 0 <= step - lag < 4:
             expected.append(("wait", step - lag))
     assert order.seen == expected
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_static_report_counts_the_buffers_in_flight(depth):
+    """hostir traffic's report counts what a pipelined loop keeps alive: the tensors one
+    iteration allocates (T2, 2 x 4 float32; the shard_by_stream views allocate nothing)
+    times the iterations in flight (depth + 1)."""
+    program = parse(CHUNKED.replace("DEPTH", str(depth)))
+    report = traffic_report(count_traffic(program, 1))
+    assert f"  body[1] for j: {depth + 1} iterations x 32 B = {32 * (depth + 1)} B" in report
