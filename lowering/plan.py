@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hostir import Allgather, Const, DType, Sharding, TensorValue
@@ -64,13 +64,15 @@ class Plan:
     def in_output_from(self) -> int:
         """The first step of the trailing run that is built inside the output buffer: every
         later step is an Allgather on one mesh whose input is this rank's slot of its
-        output, so the steps from here on write straight into ``dst`` (or a view of it;
-        every instruction the planner emits can write into an existing ``out``).
-        ``len(steps) - 1`` when there is no such run (the last step alone writes ``dst``)."""
+        output, so the steps from here on write straight into ``dst`` (or a view of it:
+        the step before must be able to, which its class declares with a ``preallocated``
+        field). ``len(steps) - 1`` when there is no such run (the last step alone writes
+        ``dst``)."""
         head = len(self.steps) - 1
         while (
             head > 0
             and self.steps[head].kind is Allgather
+            and "preallocated" in {f.name for f in fields(self.steps[head - 1].kind)}
             and self.steps[head - 1].after.mesh == self.steps[head].after.mesh
         ):
             head -= 1
