@@ -38,6 +38,7 @@ from hostir.instructions import (
     ShardByStream,
     defined_values,
 )
+from hostir.stream_handlers import make_current
 from hostir.values import TensorValue
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def run_pipelined(context: RunContext, loop: ForLoop, start: int, stop: int) -> 
                 tensors, posted, stream = saved.pop(iteration)
                 context.tensors.update(tensors)
                 context.posted.update(posted)
-                context.current_stream = stream
+                make_current(context, stream)  # torch's current stream too, on CUDA
             context.scalars[index] = iteration
             context.run_body(body)
             if number + 1 < len(staged):

@@ -80,14 +80,18 @@ def run_get_current_stream(
     return [context.current_stream]
 
 
+def make_current(context: RunContext, stream_id: Any) -> None:
+    """Makes ``stream_id`` the run's current stream (and torch's, on CUDA)."""
+    context.current_stream = stream_id
+    if context.device.type == "cuda":
+        torch.cuda.set_stream(context.stream_pool.get(stream_id))
+
+
 def run_set_current_stream(
     context: RunContext, instruction: SetCurrentStream, operands: dict
 ) -> list:
     """Switches the current stream (and torch's, on CUDA)."""
-    stream_id = operands["stream"]
-    context.current_stream = stream_id
-    if context.device.type == "cuda":
-        torch.cuda.set_stream(context.stream_pool.get(stream_id))
+    make_current(context, operands["stream"])
     return []
 
 

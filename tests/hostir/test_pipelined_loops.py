@@ -41,11 +41,12 @@ class Order(Listener):
     """Records ``(keyword, loop index)`` of the instructions it is asked about."""
 
     def __init__(self, keywords: set[str], index: str) -> None:
-        self.keywords, self.index, self.seen = keywords, index, []
+        self.keywords, self.index, self.seen, self.streams = keywords, index, [], []
 
     def before(self, instruction, context, operands) -> None:
         if keyword(instruction) in self.keywords:
             self.seen.append((keyword(instruction), context.scalars.get(self.index)))
+            self.streams.append(context.current_stream)
 
 
 @contextmanager
@@ -152,8 +153,9 @@ def _row_parallel(d: int, streams: int, rank: int = 0) -> tuple[FusionDefinition
 def test_stream_loops_post_the_next_chunk_before_waiting(multidevice_test, depth):
     """A row-parallel stream loop: at depth 1, chunk j + 1's Allreduce is posted before
     chunk j's wait (its matmul runs while chunk j's Allreduce is in flight), at depth 2
-    two chunks ahead, at 0 not at all; the text shows the stage; results equal torch's
-    (and, through the suite's check, the unpipelined run's, bitwise)."""
+    two chunks ahead, at 0 not at all, each on its iteration's stream; the text shows the
+    stage; results equal torch's (and, through the suite's check, the unpipelined run's,
+    bitwise)."""
     d, rank = multidevice_test.size, multidevice_test.rank
     with environment(HOSTIR_PIPELINE_DEPTH=depth):
         fd, inputs, (x, w, b) = _row_parallel(d, 4, rank)
@@ -177,6 +179,9 @@ def test_stream_loops_post_the_next_chunk_before_waiting(multidevice_test, depth
         if 0 <= step - lag < 4:
             expected.append(("wait", step - lag))
     assert order.seen == expected
+    # Each stage runs on its own iteration's stream (pool stream j mod 4), the second
+    # too, though a later iteration switched streams in between.
+    assert order.streams == [j % 4 for _, j in expected]
 
 
 @pytest.mark.parametrize("depth", [1, 2])
