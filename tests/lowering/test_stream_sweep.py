@@ -4,7 +4,8 @@ the input, on an intermediate or on the output, with and without a device mesh, 
 and 4 ranks. Every case: results equal the single-device torch reference, and the
 profiler sees each op of a chunked tensor run once per chunk on chunk-sized inputs
 (``aten::mm``/``aten::relu``/... counts and input shapes, as nvFuser's stream tests
-check), the ops before the split once on the whole. With a mesh, the feature dim is
+check: the unsplit fusion's operand shapes with the rows divided by the chunks), the ops
+before the split once on the whole. With a mesh, the feature dim is
 sharded over ``mesh_x``: a linear or a sum over it reduces per chunk (an Allreduce in the
 loop, pipelined: the suite also checks every such program against its unpipelined run,
 bitwise, and runs the race checker, tests/conftest.py)."""
@@ -47,7 +48,7 @@ CHAINS = {
 PLACEMENTS = ("input", "intermediate", "output")
 
 
-def _build(chain: str, placement: str, d: int | None):
+def _build(chain: str, placement: str | None, d: int | None):
     """(fusion, its input views, the tensor of each step); ``d``: a 1-d mesh of d devices
     sharding the feature dim of the input (and the contracted dim of the weights), or
     None for a fusion without a mesh."""
@@ -68,11 +69,30 @@ def _build(chain: str, placement: str, d: int | None):
         for tv, dim in ((x, 1), (weights[0], 1), (weights[1], 0)):
             tv.outer_split(dim, d)
             tv.axis(dim).parallelize(ParallelType.mesh_x)
+    if placement is None:  # the same fusion without a stream split: the reference shapes
+        return fd, [x, *weights], None
     split = {"input": 0, "intermediate": 1, "output": len(steps)}[placement]
     target = tensors[split]
     target.outer_split(0, STREAMS)
     target.axis(0).parallelize(ParallelType.stream)
     return fd, [x, *weights], split
+
+
+def _run(fd: FusionDefinition, local: list) -> tuple[torch.Tensor, list]:
+    """(the output, the profiler's events with shapes) of a second run of ``fd``."""
+    fd.execute(local)  # lowers and warms up
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
+    ) as prof:
+        (out,) = fd.execute(local)
+    return out, list(prof.events())
+
+
+def _shapes(events: list, name: str) -> list:
+    """The shapes of the tensor operands of every ``name`` event, in order (two for mm,
+    one for the others; an ``out=`` buffer, when the op writes into one, comes after)."""
+    operands = 2 if name == "aten::mm" else 1
+    return [[list(s) for s in e.input_shapes[:operands]] for e in events if e.name == name]
 
 
 def _check(chain: str, placement: str, d: int | None, rank: int, device) -> None:
@@ -81,26 +101,26 @@ def _check(chain: str, placement: str, d: int | None, rank: int, device) -> None
     shapes = [(TOKENS, FEATURES), (OUT, FEATURES), (FEATURES, OUT)]
     full = [torch.randn(shape, generator=generator) for shape in shapes]
     local = [shard_tensor(t, tv, rank).to(device) for t, tv in zip(full, inputs, strict=True)]
-    fd.execute(local)  # lowers and warms up
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
-    ) as prof:
-        (out,) = fd.execute(local)
+    out, events = _run(fd, local)
+    _, whole = _run(_build(chain, None, d)[0], local)
     expected = full[0]
     for _, _, reference in CHAINS[chain]:
         expected = reference(expected, full[1:])
     where = f"{chain}, split on the {placement}, {'no mesh' if d is None else f'{d} ranks'}"
     expected = shard_tensor(expected, fd.host_ir().outputs[0], rank)  # this rank's block
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5, msg=where)
-    events = list(prof.events())
     # Step k (defining tensor k + 1) runs per chunk when its output is stream-split: the
     # split tensor and everything after it (splits spread to consumers); the first
-    # step also when the split is on the input, which it reads chunk by chunk.
+    # step also when the split is on the input, which it reads chunk by chunk. Per chunk,
+    # its inputs are those of the unsplit fusion's op with the first one's rows / chunks.
     for k, (name, _, _) in enumerate(CHAINS[chain]):
-        chunked = k + 1 >= split
-        rows = [list(e.input_shapes[0])[0] for e in events if e.name == name and e.input_shapes]
-        want = [TOKENS // STREAMS] * STREAMS if chunked else [TOKENS]
-        assert rows == want, f"{where}: {name} ran on rows {rows}, expected {want}"
+        (reference,) = _shapes(whole, name)
+        want = [reference]
+        if k + 1 >= split:
+            first = [reference[0][0] // STREAMS, *reference[0][1:]]
+            want = [[first, *reference[1:]]] * STREAMS
+        got = _shapes(events, name)
+        assert got == want, f"{where}: {name} ran on {got}, expected {want}"
 
 
 @pytest.mark.world_sizes(1, 2, 4)
