@@ -38,6 +38,7 @@ from hostir.instructions import (
     ShardByStream,
     defined_values,
 )
+from hostir.program_info import walk_instructions
 from hostir.stream_handlers import make_current
 from hostir.values import TensorValue
 
@@ -76,12 +77,7 @@ def stages(body: Sequence[Instruction]) -> list[tuple[int, tuple[Instruction, ..
 
 def _defined_names(body: Sequence[Instruction]) -> set[str]:
     """Every name ``body`` defines (nested loops included): what one iteration owns."""
-    names: set[str] = set()
-    for instruction in body:
-        if isinstance(instruction, ForLoop):
-            names |= _defined_names(instruction.body)
-        names |= {value.name for value in defined_values(instruction)}
-    return names
+    return {v.name for i in walk_instructions(body) for v in defined_values(i)}
 
 
 def run_pipelined(context: RunContext, loop: ForLoop, start: int, stop: int) -> None:
@@ -130,9 +126,7 @@ def pipeline_checking_enabled() -> bool:
 
 def has_pipelined_loop(body: Sequence[Instruction]) -> bool:
     """Whether any loop in ``body`` (nested ones too) is pipelined."""
-    return any(
-        isinstance(i, ForLoop) and (is_pipelined(i) or has_pipelined_loop(i.body)) for i in body
-    )
+    return any(isinstance(i, ForLoop) and is_pipelined(i) for i in walk_instructions(body))
 
 
 def check_same_outputs(pipelined: Sequence[Any], unpipelined: Sequence[Any]) -> None:
@@ -153,9 +147,9 @@ def in_flight(loop: ForLoop, env: dict) -> tuple[int, int] | None:
     until its last stage ran, so at total depth ``d`` up to ``d + 1`` iterations hold
     theirs. Views (``shard_by_stream``) and writes into existing buffers allocate
     nothing. None when an extent is not bound in ``env``."""
-    iterations = 1 + sum(i.depth for i in loop.body if isinstance(i, PipelineStage))
+    iterations = 1 + stages(loop.body)[-1][0]  # the last stage's lag
     total = 0
-    for instruction in _walk(loop.body):
+    for instruction in walk_instructions(loop.body):
         if isinstance(instruction, ShardByStream):
             continue
         for value in defined_values(instruction):
@@ -165,10 +159,3 @@ def in_flight(loop: ForLoop, env: dict) -> tuple[int, int] | None:
                     return None
                 total += elements * value.dtype.to_torch().itemsize
     return iterations, total
-
-
-def _walk(body: Sequence[Instruction]):
-    for instruction in body:
-        yield instruction
-        if isinstance(instruction, ForLoop):
-            yield from _walk(instruction.body)

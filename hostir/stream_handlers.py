@@ -9,12 +9,12 @@ On CPU the instructions only move that bookkeeping: execution stays in order.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hostir.errors import SettingError
+from hostir.settings import count_setting
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 
 if TYPE_CHECKING:
@@ -37,12 +37,7 @@ def stream_count(count: int | None = None) -> int:
     """The pool size to use: ``count`` if given, else ``HOSTIR_STREAMS``, else
     :data:`DEFAULT_STREAMS`; SettingError for anything but a positive integer."""
     if count is None:
-        text = os.environ.get(STREAMS_VARIABLE, "").strip()
-        if not text:
-            return DEFAULT_STREAMS
-        if not text.isdigit():
-            raise SettingError(f"{STREAMS_VARIABLE}={text!r}: expected a positive integer")
-        count = int(text)
+        return count_setting(STREAMS_VARIABLE, DEFAULT_STREAMS, minimum=1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise SettingError(f"streams: expected a positive integer, got {count!r}")
     return count

@@ -107,7 +107,8 @@ def step_received(plan: Plan, k: int) -> int | None:
         return _of_exchange(
             most_received, plan.before(k), step.after, step.team, plan.shape, reduced
         )
-    return busiest_received(plan.instruction(k), step.team.groups[0], {})
+    group = step.team.group_of(step.team.mesh.devices[0])  # not every group: one is alike
+    return busiest_received(plan.instruction(k), group, {})
 
 
 def received_in_all(plan: Plan) -> int | None:

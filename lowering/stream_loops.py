@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 from dataclasses import dataclass
 
 from hostir import (
@@ -49,9 +48,9 @@ from hostir import (
     TensorValue,
     Wait,
 )
-from hostir.errors import SettingError
 from hostir.instructions import Instruction
 from hostir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
+from hostir.settings import count_setting
 from hostir.sharding import normalized
 from hostir.team import Team
 from lowering.emitter import Emitter, bind_values
@@ -416,20 +415,12 @@ DEPTH_VARIABLE = "HOSTIR_PIPELINE_DEPTH"
 buffering, 0 for loops without stages (each chunk waits before the next starts)."""
 
 
-def pipeline_depth() -> int:
-    """``HOSTIR_PIPELINE_DEPTH`` (1 when unset); SettingError unless a number >= 0."""
-    text = os.environ.get(DEPTH_VARIABLE, "").strip() or "1"
-    if not text.isdigit():
-        raise SettingError(f"{DEPTH_VARIABLE}={text!r}: expected a number of chunks, 0 or more")
-    return int(text)
-
-
 def _pipelined(body: list[Instruction]) -> list[Instruction]:
     """``body`` in two stages (``hostir.pipelined_loops``): the second starts at the first
     ``wait``, so a chunk's first communication is in flight while the next chunk is
     computed and is waited for right before its result is used. Unchanged without a
     wait (nothing to overlap) or at depth 0."""
-    depth = pipeline_depth()
+    depth = count_setting(DEPTH_VARIABLE, default=1, minimum=0)
     first_wait = next((k for k, i in enumerate(body) if isinstance(i, Wait)), None)
     if first_wait is None or depth == 0:
         return body
