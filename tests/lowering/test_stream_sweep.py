@@ -19,6 +19,9 @@ import pytest
 import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from hostir import ForLoop, Wait
+from hostir.pipelined_loops import is_pipelined
+from hostir.program_info import walk_instructions
 
 TOKENS, FEATURES, OUT = 8, 8, 6
 STREAMS = 4
@@ -107,6 +110,10 @@ def _check(chain: str, placement: str, d: int | None, rank: int, device) -> None
     for _, _, reference in CHAINS[chain]:
         expected = reference(expected, full[1:])
     where = f"{chain}, split on the {placement}, {'no mesh' if d is None else f'{d} ranks'}"
+    # Every stream loop that waits for a communication is pipelined (docs/streams.md).
+    for loop in (i for i in walk_instructions(fd.host_ir().body) if isinstance(i, ForLoop)):
+        waits = any(isinstance(i, Wait) for i in loop.body)
+        assert is_pipelined(loop) == waits, f"{where}:\n{fd.host_ir()}"
     expected = shard_tensor(expected, fd.host_ir().outputs[0], rank)  # this rank's block
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5, msg=where)
     # Step k (defining tensor k + 1) runs per chunk when its output is stream-split: the
