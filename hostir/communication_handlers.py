@@ -136,14 +136,14 @@ def _chunk_views(
 
 
 def run_reduce_scatter(context: RunContext, instruction: ReduceScatter, operands: dict) -> list:
-    """ReduceScatter: the chunks along ``axis`` (strided views of ``src``, no packing copy)
-    are reduced and scattered, straight into ``out`` when it is contiguous."""
+    """ReduceScatter: the chunks along ``axis`` are reduced and scattered, straight into
+    ``out`` when it is contiguous. Chunks that are not one contiguous block (a dim other
+    than the outermost) are packed first: gloo runs the list form as one all-reduce per
+    chunk, the packed form as one call (what DTensor hands it)."""
     group = _group(context, instruction)
     src = need(operands["src"], instruction, "src", context)
     inner = _inner(context, instruction)
-    packed = _chunk_views(src, instruction.axis, inner, len(group))
-    if packed is None:  # strides that cannot be split: pack a copy
-        packed = _split_dim(src, instruction.axis, inner, len(group)).contiguous()
+    packed = _split_dim(src, instruction.axis, inner, len(group)).contiguous()
     out = out_buffer(context, instruction, operands)
     chunk = packed.shape[1:]
     if out is not None and out.is_contiguous():  # reduce straight into out
@@ -366,7 +366,9 @@ def handler_buffers(
     if isinstance(instruction, Allgather):
         # The backend sends from a contiguous input: a strided one is copied first.
         return add(zero if src_contiguous else src, landing)
-    if isinstance(instruction, ReduceScatter | Allreduce):
+    if isinstance(instruction, ReduceScatter):
+        return add(zero if _packs_in_place(instruction, src_contiguous) else src, landing)
+    if isinstance(instruction, Allreduce):
         return landing
     if isinstance(instruction, AllToAll):
         packing = zero if instruction.split_axis == 0 else src
@@ -376,6 +378,12 @@ def handler_buffers(
     if isinstance(instruction, Gather | SendRecv):
         return out
     return zero  # a permute sends and receives in place; local slices are views
+
+
+def _packs_in_place(instruction: ReduceScatter, src_contiguous: bool) -> bool:
+    """Whether a ReduceScatter's chunks are blocks of a contiguous ``src`` (no packing copy):
+    chunks of the outermost dim in their natural order."""
+    return src_contiguous and instruction.axis == 0 and instruction.inner is None
 
 
 def gloo_staging(instruction: Any, src: Scalar, out: Scalar) -> Scalar:

@@ -302,20 +302,10 @@ class TorchCommunicator(Communicator):
         process_group = self._group(group, "reduce_scatter")
         what = f"reduce_scatter over {describe_group(group)}"
         landing = _contiguous_like(out)
-        if not inp.is_contiguous():
-            # Strided chunks (a reduce-scatter along an inner dim): the list form packs
-            # them itself (gloo flattens its inputs anyway), so no packing copy of ours.
-            handle = dist.reduce_scatter(
-                landing,
-                list(inp.unbind(0)),
-                op=TORCH_REDUCE_OPS[op],
-                group=process_group,
-                async_op=True,
-            )
-            return self._work(what, [handle], _copy_back(landing, out), [landing, inp])
+        # The packed form: gloo runs the list form as one all-reduce per chunk.
         handle = dist.reduce_scatter_single(
             landing.view(-1),
-            inp.view(-1),
+            inp.contiguous().view(-1),
             op=TORCH_REDUCE_OPS[op],
             group=process_group,
             async_op=True,

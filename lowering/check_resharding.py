@@ -13,12 +13,7 @@ from hostir import Set
 from hostir.instructions import keyword
 from hostir.printer import _MeshNames, print_sharding
 from lowering.errors import ReshardingError
-from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
-
-
-def _layout(axis: AxisLayout) -> tuple:
-    """The mesh axes of an axis in part order, with None for local parts."""
-    return tuple(part.axis for part in axis.parts)
+from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
 
 def _describe(tensor: LoweringTensor) -> str:
@@ -47,7 +42,7 @@ def check_op(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
             _fail(op, producer, out, f"{name} holds partial sums that need a reduction")
         mapped_inputs = {i for _, i in pairs}
         for o, i in pairs:
-            if _layout(producer.axes[i]) != _layout(out.axes[o]):
+            if producer.axes[i].layout() != out.axes[o].layout():
                 _fail(
                     op,
                     producer,

@@ -132,7 +132,7 @@ def _compute_tensor(
     for o, axis in enumerate(out.axes):
         if axis.reduction:
             axes[o] = _reduction_layout(o, axis, maps, tensors, out)
-    reduced = {a for axis in axes if axis.reduction for a in _mesh_axes(axis)}
+    reduced = {a for axis in axes if axis.reduction for a in axis.mesh_axes()}
     axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
     return dataclasses.replace(out, axes=tuple(axes))
 
@@ -148,9 +148,9 @@ def _compute_where_input_is(
     for o, i in pairs:
         axes[o] = copy_layout(out.axes[o], source.axes[i], source.mesh)
     mapped = {o for o, _ in pairs}
-    used = {a for o in mapped for a in _mesh_axes(axes[o])}
+    used = {a for o in mapped for a in axes[o].mesh_axes()}
     for o, axis in enumerate(axes):
-        if o not in mapped and (source.mesh != out.mesh or _mesh_axes(axis) & used):
+        if o not in mapped and (source.mesh != out.mesh or set(axis.mesh_axes()) & used):
             axes[o] = local_parts(axis)
     return dataclasses.replace(out, mesh=source.mesh, axes=tuple(axes))
 
@@ -162,13 +162,9 @@ def _reduction_layout(
     for name, pairs in maps.items():
         producer = tensors[name]
         for po, pi in pairs:
-            if po == o and _mesh_axes(producer.axes[pi]) and producer.mesh == out.mesh:
+            if po == o and producer.axes[pi].mesh_axes() and producer.mesh == out.mesh:
                 return copy_layout(axis, producer.axes[pi], out.mesh)
     return local_parts(axis)
-
-
-def _mesh_axes(axis: AxisLayout) -> set:
-    return {p.axis for p in axis.parts if p.axis is not None}
 
 
 def _wanted_input(
@@ -195,9 +191,9 @@ def _refuse_sharded_repeats(
         if f.name != "out"
     ]
     names = [v.name for v in fields if isinstance(v, TensorValue)]
-    sharded = any(_mesh_axes(axis) for axis in compute.axes)
+    sharded = any(axis.mesh_axes() for axis in compute.axes)
     for name in dict.fromkeys(names):
-        if names.count(name) > 1 and (sharded or any(_mesh_axes(a) for a in tensors[name].axes)):
+        if names.count(name) > 1 and (sharded or any(a.mesh_axes() for a in tensors[name].axes)):
             raise LoweringError(
                 f"{name} is read as {names.count(name)} operands of the op defining"
                 f" {compute.name}, which is sharded: each operand needs its own layout of"
@@ -207,7 +203,7 @@ def _refuse_sharded_repeats(
 
 def out_partial_axes(compute: LoweringTensor) -> list:
     """The mesh axes ``compute``'s reduction axes are sharded over (its partial sums)."""
-    found = {m for axis in compute.axes if axis.reduction for m in _mesh_axes(axis)}
+    found = {m for axis in compute.axes if axis.reduction for m in axis.mesh_axes()}
     return sorted(found, key=lambda m: m.value)  # sorted: set order differs between ranks
 
 
@@ -216,7 +212,7 @@ def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None
     instruction = op.instruction
     if not isinstance(instruction, Linear) or instruction.bias is None:
         return None
-    if not any(axis.reduction and _mesh_axes(axis) for axis in compute.axes):
+    if not any(axis.reduction and axis.mesh_axes() for axis in compute.axes):
         return None
     return instruction.bias.name
 

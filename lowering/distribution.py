@@ -150,7 +150,7 @@ class Distribution:
         """The distribution of a block ``sharding``; ReshardingError for a cyclic dim."""
         dims = []
         for dim, parts in enumerate(sharding.dims):
-            axes = tuple(p.axis for p in parts if p.axis is not None)
+            axes = sharding.mesh_axes_of(dim)
             if any(p.axis is None for p in parts[: len(axes)]):
                 raise ReshardingError(
                     f"dim {dim} of the sharding {print_sharding_dims(sharding)} is not laid out"

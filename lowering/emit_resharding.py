@@ -11,6 +11,8 @@ rank's slot of that gather's output (index: the rank's position in the
 gather's team), so the steps before write straight into the output and every
 gather runs in place. No intermediate of a gathered size is ever held next to
 the output: the temporaries stay within ``max(local input, local output)``.
+A trailing Allreduce is built in the output the same way: its slot is the
+whole output (a ``shard_by_stream`` alias at index 0), so it runs in place.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from hostir import Set, ShardByStream, TensorValue
 from hostir.communications import Wait
 from hostir.instructions import Allocate, Instruction
-from hostir.scalars import MeshCoordinate, Scalar, add, mul
+from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul
 from hostir.values import RequestValue
 from lowering.plan_resharding import Plan, Step
 
@@ -47,12 +49,13 @@ def emit_resharding(
         if not preallocated:
             instructions.append(Allocate(out=dst))
         for k in reversed(range(head, last)):
-            gather = plan.steps[k + 1]
-            instructions.append(
-                ShardByStream(
-                    out=outs[k], src=outs[k + 1], axis=gather.get("axis"), index=_team_index(gather)
-                )
+            after = plan.steps[k + 1]  # an in-place step's slot is its whole output
+            axis, index = (
+                (0, Const(value=0))
+                if plan.in_place(k + 1)
+                else (after.get("axis"), _team_index(after))
             )
+            instructions.append(ShardByStream(out=outs[k], src=outs[k + 1], axis=axis, index=index))
     current = src
     for index, step in enumerate(plan.steps):
         emitted = _emit_step(step, current, outs[index], requests)

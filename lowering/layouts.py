@@ -15,14 +15,9 @@ from hostir.scalars import floordiv
 from lowering.snapshot import AxisLayout, LoweringTensor
 
 
-def axis_layout(axis: AxisLayout) -> tuple:
-    """The mesh axes of ``axis``'s parts in order, None for local parts."""
-    return tuple(part.axis for part in axis.parts)
-
-
 def tensor_layout(tensor: LoweringTensor) -> tuple:
     """The mesh and every axis layout of ``tensor`` (reduction axes included)."""
-    return (tensor.mesh, tuple((axis.reduction, axis_layout(axis)) for axis in tensor.axes))
+    return (tensor.mesh, tuple((axis.reduction, axis.layout()) for axis in tensor.axes))
 
 
 def local_parts(axis: AxisLayout) -> AxisLayout:
@@ -53,7 +48,7 @@ def copy_layout(target: AxisLayout, source: AxisLayout, mesh: Mesh) -> AxisLayou
     copied and only the local part that depends on the extent (the symbolic one, from a
     split of a symbolic extent) is recomputed from ``target``'s extent."""
     copied = copy_parts(target, source, mesh)
-    if axis_layout(copied) == axis_layout(source):
+    if copied.layout() == source.layout():
         return copied
     parts = list(source.parts)
     symbolic = [

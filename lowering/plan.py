@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from hostir import Allgather, Const, DType, Sharding, TensorValue
+from hostir import Allgather, Allreduce, Const, DType, Sharding, TensorValue
 from hostir.catalog import declaration_of
 from hostir.printer import _MeshNames, print_sharding
 from hostir.scalars import Scalar, floordiv, mul
@@ -64,19 +64,24 @@ class Plan:
     def in_output_from(self) -> int:
         """The first step of the trailing run that is built inside the output buffer: every
         later step is an Allgather on one mesh whose input is this rank's slot of its
-        output, so the steps from here on write straight into ``dst`` (or a view of it:
-        the step before must be able to, which its class declares with a ``preallocated``
-        field). ``len(steps) - 1`` when there is no such run (the last step alone writes
-        ``dst``)."""
+        output, or an Allreduce whose input is its whole output (in place), so the steps
+        from here on write straight into ``dst`` (or a view of it: the step before must be
+        able to, which its class declares with a ``preallocated`` field). ``len(steps) - 1``
+        when there is no such run (the last step alone writes ``dst``)."""
         head = len(self.steps) - 1
         while (
             head > 0
-            and self.steps[head].kind is Allgather
+            and (self.steps[head].kind is Allgather or self.in_place(head))
             and "preallocated" in {f.name for f in fields(self.steps[head - 1].kind)}
             and self.steps[head - 1].after.mesh == self.steps[head].after.mesh
         ):
             head -= 1
         return head
+
+    def in_place(self, k: int) -> bool:
+        """Whether step ``k`` runs in place on its output: an Allreduce (of a tensor with
+        dims, so its output can be aliased whole)."""
+        return self.steps[k].kind is Allreduce and len(self.shape) > 0
 
     def instruction(self, k: int) -> Any:
         """Step ``k``'s instruction on stand-ins for its input and output (``src``, ``out``):
@@ -129,6 +134,13 @@ class Planner:
             f" {self.dst.name} {print_sharding(self.dst.sharding, names)}"
             f" (meshes: {', '.join(f'{n} = {m}' for m, n in names.names.items())}): {why}"
         )
+
+    def scratch(self, current: Distribution) -> Planner:
+        """A planner for the same tensors starting from ``current``, with no steps: for
+        building a candidate plan beside this one."""
+        other = Planner(self.src, self.dst)
+        other.current = current
+        return other
 
     def sharding(self, distribution: Distribution) -> Sharding:
         """The block sharding of the tensor laid out as ``distribution``."""

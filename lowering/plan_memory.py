@@ -72,10 +72,11 @@ def peak_of(steps: list[Scalar]) -> Scalar:
 
 def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
     """Whether each step's output buffer is contiguous: the result is; a slot of a gather's
-    output along dim 0 of a contiguous buffer is; fresh intermediates are."""
+    output along dim 0 of a contiguous buffer is, and an in-place step's whole output;
+    fresh intermediates are."""
     flags = [True] * len(plan.steps)
     for k in reversed(range(head, len(plan.steps) - 1)):
-        flags[k] = flags[k + 1] and plan.steps[k + 1].get("axis") == 0
+        flags[k] = flags[k + 1] and (plan.in_place(k + 1) or plan.steps[k + 1].get("axis") == 0)
     return flags
 
 

@@ -1,26 +1,31 @@
-"""Planning rules for a resharding on one mesh (dims laid out in blocks).
+"""Planning a resharding on one mesh (dims laid out in blocks).
 
-In order, each rule fusing what it can into one collective over a flattened
-team (a team spanning several mesh axes, outer first, so a group's rank order
-is the shard nesting order):
+The rules, in order, each fusing what it can into one collective over a
+flattened team (a team spanning several mesh axes, outer first, so a group's
+rank order is the shard nesting order):
 
-1. A pure permutation — every device needs exactly the block another device
-   holds, as in ``S0S1 -> S1S0`` or ``RS0 -> S0R`` — is one CollectivePermute;
-   nothing is gathered.
-2. Partial sums are reduced first, while the data is smallest: the partial
+1. Partial sums are reduced first, while the data is smallest: the partial
    axes a target dim appends are one ReduceScatter along it; all other
    partial axes are one Allreduce.
+2. A pure permutation — every device needs exactly the block another device
+   holds, as in ``S0S1 -> S1S0`` or ``RS0 -> S0R`` — is one CollectivePermute;
+   nothing is gathered.
 3. The axes a dim releases (beyond the target's prefix of that dim) are one
    Allgather, unless the innermost moves to another dim next: then one AllToAll.
    Inner dims go first, so the outermost dim's gather writes the output in place.
 4. The axes a target dim adds are local slices (no communication).
 
-When these rules would communicate and then slice away part of what arrived
-(axes of different sizes trading places, as ``S0S1 -> S1S0`` on a 2x4 mesh,
-or a partial sum that must land in another nesting order), the whole change
-is instead one AllToAllV over the mesh axes it involves: each rank receives
-exactly the pieces of its target block it lacks, summed on arrival for a
-partial source, and never holds more than its own block.
+When the rules would communicate and then slice away part of what arrived
+(axes of different sizes trading places, as ``S0S1 -> S1S0`` on a 2x4 mesh),
+pass SPEC §6's bound, or reduce partial sums and then move them again, the
+cost model (:func:`_cost`) chooses among the rules and these candidates: one
+AllToAllV over the mesh axes the change involves (each rank receives exactly
+the pieces of its target block it lacks, summed on arrival for a partial
+source, in rounds that keep it within the bound); a ReduceScatter then one
+AllToAllV; and, for partial sums, the rules moving them unreduced followed by
+one Allreduce in place in the output (``S0P -> S1R``: an AllToAll, then the
+reduction, where reducing first would hold the reduced copy beside the
+AllToAll's packing buffer).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from hostir.communications import LocalShard
 from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
 from hostir.team import Team
 from lowering.distribution import Distribution
+from lowering.errors import ReshardingError
 from lowering.exchange_cost import exchange_rounds_for, step_received
 from lowering.plan import Plan, Planner, Step, local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries
@@ -58,8 +64,8 @@ def plan_same_mesh(planner: Planner, target: Distribution) -> None:
 
 
 def _plan_by_rules(planner: Planner, target: Distribution) -> None:
+    _reduce_partials(planner, target)
     if not _permute(planner, target):
-        _reduce_partials(planner, target)
         # Inner dims first, on the smaller data: the last gather is then the outermost
         # dim's, which lands straight in the output buffer (no packing temporary).
         for dim in reversed(range(len(target.dims))):
@@ -86,21 +92,27 @@ def _names(axes: tuple[MeshAxis, ...]) -> str:
 def _exchange_instead(
     planner: Planner, target: Distribution, since: tuple[int, int], source: Distribution
 ) -> None:
-    """Replaces the rule steps (and notes) since ``since`` by an exchange when they slice
-    data they communicated (so they moved data no rank keeps) or hold more temporaries
-    than SPEC §6's bound: one AllToAllV, or, for partial sums, a ReduceScatter (reduce
-    first, while the data is smallest) and then one AllToAllV; the candidate the cost
-    model (:func:`_cost`) prefers, if it beats the rules."""
+    """Replaces the rule steps (and notes) since ``since`` when they slice data they
+    communicated (so they moved data no rank keeps), hold more temporaries than SPEC §6's
+    bound, or reduce partial sums and then move them again: by one AllToAllV, or, for
+    partial sums, a ReduceScatter (reduce first, while the data is smallest) and then one
+    AllToAllV, or the rules' moves of the unreduced sums then one Allreduce; the candidate
+    the cost model (:func:`_cost`) prefers, if it beats the rules."""
     start, notes = since
     steps = tuple(planner.steps[start:])
     communicated = [k for k, s in enumerate(steps) if s.kind is not LocalShard]
     if not communicated:
         return
     sliced_after = any(s.kind is LocalShard and k > communicated[0] for k, s in enumerate(steps))
-    rules = _sub_plan(planner, source, target, steps)
-    if not (sliced_after or _exceeds(peak_temporaries(rules), memory_bound(rules))):
-        return
     reduced = [p for p in source.partial if p not in target.partial]
+    # Reduced, then moved again (a reduction's own steps are not a move).
+    moved_after = bool(reduced) and any(
+        steps[k].kind not in (Allreduce, ReduceScatter) for k in communicated
+    )
+    rules = _sub_plan(planner, source, target, steps)
+    over = _exceeds(peak_temporaries(rules), memory_bound(rules))
+    if not (sliced_after or over or moved_after):
+        return
     if len({p.op for p in reduced}) > 1:
         planner.note("no AllToAllV: partial sums with different reduce ops")
         return
@@ -108,9 +120,12 @@ def _exchange_instead(
         "the rules would gather data and slice part of it away"
         if sliced_after
         else "the rules would hold more temporaries than max(in, out)"
+        if over
+        else "the rules would reduce the partial sums and then move them again"
     )
     candidates = [functools.partial(_exchange, planner, source, target, why, memory_bound(rules))]
     candidates += _reduce_then_exchange(planner, source, target, reduced, why, rules)
+    candidates += _move_then_reduce(planner, source, target, reduced)
     best = _cheapest(planner, source, target, candidates, rules)
     if best is None:
         planner.note("no AllToAllV: the rules cost no more (bound, calls, bytes received)")
@@ -121,7 +136,8 @@ def _exchange_instead(
     planner.current = target
     involved = _names(best[-1].team.axes)
     planner.note(
-        f"exchange: {'one ' * (len(best) == 1)}{' + '.join(s.name for s in best)} over"
+        f"{'exchange' if best[-1].kind is AllToAllV else 'reduced last'}:"
+        f" {'one ' * (len(best) == 1)}{' + '.join(s.name for s in best)} over"
         f" {involved} instead of"
         f" {len(communicated)} collective(s)"
         + (" followed by local slices" if sliced_after else "")
@@ -200,6 +216,30 @@ def _reduce_then_exchange(
         exchange = functools.partial(_exchange, planner, after, target, why, allowance)
         found.append(lambda exact, s=scatter, e=exchange: (s, *e(exact)))
     return found
+
+
+def _move_then_reduce(
+    planner: Planner, source: Distribution, target: Distribution, reduced: list
+) -> list[Callable[[bool], tuple[Step, ...]]]:
+    """For partial sums: the rules move them to the target's layout first, and one
+    Allreduce over the reduced axes ends the plan, in place in the output (reducing first
+    can hold the reduced copy next to a packing buffer: ``S0P -> S1R``)."""
+    if not reduced:
+        return []
+    scratch = planner.scratch(source)
+    try:
+        _plan_by_rules(scratch, replace(target, partial=source.partial))
+    except ReshardingError:
+        return []
+    axes = _in_mesh_order(planner, [p.axis for p in reduced])
+    reduce = Step(
+        kind=Allreduce,
+        after=planner.sharding(target),
+        team=_team(planner, axes),
+        attrs={"op": reduced[0].op},
+        reason=f"reduce the partial sums over {_names(axes)} last, in place in the output",
+    )
+    return [lambda exact: (*scratch.steps, reduce)]
 
 
 def _size(sharding: Distribution, axes: tuple[MeshAxis, ...]) -> int:
@@ -284,61 +324,7 @@ def _note_unfused(planner: Planner, start: int) -> None:
             )
 
 
-# ----- rule 1: permutations -----
-def _axis_map(planner: Planner, target: Distribution) -> dict[MeshAxis, MeshAxis] | None:
-    """sigma with: the target's axes of each dim are sigma-images of the source's, in
-    order and of equal sizes, extended over the unused axes; None if there is none."""
-    mesh = planner.current.mesh
-    sigma: dict[MeshAxis, MeshAxis] = {}
-    for dim in range(len(target.dims)):
-        want, have = target.dims[dim], planner.current.dims[dim]
-        if len(want) != len(have):
-            return None
-        for a, b in zip(want, have, strict=True):
-            if sigma.setdefault(a, b) != b or mesh.axis_size(a) != mesh.axis_size(b):
-                return None
-    if len(set(sigma.values())) != len(sigma):
-        return None
-    free_src = [b for b in mesh.axes() if b not in sigma.values()]
-    for a in (a for a in mesh.axes() if a not in sigma):
-        match = next((b for b in free_src if mesh.axis_size(b) == mesh.axis_size(a)), None)
-        if match is None:
-            return None
-        free_src.remove(match)
-        sigma[a] = match
-    return sigma
-
-
-def _permute(planner: Planner, target: Distribution) -> bool:
-    """Rule 1: one CollectivePermute when the change is a relabelling of mesh axes."""
-    if planner.current.partial or target.partial:
-        return False
-    sigma = _axis_map(planner, target)
-    if sigma is None or all(a == b for a, b in sigma.items()):
-        return False
-    mesh = planner.current.mesh
-    axes = mesh.axes()
-    stride = {a: math.prod(mesh.axis_size(b) for b in axes[i + 1 :]) for i, a in enumerate(axes)}
-    recv: Scalar = 0
-    send: Scalar = 0
-    for a in axes:
-        recv = add(recv, mul(MeshCoordinate(mesh=mesh, axis=a), stride[sigma[a]]))
-        send = add(send, mul(MeshCoordinate(mesh=mesh, axis=sigma[a]), stride[a]))
-    swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
-    planner.add(
-        CollectivePermute,
-        target,
-        team=_team(planner, axes),
-        send_peer=send,
-        recv_peer=recv,
-        reason=f"every device needs one other device's block (mesh axes {swaps}): a pure"
-        " permutation, nothing gathered",
-    )
-    planner.note("permutation: one CollectivePermute instead of gathering and re-slicing")
-    return True
-
-
-# ----- rule 2: reductions -----
+# ----- rule 1: reductions -----
 def _reduce_partials(planner: Planner, target: Distribution) -> None:
     todo = [p for p in planner.current.partial if p not in target.partial]
     if set(target.partial) - set(planner.current.partial):
@@ -389,6 +375,61 @@ def _reduce(
         planner.note(f"fused: one {planner.steps[-1].name} over the flattened team {_names(axes)}")
 
 
+# ----- rule 2: permutations -----
+def _axis_map(planner: Planner, target: Distribution) -> dict[MeshAxis, MeshAxis] | None:
+    """sigma with: the target's axes of each dim are sigma-images of the source's, in
+    order and of equal sizes, extended over the unused axes; None if there is none."""
+    mesh = planner.current.mesh
+    sigma = {p.axis: p.axis for p in planner.current.partial}  # partial sums stay in place
+    for dim in range(len(target.dims)):
+        want, have = target.dims[dim], planner.current.dims[dim]
+        if len(want) != len(have):
+            return None
+        for a, b in zip(want, have, strict=True):
+            if sigma.setdefault(a, b) != b or mesh.axis_size(a) != mesh.axis_size(b):
+                return None
+    if len(set(sigma.values())) != len(sigma):
+        return None
+    free_src = [b for b in mesh.axes() if b not in sigma.values()]
+    for a in (a for a in mesh.axes() if a not in sigma):
+        match = next((b for b in free_src if mesh.axis_size(b) == mesh.axis_size(a)), None)
+        if match is None:
+            return None
+        free_src.remove(match)
+        sigma[a] = match
+    return sigma
+
+
+def _permute(planner: Planner, target: Distribution) -> bool:
+    """Rule 2: one CollectivePermute when the change is a relabelling of mesh axes (the
+    partial ones, if any, fixed)."""
+    if planner.current.partial != target.partial:
+        return False
+    sigma = _axis_map(planner, target)
+    if sigma is None or all(a == b for a, b in sigma.items()):
+        return False
+    mesh = planner.current.mesh
+    axes = mesh.axes()
+    stride = {a: math.prod(mesh.axis_size(b) for b in axes[i + 1 :]) for i, a in enumerate(axes)}
+    recv: Scalar = 0
+    send: Scalar = 0
+    for a in axes:
+        recv = add(recv, mul(MeshCoordinate(mesh=mesh, axis=a), stride[sigma[a]]))
+        send = add(send, mul(MeshCoordinate(mesh=mesh, axis=sigma[a]), stride[a]))
+    swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
+    planner.add(
+        CollectivePermute,
+        target,
+        team=_team(planner, axes),
+        send_peer=send,
+        recv_peer=recv,
+        reason=f"every device needs one other device's block (mesh axes {swaps}): a pure"
+        " permutation, nothing gathered",
+    )
+    planner.note("permutation: one CollectivePermute instead of gathering and re-slicing")
+    return True
+
+
 # ----- rule 3: releasing axes -----
 def _release_axes(planner: Planner, target: Distribution, dim: int) -> None:
     """Gathers (or moves with AllToAll) the axes of ``dim`` beyond the target's prefix."""
@@ -399,14 +440,26 @@ def _release_axes(planner: Planner, target: Distribution, dim: int) -> None:
         if len(have) == keep:
             return
         released = have[keep:]
-        if _move_suffix(planner, target, dim, released):
+        move = _move(planner.current, target, dim, released)
+        if move is not None:
+            destination, moved = move
+            gathered = planner.current.with_dim(dim, have[: len(have) - len(moved)])
+            dest_axes = planner.current.dims[destination]
+            planner.add(
+                AllToAll,
+                gathered.with_dim(destination, dest_axes + moved),
+                team=_team(planner, moved),
+                split_axis=destination,
+                concat_axis=dim,
+                reason=f"mesh axes {_names(moved)} move from dim {dim} to dim {destination}: an"
+                " all-to-all over their team, not a gather",
+            )
+            if len(moved) > 1:
+                planner.note(f"fused: one AllToAll over the flattened team {_names(moved)}")
             continue
-        if _move_innermost(planner, target, dim, have):
-            continue
-        gathered = planner.current.with_dim(dim, have[:keep])
         planner.add(
             Allgather,
-            gathered,
+            planner.current.with_dim(dim, have[:keep]),
             team=_team(planner, released),
             axis=dim,
             reason=f"dim {dim} is no longer split over {_names(released)}",
@@ -418,47 +471,23 @@ def _release_axes(planner: Planner, target: Distribution, dim: int) -> None:
             )
 
 
-def _move_suffix(planner: Planner, target: Distribution, dim: int, released: tuple) -> bool:
-    """One AllToAll over the flattened team of ``released`` when another dim takes exactly
-    those axes next, in the same nesting order (``S0S0 -> S1S1``)."""
-    if len(released) < 2:
-        return False
-    for destination in range(len(target.dims)):
-        dest_axes = planner.current.dims[destination]
-        if destination != dim and target.dims[destination] == dest_axes + released:
-            _all_to_all(planner, dim, destination, released)
-            planner.note(f"fused: one AllToAll over the flattened team {_names(released)}")
-            return True
-    return False
-
-
-def _move_innermost(planner: Planner, target: Distribution, dim: int, have: tuple) -> bool:
-    """One AllToAll when the innermost axis of ``dim`` is the next axis of another dim."""
-    destination = target.dim_of(have[-1])
-    if destination is None or destination == dim:
-        return False
-    dest_axes = planner.current.dims[destination]
-    if target.dims[destination][: len(dest_axes) + 1] != dest_axes + have[-1:]:
-        return False
-    _all_to_all(planner, dim, destination, have[-1:])
-    return True
-
-
-def _all_to_all(planner: Planner, dim: int, destination: int, moved: tuple) -> None:
-    """The AllToAll moving the innermost mesh axes ``moved`` of ``dim`` to the inside of
-    ``destination``'s."""
-    have = planner.current.dims[dim]
-    gathered = planner.current.with_dim(dim, have[: len(have) - len(moved)])
-    dest_axes = planner.current.dims[destination]
-    planner.add(
-        AllToAll,
-        gathered.with_dim(destination, dest_axes + moved),
-        team=_team(planner, moved),
-        split_axis=destination,
-        concat_axis=dim,
-        reason=f"mesh axes {_names(moved)} move from dim {dim} to dim {destination}: an"
-        " all-to-all over their team, not a gather",
-    )
+def _move(
+    current: Distribution, target: Distribution, dim: int, released: tuple
+) -> tuple[int, tuple] | None:
+    """The dim that takes innermost axes of ``dim`` next, and those axes: all of
+    ``released`` when another dim takes exactly them next, in the same nesting order
+    (``S0S0 -> S1S1``), else the innermost alone if it is the next axis of another dim;
+    None if neither (a gather)."""
+    for destination, axes in enumerate(current.dims):
+        if len(released) > 1 and destination != dim and target.dims[destination] == axes + released:
+            return destination, released
+    destination = target.dim_of(released[-1])
+    axes = () if destination is None else current.dims[destination]
+    if destination not in (None, dim) and target.dims[destination][: len(axes) + 1] == (
+        axes + released[-1:]
+    ):
+        return destination, released[-1:]
+    return None
 
 
 # ----- rule 4: slices -----

@@ -63,6 +63,11 @@ class AxisLayout:
         """The mesh axes sharding this axis, outer first."""
         return tuple(p.axis for p in self.parts if p.axis is not None)
 
+    def layout(self) -> tuple:
+        """The mesh axis of each part in order, None for a local part: what two axes must
+        share to meet without communication (extents aside)."""
+        return tuple(p.axis for p in self.parts)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoweringTensor:

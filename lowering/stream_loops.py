@@ -280,10 +280,7 @@ class _Loop:
         # Whole here (an earlier loop, split on another dim, wrote all of it): read by the
         # chunks of the dim that maps to this loop's, as if it had no split of its own.
         for o, i in pairs:
-            same = [p.axis for p in producer.axes[i].parts] == [
-                p.axis for p in output.axes[o].parts
-            ]
-            if o == stream_axis and same:
+            if o == stream_axis and producer.axes[i].layout() == output.axes[o].layout():
                 dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
                 self.remapped.add(name)
                 return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
@@ -300,8 +297,7 @@ class _Loop:
         for o, i in dict(op.axis_maps).get(name, ()):
             if producer.axes[i].stream is None and o != stream_axis:
                 continue
-            mine = [p.axis for p in producer.axes[i].parts]
-            theirs = [p.axis for p in output.axes[o].parts]
+            mine, theirs = producer.axes[i].layout(), output.axes[o].layout()
             if o == stream_axis and mine == theirs:
                 return
             raise LoweringError(
@@ -398,7 +394,7 @@ class _Loop:
             )
         dst_data = [a for a in self.tensors[dst].axes if not a.reduction]
         for dim, (a, b) in enumerate(zip(data, dst_data, strict=True)):
-            if dim != split.dim and [p.axis for p in a.parts] != [p.axis for p in b.parts]:
+            if dim != split.dim and a.layout() != b.layout():
                 raise LoweringError(
                     f"{src} and {dst} differ on dim {dim} as well as on the gathered dim"
                     f" {split.dim}; reshard that dim separately"
