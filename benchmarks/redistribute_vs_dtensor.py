@@ -126,8 +126,8 @@ from lowering.distribution import parse_notation
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.redistribution_programs import fusion_for, program_for, reference_local  # noqa: E402
 
-MESHES = {4: [(2, 2)], 8: [(2, 2, 2), (2, 4)]}
-"""The mesh shapes run at each world size."""
+MESHES = {4: [(2, 2)], 6: [(2, 3)], 8: [(2, 2, 2), (2, 4)]}
+"""The mesh shapes run at each world size (``--mesh`` picks one)."""
 
 CASES = {
     2: [
@@ -692,11 +692,20 @@ def counts_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def sweep_pairs(k: int) -> list[tuple[str, str]]:
-    """Every source in {R, S0, S1, P}^k with every target in {R, S0, S1}^k."""
+def sweep_pairs(k: int, per_source: int = 0) -> list[tuple[str, str]]:
+    """Every source in {R, S0, S1, P}^k with every target in {R, S0, S1}^k; with
+    ``per_source``, that many targets per source, spread so that every target is taken
+    (the pairs ``tests/lowering/test_redistribution_sweep.py`` runs on 2x2x2 for 2)."""
     sources = ["".join(p) for p in itertools.product(["R", "S0", "S1", "P"], repeat=k)]
     targets = ["".join(p) for p in itertools.product(["R", "S0", "S1"], repeat=k)]
-    return list(itertools.product(sources, targets))
+    if not per_source:
+        return list(itertools.product(sources, targets))
+    n = len(targets)
+    return [
+        (src, targets[(i * 10 + j * 13) % n])
+        for i, src in enumerate(sources)
+        for j in range(per_source)
+    ]
 
 
 def _placements(notation: str) -> int:
@@ -724,11 +733,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="every pair {R,S0,S1,P}^k -> {R,S0,S1}^k of the mesh (k its rank) instead of the"
         " listed cases",
     )
+    parser.add_argument(
+        "--mesh", default="", help="one mesh of the world size, e.g. 2x4 (default: all of them)"
+    )
+    parser.add_argument(
+        "--per-source",
+        type=int,
+        default=0,
+        help="with --sweep: this many targets per source, every target taken (default: all)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument(
         "--shape",
         default="x".join(map(str, SHAPE)),
-        help="the tensor's shape, e.g. 256x256 (every dim divisible by 8)",
+        help="the tensor's shape, e.g. 256x256 (every dim divisible by the mesh's size;"
+        " 24x24 on 2x3)",
     )
     parser.add_argument(
         "--nproc", type=int, default=4, help="ranks to start when no launcher started this"
@@ -753,19 +772,20 @@ def main(argv: list[str]) -> int:
     _quiet()
     communicator = hostir.default_communicator()  # joins the gloo group
     rank, world = communicator.rank, communicator.world_size
-    if world not in MESHES:
-        raise SystemExit(f"run at world size 4 or 8 (meshes {MESHES}), not {world}")
+    meshes = [m for m in MESHES.get(world, []) if args.mesh in ("", "x".join(map(str, m)))]
+    if not meshes:
+        raise SystemExit(f"run at world size 4, 6 or 8 (meshes {MESHES}), not {world} {args.mesh}")
     wanted = [tuple(c.split("->")) for c in args.cases.split(",") if c]
     shape = tuple(int(n) for n in args.shape.split("x"))
     started = time.perf_counter()
     tables = []
-    for mesh_shape in MESHES[world]:
+    for mesh_shape in meshes:
         dmesh = init_device_mesh("cpu", mesh_shape)
         # --cases: those written for this mesh's rank (one placement per mesh dim).
         cases = [c for c in wanted if _placements(c[0]) == len(mesh_shape)] if wanted else None
         cases = cases if wanted else CASES[len(mesh_shape)]
         if args.sweep:
-            cases = sweep_pairs(len(mesh_shape))
+            cases = sweep_pairs(len(mesh_shape), args.per_source)
         if not cases:
             continue
         rows = [

@@ -64,6 +64,8 @@ def plan_same_mesh(planner: Planner, target: Distribution) -> None:
 
 
 def _plan_by_rules(planner: Planner, target: Distribution) -> None:
+    for dim in range(len(target.dims)):  # first the slices that can be made now: less data
+        _slice_axes(planner, target, dim, ready_only=True)
     _reduce_partials(planner, target)
     if not _permute(planner, target):
         # Inner dims first, on the smaller data: the last gather is then the outermost
@@ -293,11 +295,9 @@ def _sub_plan(
     return Plan(src=src, dst=dst, steps=steps, shape=planner.shape)
 
 
-def _exceeds(a: Scalar, b: Scalar, strictly: bool = True) -> bool:
-    """``a > b`` (``a >= b`` unless ``strictly``) for constants; False when symbolic."""
-    if isinstance(a, Const) and isinstance(b, Const):
-        return a.value > b.value if strictly else a.value >= b.value
-    return False
+def _exceeds(a: Scalar, b: Scalar) -> bool:
+    """``a > b`` for constants; False when symbolic."""
+    return isinstance(a, Const) and isinstance(b, Const) and a.value > b.value
 
 
 def _note_unfused(planner: Planner, start: int) -> None:
@@ -491,11 +491,17 @@ def _move(
 
 
 # ----- rule 4: slices -----
-def _slice_axes(planner: Planner, target: Distribution, dim: int) -> None:
-    """Local slices for the axes the target adds to ``dim``, outer first."""
+def _slice_axes(planner: Planner, target: Distribution, dim: int, ready_only=False) -> None:
+    """Local slices for the axes the target adds to ``dim``, outer first (``ready_only``:
+    while the next is replicated and the dim's axes are a prefix of the target's)."""
     wanted = target.dims[dim]
     while planner.current.dims[dim] != wanted:
         have = planner.current.dims[dim]
+        ready = (
+            wanted[: len(have)] == have and wanted[len(have)] in planner.current.replicated_axes()
+        )
+        if ready_only and not ready:
+            return
         if wanted[: len(have)] != have:
             raise planner.fail(f"dim {dim} is sharded in an order that cannot be sliced into")
         axis = wanted[len(have)]

@@ -22,6 +22,7 @@ from benchmarks.redistribute_vs_dtensor import (
     UnmeasuredCallError,
     _process_group_calls,
     received_bytes,
+    sweep_pairs,
 )
 
 
@@ -94,3 +95,15 @@ def test_recorder_sees_both_entry_points(multidevice_test):
     broadcast = 0 if rank == 1 else 128  # nothing arrives at the root
     expected = [3 * 128, 2 * 3 * 128 // 4, 4 * (sum(splits) - own), 128, 128, broadcast]
     assert [received_bytes(c) for c in recorder.calls] == expected
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_sampled_sweep_takes_every_source_and_every_target(k):
+    """``--per-source 2``: two targets per source, every target among them; on 2x2x2 the
+    same 128 pairs as the sweep test's numeric subset; all pairs without it."""
+    every = sweep_pairs(k)
+    sampled = sweep_pairs(k, per_source=2)
+    assert len(every) == 4**k * 3**k and set(sampled) <= set(every)
+    assert {s for s, _ in sampled} == {s for s, _ in every}
+    assert {d for _, d in sampled} == {d for _, d in every}
+    assert len(sampled) == len(set(sampled)) == 2 * 4**k
