@@ -2,9 +2,11 @@
 
 The rules, in order, each fusing what it can into one collective over a
 flattened team (a team spanning several mesh axes, outer first, so a group's
-rank order is the shard nesting order):
+rank order is the shard nesting order). First, the local slices that can be
+made at once (rule 4 where the axis is replicated and the dim's axes are a
+prefix of the target's): every later step then moves less. Then:
 
-1. Partial sums are reduced first, while the data is smallest: the partial
+1. Partial sums are reduced next, while the data is smallest: the partial
    axes a target dim appends are one ReduceScatter along it; all other
    partial axes are one Allreduce.
 2. A pure permutation — every device needs exactly the block another device

@@ -573,3 +573,28 @@ def test_partial_sums_take_no_more_calls_than_dtensor(multidevice_test, case, co
     assert len(others) == len(collectives) - permutes and p2p <= permutes, calls
     if src == "RP":
         assert "local_shard" in text.split("Allreduce")[0]  # sliced before reducing
+
+
+# ----- slices first: every later step moves less -----
+@pytest.mark.world_sizes(4)
+def test_a_slice_the_target_adds_comes_before_the_gather(multidevice_test):
+    """RS0 -> S1R: dim 1 is sliced over y at once (y is replicated in the source), then one
+    Allgather over x fills dim 0; no exchange, nothing held besides the output."""
+    text = run_set(multidevice_test, mesh_2x2(), {0: [X]}, {1: [Y]}, shape=(16, 16))
+    assert kinds(text) == [("Allgather", "M0(x)")]
+    assert text.index("local_shard") < text.index("Allgather")
+
+
+def test_slicing_first_reduces_less_data():
+    """2x2x2 RPP -> S0S1R: slice dim 0 over z, then reduce (a ReduceScatter along dim 1
+    over y, the Allreduce over x last in the output): the busiest rank receives 512 B, as
+    with DTensor, where one AllToAllV summing on arrival received 768 B."""
+    from lowering.exchange_cost import received_in_all
+
+    mesh = Mesh(devices=tuple(range(8)), shape=(2, 2, 2))
+    plan = plan_resharding(
+        value("A", mesh, {}, (Ya, Xa), shape=(16, 16)),
+        value("B", mesh, {0: (Za,), 1: (Ya,)}, shape=(16, 16)),
+    )
+    assert [s.kind for s in plan.steps] == [LocalShard, ReduceScatter, Allreduce]
+    assert received_in_all(plan) * plan.itemsize == 512
