@@ -43,13 +43,8 @@ def plan_text(mesh: str, shape: str, source: str, target: str, dtype: str = "flo
     values = []
     for name, notation in (("src", source), ("dst", target)):
         distribution = parse_notation(notation, device_mesh, ndim=len(extents))
+        distribution.local_shape(extents)  # raises where an extent does not divide
         sharding = distribution.to_sharding(extents)
-        for dim, extent in enumerate(extents):
-            if extent % distribution.shard_factor(dim):
-                raise ReshardingError(
-                    f"{notation}: dim {dim} of extent {extent} does not split evenly over"
-                    f" {distribution.shard_factor(dim)} devices"
-                )
         values.append(
             TensorValue(
                 name=name,

@@ -367,4 +367,4 @@ def test_plan_explains_a_permutation_and_a_reduction_first(hostir):
 def test_plan_refuses_uneven_shapes_in_one_line(hostir):
     """An extent that does not split evenly: one error line, exit 1."""
     done = hostir("plan", "--mesh", "2x2", "--shape", "7x8", "--from", "S0S0", "--to", "RR")
-    assert_one_line_error(done, 1, "dim 0 of extent 7 does not split evenly over 4 devices")
+    assert_one_line_error(done, 1, "dim 0 of extent 7 does not divide over 4 devices")
