@@ -367,7 +367,7 @@ def handler_buffers(
         # The backend sends from a contiguous input: a strided one is copied first.
         return add(zero if src_contiguous else src, landing)
     if isinstance(instruction, ReduceScatter):
-        return add(zero if _packs_in_place(instruction, src_contiguous) else src, landing)
+        return add(zero if _chunks_are_blocks(instruction, src_contiguous) else src, landing)
     if isinstance(instruction, Allreduce):
         return landing
     if isinstance(instruction, AllToAll):
@@ -380,9 +380,9 @@ def handler_buffers(
     return zero  # a permute sends and receives in place; local slices are views
 
 
-def _packs_in_place(instruction: ReduceScatter, src_contiguous: bool) -> bool:
-    """Whether a ReduceScatter's chunks are blocks of a contiguous ``src`` (no packing copy):
-    chunks of the outermost dim in their natural order."""
+def _chunks_are_blocks(instruction: ReduceScatter, src_contiguous: bool) -> bool:
+    """Whether a ReduceScatter's chunks are consecutive blocks of a contiguous ``src``, so
+    the handler packs no copy: chunks of the outermost dim in their natural order."""
     return src_contiguous and instruction.axis == 0 and instruction.inner is None
 
 

@@ -61,7 +61,7 @@ def plan_same_mesh(planner: Planner, target: Distribution) -> None:
     """Steps from ``planner.current`` to ``target`` on the same mesh."""
     start, source, notes = len(planner.steps), planner.current, len(planner.notes)
     _plan_by_rules(planner, target)
-    _exchange_instead(planner, target, (start, notes), source)
+    _cheaper_instead(planner, target, (start, notes), source)
     _note_unfused(planner, start)
 
 
@@ -92,8 +92,8 @@ def _names(axes: tuple[MeshAxis, ...]) -> str:
     return "(" + ", ".join(a.value for a in axes) + ")"
 
 
-# ----- the exchange: AllToAllV instead of gathering and slicing -----
-def _exchange_instead(
+# ----- cheaper candidates than the rules: exchanges, reducing last -----
+def _cheaper_instead(
     planner: Planner, target: Distribution, since: tuple[int, int], source: Distribution
 ) -> None:
     """Replaces the rule steps (and notes) since ``since`` when they slice data they
@@ -493,7 +493,7 @@ def _move(
 
 
 # ----- rule 4: slices -----
-def _slice_axes(planner: Planner, target: Distribution, dim: int, ready_only=False) -> None:
+def _slice_axes(planner: Planner, target: Distribution, dim: int, ready_only: bool = False) -> None:
     """Local slices for the axes the target adds to ``dim``, outer first (``ready_only``:
     while the next is replicated and the dim's axes are a prefix of the target's)."""
     wanted = target.dims[dim]
