@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hostir.errors import MeshError
+from hostir.scalars import MeshCoordinate, Scalar, add, mul
 from hostir.sharding import Mesh, MeshAxis
 
 
@@ -81,6 +82,15 @@ class Team:
         for axis in self.axes:
             d = axis.dim(self.mesh.ndim)
             index = index * self.mesh.shape[d] + coords[d]
+        return index
+
+    def my_position(self) -> Scalar:
+        """This rank's index in its group as a scalar expression (what :meth:`position`
+        gives for a known device): its coordinates on the team axes, row-major."""
+        index: Scalar = 0
+        for axis in self.axes:
+            coordinate = MeshCoordinate(mesh=self.mesh, axis=axis)
+            index = add(mul(index, self.mesh.axis_size(axis)), coordinate)
         return index
 
     def __str__(self) -> str:

@@ -101,7 +101,8 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
         # once per rank of the partial axes (the fuzzer's seed 72 dropped it instead).
         raise LoweringError(
             f"{out.name} = linear(..., bias={bias}) holds partial sums over mesh axes"
-            f" {[a.value for a in out_partial_axes(compute)]} (its contraction is sharded),"
+            f" {sorted({m.value for a in compute.axes if a.reduction for m in a.mesh_axes()})}"
+            " (its contraction is sharded),"
             f" so the bias cannot be added once; shard {out.name} without partial sums"
             " (the lowering then reduces before adding the bias) or add the bias after"
             " reducing"
@@ -185,12 +186,7 @@ def _refuse_sharded_repeats(
     one copy cannot serve both (it gave wrong local shapes): refused by name."""
     if not isinstance(op.instruction, Linear | Matmul):
         return  # elementwise operands map dims alike: one layout serves both
-    fields = [
-        getattr(op.instruction, f.name)
-        for f in dataclasses.fields(op.instruction)
-        if f.name != "out"
-    ]
-    names = [v.name for v in fields if isinstance(v, TensorValue)]
+    names = _operand_names(op.instruction)
     sharded = any(axis.mesh_axes() for axis in compute.axes)
     for name in dict.fromkeys(names):
         if names.count(name) > 1 and (sharded or any(a.mesh_axes() for a in tensors[name].axes)):
@@ -199,12 +195,6 @@ def _refuse_sharded_repeats(
                 f" {compute.name}, which is sharded: each operand needs its own layout of"
                 f" {name}; pass a copy for one of them (fd.ops.set({name}))"
             )
-
-
-def out_partial_axes(compute: LoweringTensor) -> list:
-    """The mesh axes ``compute``'s reduction axes are sharded over (its partial sums)."""
-    found = {m for axis in compute.axes if axis.reduction for m in axis.mesh_axes()}
-    return sorted(found, key=lambda m: m.value)  # sorted: set order differs between ranks
 
 
 def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None:
@@ -230,9 +220,8 @@ def _rewrite(
     values = {name: tensors[renames.get(name, name)].value() for name in op.inputs}
     values[op.output] = result.value()
     bound = bind_values(instruction, values)
-    names = tuple(
-        renames.get(name, name) for name in op.inputs if _reads(bound, renames.get(name, name))
-    )
+    reads = _operand_names(bound)
+    names = tuple(renames.get(name, name) for name in op.inputs if renames.get(name, name) in reads)
     maps = tuple(
         (renames.get(name, name), pairs)
         for name, pairs in op.axis_maps
@@ -241,13 +230,11 @@ def _rewrite(
     return LoweringOp(instruction=bound, output=result.name, inputs=names, axis_maps=maps)
 
 
-def _reads(instruction: object, name: str) -> bool:
-    return any(
-        isinstance(getattr(instruction, f.name), TensorValue)
-        and getattr(instruction, f.name).name == name
-        for f in dataclasses.fields(instruction)
-        if f.name != "out"
-    )
+def _operand_names(instruction: object) -> list[str]:
+    """The names of the tensors ``instruction`` reads, one per operand field."""
+    fields = dataclasses.fields(instruction)
+    values = (getattr(instruction, f.name) for f in fields if f.name != "out")
+    return [v.name for v in values if isinstance(v, TensorValue)]
 
 
 def _bias_add(

@@ -1,31 +1,16 @@
 """``Distribution``: how a tensor is spread over a mesh, independent of its extents (SPEC §6).
 
-For each logical dim, the mesh axes sharding it in nesting order (outer
-first), so ``[y, x]`` and ``[x, y]`` on one dim are different layouts; the
-mesh axes over which the tensor is partial, with their reduce op; every other
-mesh axis replicated. Only block layouts are distributions (a dim's mesh axes
-come before its local data); the cyclic ones a ``Sharding`` can also describe
-are refused.
-
-Conversions:
-
-- ``Distribution.from_sharding`` / ``to_sharding``: host IR shardings, e.g.
-  read off a lowered program (``fd.host_ir().inputs[0].sharding``).
-- ``Distribution.from_placements`` / ``to_placements``: DTensor placements,
-  implemented in ``lowering.dtensor_placements`` (which also says how DTensor
-  mesh dims map to our mesh axes and how shard orders are written).
-- ``parse_notation`` / ``Distribution.notation``: one placement per mesh dim,
-  outer mesh dim first: ``S<d>`` shards tensor dim ``d``, ``R`` replicates,
-  ``P`` is partial (sum; ``P(max)``, ``P(min)``, ``P(prod)`` for the others).
-  On a 2x2 mesh ``S0S0`` is ``(Shard(0), Shard(0))``: dim 0 over ``[y, x]``.
-  A tensor dim sharded over several mesh dims in another order takes the
-  order as a suffix of mesh dims, outer first: ``S0S0[1,0]`` is dim 0 over
-  ``[x, y]``. (A mesh has at most 3 dims, so at most one tensor dim can be
-  sharded more than once and the suffix is unambiguous.)
-
-``as_mesh`` and ``mesh_axis_of_dim`` from ``lowering.dtensor_placements`` are
-re-exported here. (The fusions and programs that reshard one tensor between two
-distributions, for tests and benchmarks, are in ``tests/redistribution_programs.py``.)
+For each logical dim, the mesh axes sharding it in nesting order (outer first:
+``[y, x]`` and ``[x, y]`` on one dim differ), and the partial axes with their
+reduce op; every other mesh axis is replicated. Only block layouts are
+distributions (cyclic ones are refused). It converts to and from host IR
+shardings (``from_sharding``/``to_sharding``), DTensor placements
+(``from_placements``/``to_placements``, in ``lowering.dtensor_placements``,
+re-exported with ``as_mesh`` and ``mesh_axis_of_dim``) and the compact
+notation ``S0S1``, ``PS0``, ``S0S0[1,0]`` (``parse_notation``/``notation``:
+one placement per mesh dim, outer first; docs/cli.md, ``hostir plan``). A mesh
+has at most 3 dims, so at most one tensor dim is sharded more than once and
+the order suffix is unambiguous.
 """
 
 from __future__ import annotations

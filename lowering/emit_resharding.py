@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from hostir import Set, ShardByStream, TensorValue
 from hostir.communications import Wait
 from hostir.instructions import Allocate, Instruction
-from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul
+from hostir.scalars import Const
 from hostir.values import RequestValue
 from lowering.plan_resharding import Plan, Step
 
@@ -53,7 +53,7 @@ def emit_resharding(
             axis, index = (
                 (0, Const(value=0))
                 if plan.in_place(k + 1)
-                else (after.get("axis"), _team_index(after))
+                else (after.get("axis"), after.team.my_position())
             )
             instructions.append(ShardByStream(out=outs[k], src=outs[k + 1], axis=axis, index=index))
     current = src
@@ -74,16 +74,6 @@ def _step_outputs(plan: Plan, dst: TensorValue) -> list[TensorValue]:
         for k, s in enumerate(plan.steps[:-1])
     ]
     return [*outs, dst]
-
-
-def _team_index(step: Step) -> Scalar:
-    """This rank's position in ``step``'s team (outer axis first): the slot of the
-    gathered dim its chunk fills."""
-    mesh = step.team.mesh
-    index: Scalar = 0
-    for axis in step.team.axes:
-        index = add(mul(index, mesh.axis_size(axis)), MeshCoordinate(mesh=mesh, axis=axis))
-    return index
 
 
 def _emit_step(

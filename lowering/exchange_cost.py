@@ -103,10 +103,8 @@ def step_received(plan: Plan, k: int) -> int | None:
     if step.team is None:  # a local slice or copy
         return 0
     if step.kind is AllToAllV:
-        reduced = step.get("op") is not None
-        return _of_exchange(
-            most_received, plan.before(k), step.after, step.team, plan.shape, reduced
-        )
+        key = (plan.before(k), step.after, step.team, plan.shape, step.get("op") is not None)
+        return _of_exchange(most_received, *key)
     group = step.team.group_of(step.team.mesh.devices[0])  # not every group: one is alike
     return busiest_received(plan.instruction(k), group, {})
 
@@ -125,11 +123,9 @@ def received_lower_bound(plan: Plan) -> int | None:
     shape = _concrete(plan.shape)
     if shape is None:
         return None
-    worst = 0
+    worst, keeps = 0, not plan.src.partial and plan.src.mesh == plan.dst.mesh
     for rank in plan.dst.mesh.devices:
         out = block_box(plan.dst, shape, rank)
-        held = None
-        if not plan.src.partial and plan.src.mesh == plan.dst.mesh:
-            held = intersect(block_box(plan.src, shape, rank), out)
+        held = intersect(block_box(plan.src, shape, rank), out) if keeps else None
         worst = max(worst, volume(out) - (volume(held) if held is not None else 0))
     return worst

@@ -18,10 +18,9 @@ from lowering.plan_memory import memory_bound, peak_of, step_staging, step_tempo
 def _bytes(elements: Scalar | int | None, itemsize: int, names: _MeshNames) -> str:
     if elements is None:
         return "? B (symbolic extents)"
+    elements = elements.value if isinstance(elements, Const) else elements
     if isinstance(elements, int):
         return f"{elements * itemsize} B"
-    if isinstance(elements, Const):
-        return f"{elements.value * itemsize} B"
     return f"{print_scalar(elements, names.name)} x {itemsize} B"
 
 

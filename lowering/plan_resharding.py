@@ -1,16 +1,11 @@
 """``plan_resharding``: the steps that turn one sharding of a tensor into another.
 
-A pure function from (source value, target value) to a :class:`Plan`: a list
-of steps, each a communication or local slice with the sharding the data has
-after it. Emitting instructions from a plan is ``emit_resharding``'s job.
-
-On one mesh, ``lowering/plan_same_mesh.py`` applies its rules (permutations,
-reductions first, fused collectives over flattened teams, all-to-all moves,
-local slices).
-
-Between meshes: a single source device Scatters or Broadcasts (then slices), a
-single target device Gathers or Reduces, and meshes of equal shape exchange
-shards pairwise with SendRecv. Anything else raises ReshardingError.
+A pure function from (source value, target value) to a :class:`Plan` of steps,
+each a communication or local slice with the sharding it leaves; emitting them
+is ``emit_resharding``'s job. One mesh: ``lowering/plan_same_mesh.py``. Between
+meshes (one source device, one target device, or disjoint meshes of one shape)
+the functions below; docs/communication.md tabulates both. Anything else
+raises ReshardingError.
 """
 
 from __future__ import annotations
@@ -68,15 +63,11 @@ def _replicated(mesh: Mesh, ndim: int) -> Distribution:
     return Distribution(mesh=mesh, dims=((),) * ndim)
 
 
-def _flat(mesh: Mesh) -> Mesh:
-    return Mesh(devices=mesh.devices, shape=(len(mesh.devices),))
-
-
 def _plan_from_device(planner: Planner) -> None:
     """One source device: Scatter into a 1-d target, else Broadcast then slice."""
     device = planner.current.mesh.devices[0]
     target = planner.target
-    sharded = [d for d in range(len(target.dims)) if target.dims[d]]
+    sharded = [d for d, axes in enumerate(target.dims) if axes]
     mesh = target.mesh
     if (
         mesh.ndim == 1
@@ -92,7 +83,7 @@ def _plan_from_device(planner: Planner) -> None:
     if planner.current.partial:
         raise planner.fail("a partial tensor on one device has nothing to reduce with")
     if device in mesh.devices:
-        team_mesh, root = _flat(mesh), mesh.devices.index(device)
+        team_mesh, root = Mesh(devices=mesh.devices, shape=(mesh.size,)), mesh.devices.index(device)
     else:
         team_mesh, root = Mesh(devices=(device, *mesh.devices), shape=(len(mesh.devices) + 1,)), 0
     team = Team(mesh=team_mesh, axes=(MeshAxis.X,))
@@ -105,7 +96,7 @@ def _plan_to_device(planner: Planner) -> None:
     device = planner.target.mesh.devices[0]
     source = planner.current
     mesh = source.mesh
-    sharded = [d for d in range(len(source.dims)) if source.dims[d]]
+    sharded = [d for d, axes in enumerate(source.dims) if axes]
     if mesh.ndim == 1 and device in mesh.devices:
         team = Team(mesh=mesh, axes=(MeshAxis.X,))
         root = Const(value=mesh.devices.index(device))

@@ -1,39 +1,23 @@
-"""Planning a resharding on one mesh (dims laid out in blocks).
+"""Planning a resharding on one mesh (dims laid out in blocks), in normal form.
 
 The rules, in order, each fusing what it can into one collective over a
-flattened team (a team spanning several mesh axes, outer first, so a group's
-rank order is the shard nesting order). First, the local slices that can be
-made at once (rule 4 where the axis is replicated and the dim's axes are a
-prefix of the target's): every later step then moves less. Then:
-
-1. Partial sums are reduced next, while the data is smallest: the partial
-   axes a target dim appends are one ReduceScatter along it; all other
-   partial axes are one Allreduce.
-2. A pure permutation — every device needs exactly the block another device
-   holds, as in ``S0S1 -> S1S0`` or ``RS0 -> S0R`` — is one CollectivePermute;
-   nothing is gathered.
-3. The axes a dim releases (beyond the target's prefix of that dim) are one
-   Allgather, unless the innermost moves to another dim next: then one AllToAll.
-   Inner dims go first, so the outermost dim's gather writes the output in place.
-4. The axes a target dim adds are local slices (no communication).
-
-When the rules would communicate and then slice away part of what arrived
-(axes of different sizes trading places, as ``S0S1 -> S1S0`` on a 2x4 mesh),
-pass SPEC §6's bound, or reduce partial sums and then move them again, the
-cost model (:func:`_cost`) chooses among the rules and these candidates: one
-AllToAllV over the mesh axes the change involves (each rank receives exactly
-the pieces of its target block it lacks, summed on arrival for a partial
-source, in rounds that keep it within the bound); a ReduceScatter then one
-AllToAllV; and, for partial sums, the rules moving them unreduced followed by
-one Allreduce in place in the output (``S0P -> S1R``: an AllToAll, then the
-reduction, where reducing first would hold the reduced copy beside the
-AllToAll's packing buffer).
+flattened team (several mesh axes, outer first: a group's rank order is the
+shard nesting order): the local slices that can be made at once; partial sums
+reduced while the data is smallest (ReduceScatter along a dim the target
+extends by them, else Allreduce); a pure permutation of mesh axes as one
+CollectivePermute; the axes a dim releases gathered (Allgather) or moved to
+the dim that takes them next (AllToAll), inner dims first; then the slices
+the target adds. Where the rules would slice away data they moved, pass SPEC
+§6's bound, or reduce and then move the sums again, the cost model
+(:func:`_cost`) chooses among them and the candidates (one AllToAllV; a
+ReduceScatter then one AllToAllV; the moves of the unreduced sums then one
+Allreduce in place). docs/design.md ("The planner in normal form") says why
+this is complete; docs/communication.md tabulates the rules.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -48,7 +32,7 @@ from hostir import (
     ReduceScatter,
 )
 from hostir.communications import LocalShard
-from hostir.scalars import Const, MeshCoordinate, Scalar, add, mul, sub
+from hostir.scalars import Const, Scalar, sub
 from hostir.team import Team
 from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
@@ -115,35 +99,32 @@ def _cheaper_instead(
     )
     rules = _sub_plan(planner, source, target, steps)
     over = _exceeds(peak_temporaries(rules), memory_bound(rules))
-    if not (sliced_after or over or moved_after):
+    flagged = (
+        (sliced_after, "the rules would gather data and slice part of it away"),
+        (over, "the rules would hold more temporaries than max(in, out)"),
+        (moved_after, "the rules would reduce the partial sums and then move them again"),
+    )
+    why = next((text for flag, text in flagged if flag), None)
+    if why is None:
         return
     if len({p.op for p in reduced}) > 1:
-        planner.note("no AllToAllV: partial sums with different reduce ops")
+        planner.note("rules kept: partial sums with different reduce ops")
         return
-    why = (
-        "the rules would gather data and slice part of it away"
-        if sliced_after
-        else "the rules would hold more temporaries than max(in, out)"
-        if over
-        else "the rules would reduce the partial sums and then move them again"
-    )
     candidates = [functools.partial(_exchange, planner, source, target, why, memory_bound(rules))]
     candidates += _reduce_then_exchange(planner, source, target, reduced, why, rules)
     candidates += _move_then_reduce(planner, source, target, reduced)
     best = _cheapest(planner, source, target, candidates, rules)
     if best is None:
-        planner.note("no AllToAllV: the rules cost no more (bound, calls, bytes received)")
+        planner.note("rules kept: no candidate costs less (bound, calls, bytes received)")
         return
     del planner.steps[start:]
     del planner.notes[notes:]
     planner.steps.extend(best)
     planner.current = target
-    involved = _names(best[-1].team.axes)
     planner.note(
         f"{'exchange' if best[-1].kind is AllToAllV else 'reduced last'}:"
         f" {'one ' * (len(best) == 1)}{' + '.join(s.name for s in best)} over"
-        f" {involved} instead of"
-        f" {len(communicated)} collective(s)"
+        f" {_names(best[-1].team.axes)} instead of {len(communicated)} collective(s)"
         + (" followed by local slices" if sliced_after else "")
     )
 
@@ -159,14 +140,8 @@ def _exchange(
     """One AllToAllV from ``source`` to ``target`` over the mesh axes either involves, in
     as many rounds as keep its buffers within ``allowance`` elements (``exact`` False:
     the fewest it can need, costing no rank's pieces)."""
-    mesh = source.mesh
-    involved = tuple(
-        a
-        for a in mesh.axes()
-        if source.dim_of(a) is not None
-        or target.dim_of(a) is not None
-        or any(p.axis == a for p in (*source.partial, *target.partial))
-    )
+    idle = set(source.replicated_axes()) & set(target.replicated_axes())
+    involved = tuple(a for a in source.mesh.axes() if a not in idle)
     ops = {p.op for p in source.partial if p not in target.partial}
     team = _team(planner, involved)
     before, after = planner.sharding(source), planner.sharding(target)
@@ -194,31 +169,20 @@ def _reduce_then_exchange(
     """For each dim the reduced partial axes can split: a ReduceScatter along it (the
     axes appended to the dim's), then one AllToAllV to ``target`` (if still needed), its
     buffers within the bound less the scattered intermediate it holds."""
-    if not reduced:
-        return []
     axes = _in_mesh_order(planner, [p.axis for p in reduced])
-    factor = math.prod(source.mesh.axis_size(a) for a in axes)
     found = []
-    for dim in range(len(target.dims)):
-        have = source.dims[dim]
-        local = planner.shape[dim]
-        if not isinstance(local, Const) or local.value % (factor * _size(source, have)):
+    for dim in range(len(target.dims)) if reduced else ():
+        extent, factor = planner.shape[dim], _team(planner, axes + source.dims[dim]).size
+        if not isinstance(extent, Const) or extent.value % factor:
             continue
-        after = replace(source, partial=target.partial).with_dim(dim, have + axes)
-        scatter = Step(
-            kind=ReduceScatter,
-            after=planner.sharding(after),
-            team=_team(planner, axes),
-            attrs={"axis": dim, "op": reduced[0].op},
-            reason=f"reduce the partial sums over {_names(axes)} along dim {dim} first, while"
-            " the data is smallest",
-        )
-        if after == target:
-            found.append(lambda exact, scatter=scatter: (scatter,))
-            continue
+        scratch = planner.scratch(source)
+        _reduce(scratch, ReduceScatter, axes, reduced[0].op, dim)
+        after, (scatter,) = scratch.current, scratch.steps
         allowance = sub(memory_bound(rules), local_elements(after, planner.shape))
         exchange = functools.partial(_exchange, planner, after, target, why, allowance)
-        found.append(lambda exact, s=scatter, e=exchange: (s, *e(exact)))
+        found.append(
+            lambda exact, s=scatter, e=exchange, a=after: (s, *_unless(a, target, e, exact))
+        )
     return found
 
 
@@ -236,18 +200,13 @@ def _move_then_reduce(
     except ReshardingError:
         return []
     axes = _in_mesh_order(planner, [p.axis for p in reduced])
-    reduce = Step(
-        kind=Allreduce,
-        after=planner.sharding(target),
-        team=_team(planner, axes),
-        attrs={"op": reduced[0].op},
-        reason=f"reduce the partial sums over {_names(axes)} last, in place in the output",
-    )
-    return [lambda exact: (*scratch.steps, reduce)]
+    _reduce(scratch, Allreduce, axes, reduced[0].op, None, "last, in place in the output")
+    return [lambda exact: tuple(scratch.steps)]
 
 
-def _size(sharding: Distribution, axes: tuple[MeshAxis, ...]) -> int:
-    return math.prod(sharding.mesh.axis_size(a) for a in axes)
+def _unless(done: Distribution, target: Distribution, build: Callable, exact: bool) -> tuple:
+    """The steps of ``build(exact)``, none if ``done`` lays the dims out as ``target``."""
+    return () if done.dims == target.dims else build(exact)
 
 
 def _cheapest(
@@ -306,23 +265,18 @@ def _note_unfused(planner: Planner, start: int) -> None:
     """For ``Plan.explain``: why consecutive collectives since ``start`` stay separate."""
     steps = [s for s in planner.steps[start:] if s.team is not None]
     for first, second in zip(steps, steps[1:], strict=False):
-        a, b = first.name, second.name
-        teams = f"{a} over {_names(first.team.axes)} and {b} over {_names(second.team.axes)}"
+        teams = " and ".join(f"{s.name} over {_names(s.team.axes)}" for s in (first, second))
         if first.kind is second.kind is Allgather:
             planner.note(
                 f"not fused: {teams} fill different dims ({first.get('axis')} and"
-                f" {second.get('axis')}); one"
-                " gather over a flattened team fills one dim, and both at once would need the"
-                " output rearranged through a buffer of its size"
+                f" {second.get('axis')}); one gather over a flattened team fills one dim, and"
+                " both at once would need the output rearranged through a buffer of its size"
             )
         elif first.kind is not second.kind:
+            first_reduces = first.kind in (Allreduce, ReduceScatter)
             planner.note(
                 f"not fused: {teams} are different collectives"
-                + (
-                    " (the reduction first, while the data is smallest)"
-                    if first.kind in (Allreduce, ReduceScatter)
-                    else ""
-                )
+                + " (the reduction first, while the data is smallest)" * first_reduces
             )
 
 
@@ -345,18 +299,20 @@ def _scatters(
 ) -> list[tuple[int, tuple[MeshAxis, ...]]]:
     """Dims the target extends by partial ``axes`` only (after the source's axes)."""
     found = []
-    for dim in range(len(target.dims)):
-        have, want = planner.current.dims[dim], target.dims[dim]
+    for dim, (have, want) in enumerate(zip(planner.current.dims, target.dims, strict=True)):
         appended = want[len(have) :]
-        if want[: len(have)] != have or not appended:
-            continue
-        if all(a in axes and planner.current.dim_of(a) is None for a in appended):
+        if want[: len(have)] == have and appended and set(appended) <= set(axes):
             found.append((dim, appended))
     return found
 
 
 def _reduce(
-    planner: Planner, kind: type, axes: tuple[MeshAxis, ...], op: ReduceOp, dim: int | None
+    planner: Planner,
+    kind: type,
+    axes: tuple[MeshAxis, ...],
+    op: ReduceOp,
+    dim: int | None,
+    when: str = "first, while the data is smallest",
 ) -> None:
     current = planner.current
     partial = tuple(p for p in current.partial if not (p.axis in axes and p.op is op))
@@ -368,8 +324,7 @@ def _reduce(
         kind,
         after,
         team=_team(planner, axes),
-        reason=f"reduce the partial sums over {_names(axes)}{where} first, while the data"
-        " is smallest",
+        reason=f"reduce the partial sums over {_names(axes)}{where} {when}",
         op=op,
         **({} if dim is None else {"axis": dim}),
     )
@@ -410,14 +365,13 @@ def _permute(planner: Planner, target: Distribution) -> bool:
     sigma = _axis_map(planner, target)
     if sigma is None or all(a == b for a, b in sigma.items()):
         return False
-    mesh = planner.current.mesh
-    axes = mesh.axes()
-    stride = {a: math.prod(mesh.axis_size(b) for b in axes[i + 1 :]) for i, a in enumerate(axes)}
-    recv: Scalar = 0
-    send: Scalar = 0
-    for a in axes:
-        recv = add(recv, mul(MeshCoordinate(mesh=mesh, axis=a), stride[sigma[a]]))
-        send = add(send, mul(MeshCoordinate(mesh=mesh, axis=sigma[a]), stride[a]))
+    # Peers as positions in the whole mesh, row-major: the one this rank receives from has
+    # on each axis b this rank's coordinate on sigma^-1(b); the one it sends to has on
+    # each axis a this rank's coordinate on sigma(a) (mapped axes have equal sizes).
+    axes = planner.current.mesh.axes()
+    inverse = {b: a for a, b in sigma.items()}
+    recv = _team(planner, tuple(inverse[b] for b in axes)).my_position()
+    send = _team(planner, tuple(sigma[a] for a in axes)).my_position()
     swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
     planner.add(
         CollectivePermute,

@@ -1,4 +1,5 @@
-"""``hostir plan``: show a redistribution plan and its cost.
+"""The commands ``lowering`` adds to the ``hostir`` command line: ``hostir plan``, which
+shows a redistribution plan and its cost.
 
 ``hostir plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR`` prints
 ``Plan.explain()`` for resharding a tensor of that shape between the two
