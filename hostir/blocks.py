@@ -605,21 +605,39 @@ def member_profiles(src: Operand, out: Operand, team: Team, reduced: bool) -> tu
     return tuple(dict.fromkeys(found.values()))
 
 
+def busiest_member_profile(
+    src: Operand, out: Operand, team: Team, reduced: bool
+) -> tuple[Exchange, ...]:
+    """The :func:`profile` of one member alone, the one that receives the most
+    (:func:`most_received`'s measure): the rounds it needs (:func:`rounds_needed`) are no
+    more than all members need, a lower bound the planner gets from one member's pieces."""
+    busiest = _busiest(src, out, team, reduced)[1]
+    return (profile(member_exchange(src, out, team, busiest, reduced)),)
+
+
 def most_received(src: Operand, out: Operand, team: Team, reduced: bool) -> int:
     """The most elements a member receives from others: its out block once per reduced
     coordinate (the sources tile it so), less the piece it keeps (its own ``src`` block
     within its ``out`` block), at most over members; linear in the mesh, no pieces.
     Raises what :func:`member_exchange` raises for the first member."""
+    member_exchange(src, out, team, team.mesh.devices[0], reduced)  # its errors, if any
+    return _busiest(src, out, team, reduced)[0]
+
+
+@lru_cache(maxsize=256)
+def _busiest(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[int, int]:
+    """(the most elements a member receives from others, the first such member); cached:
+    the planner asks for both."""
     roles = _roles(src, out, team, reduced)
     mesh = team.mesh
     copies = math.prod(mesh.shape[m] for m in roles.reduced)
-    most = 0
+    most = (0, mesh.devices[0])
     for rank in mesh.devices:
         coords = mesh.coordinates(rank)
         out_box = _box(roles.out_layout, coords)
         kept = intersect(_box(roles.src_layout, coords), out_box)
-        most = max(most, copies * volume(out_box) - (volume(kept) if kept else 0))
-    member_exchange(src, out, team, mesh.devices[0], reduced)  # its errors, if any
+        received = copies * volume(out_box) - (volume(kept) if kept else 0)
+        most = (received, rank) if received > most[0] else most
     return most
 
 

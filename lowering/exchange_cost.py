@@ -17,6 +17,7 @@ from hostir.blocks import (
     ROUNDS_LIMIT,
     Operand,
     block_box,
+    busiest_member_profile,
     intersect,
     member_profiles,
     most_received,
@@ -64,17 +65,18 @@ def exchange_rounds_for(
 ) -> int | None:
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
     buffers pass ``allowance`` elements (``hostir.blocks.rounds_needed``); None for one
-    call (or a symbolic shape). Not ``exact``: the fewest it can be, computing no rank's
-    pieces (partial sums always arrive in a buffer, so a reducing exchange needs at
-    least the most received over the allowance)."""
+    call (or a symbolic shape). Not ``exact``: no more than it is, from one rank's
+    pieces (``busiest_member_profile``), or, for a reducing exchange, none (partial sums
+    always arrive in a buffer: at least the most received over the allowance)."""
     if not isinstance(allowance, Const):
         return None
-    if exact:
-        profiles = _of_exchange(member_profiles, before, after, team, shape, reduced)
+    if exact or not reduced:  # every rank's profile, or the busiest rank's (a lower bound)
+        measure = member_profiles if exact else busiest_member_profile
+        profiles = _of_exchange(measure, before, after, team, shape, reduced)
         rounds = None if profiles is None else rounds_needed(profiles, reduced, allowance.value)
     else:
         received = _of_exchange(most_received, before, after, team, shape, reduced)
-        if not reduced or received is None:
+        if received is None:
             return None
         rounds = min(-(-received // max(allowance.value, 1)), ROUNDS_LIMIT)
     return rounds if rounds is not None and rounds > 1 else None

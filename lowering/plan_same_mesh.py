@@ -392,7 +392,8 @@ def _release_axes(planner: Planner, target: Distribution, dim: int) -> None:
     wanted = target.dims[dim]
     while True:
         have = planner.current.dims[dim]
-        keep = _common_prefix(have, wanted)
+        pairs = enumerate(zip(have, wanted, strict=False))  # keep their common prefix
+        keep = next((i for i, (a, b) in pairs if a != b), min(len(have), len(wanted)))
         if len(have) == keep:
             return
         released = have[keep:]
@@ -453,12 +454,10 @@ def _slice_axes(planner: Planner, target: Distribution, dim: int, ready_only: bo
     wanted = target.dims[dim]
     while planner.current.dims[dim] != wanted:
         have = planner.current.dims[dim]
-        ready = (
-            wanted[: len(have)] == have and wanted[len(have)] in planner.current.replicated_axes()
-        )
-        if ready_only and not ready:
+        prefix = wanted[: len(have)] == have
+        if ready_only and not (prefix and wanted[len(have)] in planner.current.replicated_axes()):
             return
-        if wanted[: len(have)] != have:
+        if not prefix:
             raise planner.fail(f"dim {dim} is sharded in an order that cannot be sliced into")
         axis = wanted[len(have)]
         if planner.current.dim_of(axis) is not None:
@@ -471,10 +470,3 @@ def _slice_axes(planner: Planner, target: Distribution, dim: int, ready_only: bo
             mesh_axis=axis,
             reason=f"replicated data split over {axis.value}: a local slice, no communication",
         )
-
-
-def _common_prefix(a: tuple, b: tuple) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n

@@ -1,6 +1,8 @@
 """The planner costs an AllToAllV from one rank per class of ranks with equal profiles
 (``hostir.blocks.member_profiles``) and takes the most received from block boxes alone
-(``hostir.blocks.most_received``). Both must equal what every rank's own exchange says:
+(``hostir.blocks.most_received``), and bounds an exchange's rounds from below by the
+busiest rank's profile (``hostir.blocks.busiest_member_profile``): its profile must be
+that rank's, and the most received its. All must match what every rank's own exchange says:
 checked here on every rank of every exchange between the sweep's distributions, over
 every team of mesh axes, with nesting orders other than the mesh's among them."""
 
@@ -12,7 +14,15 @@ import math
 import pytest
 
 from hostir import Mesh
-from hostir.blocks import Operand, member_exchange, member_profiles, most_received, profile, volume
+from hostir.blocks import (
+    Operand,
+    busiest_member_profile,
+    member_exchange,
+    member_profiles,
+    most_received,
+    profile,
+    volume,
+)
 from hostir.errors import HostIrError
 from hostir.team import Team
 from lowering.distribution import parse_notation
@@ -56,9 +66,13 @@ def test_profiles_and_most_received_match_every_rank(mesh_shape):
                 continue
             checked += 1
             profiles = {profile(e) for e in every}
-            most = max(
+            received = [
                 sum(volume(p.box) for p in e.receives if p.source != e.member) for e in every
-            )
+            ]
+            most = max(received)
+            (busiest,) = busiest_member_profile(src, out, team, reduced)
+            if busiest != profile(every[received.index(most)]):
+                problems.append(f"{a} -> {b} over {team}: not the busiest rank's profile")
             if set(member_profiles(src, out, team, reduced)) != profiles:
                 problems.append(f"{a} -> {b} over {team}: profiles differ")
             if most_received(src, out, team, reduced) != most:
