@@ -213,24 +213,34 @@ def run_reduce(context: RunContext, instruction: Reduce, operands: dict) -> list
 
 
 def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list:
-    """Gather to the root, which unpacks along ``axis``."""
+    """Gather to the root, which unpacks along ``axis`` (along dim 0 of a contiguous
+    ``out`` the members' chunks are its blocks: received in place)."""
     group = _group(context, instruction)
     root = int(operands["root"])
     src = need(operands["src"], instruction, "src", context).contiguous()
     is_root = group[root] == context.rank
-    buffer = (
-        torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
-        if is_root
-        else None
-    )
-    work = context.communicator.gather(buffer, src, group, root)
     out = out_buffer(context, instruction, operands)
+    in_place = is_root and _lands_in_out(instruction, out)
+    buffer = None
+    if in_place:
+        buffer = out.view(len(group), *src.shape)
+    elif is_root:
+        buffer = torch.empty((len(group), *src.shape), dtype=src.dtype, device=src.device)
+    work = context.communicator.gather(buffer, src, group, root)
 
     def finish() -> None:
-        if out is not None and buffer is not None:
+        if out is not None and buffer is not None and not in_place:
             out.copy_(_merge_dim(buffer, instruction.axis, None))
 
     return [out, Request(work, finish)]
+
+
+def _lands_in_out(instruction: Gather | Scatter, out: torch.Tensor | None) -> bool:
+    """Whether the chunks of a Gather (the root's) or the one of a Scatter (a member's) can
+    be received straight into ``out``: a contiguous ``out``, and for a Gather chunks along
+    dim 0 (they are then its consecutive blocks)."""
+    along = isinstance(instruction, Scatter) or instruction.axis == 0
+    return out is not None and along and out.is_contiguous()
 
 
 def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> list:
@@ -242,11 +252,14 @@ def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> li
     if is_root:
         src = need(operands["src"], instruction, "src", context)
         packed = _split_dim(src, instruction.axis, None, len(group)).contiguous()
-    shape = context.local_shape(instruction.out)
-    result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
-    work = context.communicator.scatter(result, packed, group, root)
     out = out_buffer(context, instruction, operands)
-    return [out, Request(work, (lambda: out.copy_(result)) if out is not None else None)]
+    result = out
+    if not _lands_in_out(instruction, out):
+        shape = context.local_shape(instruction.out)
+        result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
+    work = context.communicator.scatter(result, packed, group, root)
+    copy = None if result is out or out is None else (lambda: out.copy_(result))
+    return [out, Request(work, copy)]
 
 
 def run_all_to_all(context: RunContext, instruction: AllToAll, operands: dict) -> list:
@@ -373,9 +386,13 @@ def handler_buffers(
     if isinstance(instruction, AllToAll):
         packing = zero if instruction.split_axis == 0 else src
         return add(packing, landing if instruction.concat_axis == 0 else out)
-    if isinstance(instruction, Reduce | Scatter):
+    if isinstance(instruction, Scatter):  # the root packs its chunks unless they are blocks
+        return add(zero if src_contiguous and instruction.axis == 0 else src, landing)
+    if isinstance(instruction, Gather):  # the root's chunks land in out's blocks, or a buffer
+        return landing if instruction.axis == 0 else out
+    if isinstance(instruction, Reduce):
         return src
-    if isinstance(instruction, Gather | SendRecv):
+    if isinstance(instruction, SendRecv):
         return out
     return zero  # a permute sends and receives in place; local slices are views
 

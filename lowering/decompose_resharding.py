@@ -1,21 +1,11 @@
 """``decompose_resharding``: make every compute op local; resharding becomes ``set`` ops.
 
-For each op, the *compute layout* is where the op runs on local shards:
-
-- a one-input op computes where its input is (its mapped axes keep the input's
-  layouts, on the input's mesh), so a differently sharded output gets a ``set``
-  *after* the op — the op runs on the smaller data;
-- a multi-input op computes in its output's layout, so each differently
-  sharded input gets a ``set`` *before* the op;
-- a reduction axis (sum, linear, matmul) takes the layout of the inputs' mapped
-  axis: if that is sharded, the op computes partial sums and a ``set`` from the
-  partial result reduces them (Allreduce, or ReduceScatter where the output is
-  sharded over the same mesh axis). A linear's bias is added after that
-  reduction.
-
-Every ``set`` whose two sides differ is lowered to communication later; all
-other ops then run on local shards. New tensors are named ``T<n>`` after the
-fusion's own.
+For each op, the *compute layout* is where the op runs on local shards: a
+one-input op's input's (a ``set`` after it), a multi-input op's output's (a
+``set`` before each differently sharded input), with a sharded reduction axis
+computing partial sums that a ``set`` reduces (a linear's bias added after).
+docs/communication.md ("From a fusion to collectives") says it in full. New
+tensors are named ``T<n>`` after the fusion's own.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """``emit_resharding``: host IR instructions for a resharding plan.
 
 Each step becomes one instruction whose output is an intermediate
-(``<dst>_<k>``) with the step's sharding, the last one writing ``dst`` itself.
-Every communication is followed by its ``wait``.
-
-Plans that end in all-gathers are built inside the output buffer (as in Rink
-et al.'s memory-efficient redistributions): ``dst`` is allocated first, and
-the input of each trailing Allgather is a ``shard_by_stream`` alias of this
-rank's slot of that gather's output (index: the rank's position in the
-gather's team), so the steps before write straight into the output and every
-gather runs in place. No intermediate of a gathered size is ever held next to
-the output: the temporaries stay within ``max(local input, local output)``.
-A trailing Allreduce is built in the output the same way: its slot is the
-whole output (a ``shard_by_stream`` alias at index 0), so it runs in place.
+(``<dst>_<k>``) with the step's sharding, the last one writing ``dst`` itself;
+every communication is followed by its ``wait``. A plan's trailing Allgathers
+(and a trailing Allreduce) are built inside the output: ``dst`` is allocated
+first and the steps before write this rank's slot of it through
+``shard_by_stream`` aliases (docs/design.md, "Plans that end in gathers").
 """
 
 from __future__ import annotations

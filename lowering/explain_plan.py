@@ -15,15 +15,6 @@ from lowering.plan import Plan
 from lowering.plan_memory import memory_bound, peak_of, step_staging, step_temporaries
 
 
-def _bytes(elements: Scalar | int | None, itemsize: int, names: _MeshNames) -> str:
-    if elements is None:
-        return "? B (symbolic extents)"
-    elements = elements.value if isinstance(elements, Const) else elements
-    if isinstance(elements, int):
-        return f"{elements * itemsize} B"
-    return f"{print_scalar(elements, names.name)} x {itemsize} B"
-
-
 def explain_plan(plan: Plan) -> str:
     """Each step with its team, bytes received and temporaries per rank (besides the
     input and the output; ``lowering.plan_memory``), and why; then the plan's peak against
@@ -31,20 +22,22 @@ def explain_plan(plan: Plan) -> str:
     names = _MeshNames()
     shape = plan.shape
 
-    def size(elements: Scalar) -> str:
-        return _bytes(elements, plan.itemsize, names)
+    def size(elements: Scalar | int | None) -> str:
+        if elements is None:
+            return "? B (symbolic extents)"
+        elements = elements.value if isinstance(elements, Const) else elements
+        if isinstance(elements, int):
+            return f"{elements * plan.itemsize} B"
+        return f"{print_scalar(elements, names.name)} x {plan.itemsize} B"
 
     lines = [
         f"reshard {print_sharding(plan.src, names, shape)} -> "
         f"{print_sharding(plan.dst, names, shape)}"
     ]
-    collectives = 0
     temporaries, staging = step_temporaries(plan), step_staging(plan)
     for k, step in enumerate(plan.steps):
         team = f" over {print_team(step.team, names)}" if step.team is not None else ""
-        collectives += step.team is not None
-        rounds = step.get("rounds") or 1
-        in_rounds = f" in {rounds} rounds" if rounds and rounds > 1 else ""
+        in_rounds = f" in {step.get('rounds')} rounds" if (step.get("rounds") or 1) > 1 else ""
         staged = "" if staging[k] == Const(value=0) else f" (gloo stages {size(staging[k])})"
         lines.append(
             f"{k + 1}. {step.name}{team}{in_rounds}: receives"
@@ -53,7 +46,8 @@ def explain_plan(plan: Plan) -> str:
             + (f" -- {step.reason}" if step.reason else "")
         )
     lines.append(
-        f"{collectives} collective(s), {len(plan.steps)} step(s), peak temporaries"
+        f"{sum(s.team is not None for s in plan.steps)} collective(s), {len(plan.steps)} step(s),"
+        " peak temporaries"
         f" {size(peak_of(temporaries))} (bound max(in, out) = {size(memory_bound(plan))});"
         f" backend staging apart: {size(peak_of(staging))} (gloo)"
     )

@@ -1,14 +1,9 @@
 """``plan_memory``: the temporaries a resharding plan holds per rank, step by step.
 
-The model follows the program ``emit_resharding`` writes and the handlers that
-run it, and counts what a rank holds besides its input (the caller's) and its
-output (the result): the plan's own temporaries are the intermediates between
-steps and the packing and receive buffers of the handlers
-(:func:`step_temporaries`, the latter as each handler declares them:
-``hostir.communication_handlers.handler_buffers``); SPEC §6 bounds them by
-``max(local input, local output)`` (:func:`memory_bound`). What the backend
-stages inside a collective is reported apart (:func:`step_staging`).
-``benchmarks/redistribute_vs_dtensor.py`` measures both with the profiler.
+Intermediates between steps and the handlers' packing and receive buffers (as
+each handler declares them, ``hostir.communication_handlers.handler_buffers``),
+besides the input and the output, against SPEC §6's bound; the backend's own
+staging apart. docs/design.md ("The memory bound of SPEC §6 ...") says why.
 """
 
 from __future__ import annotations

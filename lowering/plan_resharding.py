@@ -11,6 +11,7 @@ raises ReshardingError.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 from hostir import (
@@ -27,8 +28,9 @@ from hostir import (
 )
 from hostir.team import Team
 from lowering.distribution import Distribution
+from lowering.errors import ReshardingError
 from lowering.plan import Plan, Planner, Step
-from lowering.plan_same_mesh import plan_same_mesh
+from lowering.plan_same_mesh import plan_cost, plan_same_mesh
 
 __all__ = ["Plan", "Step", "plan_resharding"]
 
@@ -63,52 +65,81 @@ def _replicated(mesh: Mesh, ndim: int) -> Distribution:
     return Distribution(mesh=mesh, dims=((),) * ndim)
 
 
+def _split_dims(planner: Planner, mesh: Mesh) -> list[int]:
+    """The dims whose (constant) extent divides over every device of ``mesh``."""
+    shape = planner.shape
+    return [d for d, e in enumerate(shape) if isinstance(e, Const) and e.value % mesh.size == 0]
+
+
+def _cheapest(planner: Planner, builders: list[Callable[[Planner], None]]) -> None:
+    """Builds each candidate on a scratch planner and keeps the first of the cheapest by
+    the same-mesh planner's cost model (``plan_cost``); raises the first candidate's error
+    when none can be built."""
+    best, errors = None, []
+    for build in builders:
+        scratch = planner.scratch(planner.current)
+        try:
+            build(scratch)
+        except ReshardingError as error:
+            errors.append(error)
+            continue
+        plan = Plan(src=planner.src.sharding, dst=planner.dst.sharding, steps=tuple(scratch.steps))
+        cost = plan_cost(replace(plan, shape=planner.shape))
+        best = (cost, scratch) if best is None or cost < best[0] else best
+    if best is None:
+        raise errors[0]
+    planner.steps, planner.notes = planner.steps + best[1].steps, planner.notes + best[1].notes
+    planner.current = best[1].current
+
+
+def _candidate(parts: tuple, scratch: Planner) -> None:
+    """Runs ``parts`` in order: a Distribution is reached with the same-mesh planner, a
+    tuple (kind, layout after, team, fields) is one step, None moves to the target mesh."""
+    for part in parts:
+        if isinstance(part, Distribution):
+            plan_same_mesh(scratch, part)
+        elif part is None:
+            _move(scratch, scratch.target)
+        else:
+            kind, after, team, attrs = part
+            scratch.add(kind, after, team=team, **attrs)
+
+
 def _plan_from_device(planner: Planner) -> None:
-    """One source device: Scatter into a 1-d target, else Broadcast then slice."""
-    device = planner.current.mesh.devices[0]
-    target = planner.target
-    sharded = [d for d, axes in enumerate(target.dims) if axes]
-    mesh = target.mesh
-    if (
-        mesh.ndim == 1
-        and device in mesh.devices
-        and len(sharded) == 1
-        and not target.partial
-        and not planner.current.partial
-    ):
-        team = Team(mesh=mesh, axes=(MeshAxis.X,))
-        root = Const(value=mesh.devices.index(device))
-        planner.add(Scatter, target, team=team, axis=sharded[0], root=root)
-        return
+    """One source device: Broadcast to the target mesh, or (the device in it) Scatter along
+    a dim over the flattened mesh; then the same-mesh planner to the target."""
+    device, target = planner.current.mesh.devices[0], planner.target
     if planner.current.partial:
         raise planner.fail("a partial tensor on one device has nothing to reduce with")
+    mesh, whole = target.mesh, _replicated(target.mesh, len(planner.shape))
+    members = mesh.devices if device in mesh.devices else (device, *mesh.devices)
+    line = Team(mesh=Mesh(devices=members, shape=(len(members),)), axes=(MeshAxis.X,))
+    firsts = [(Broadcast, whole, line, {"root": Const(value=members.index(device))})]
     if device in mesh.devices:
-        team_mesh, root = Mesh(devices=mesh.devices, shape=(mesh.size,)), mesh.devices.index(device)
-    else:
-        team_mesh, root = Mesh(devices=(device, *mesh.devices), shape=(len(mesh.devices) + 1,)), 0
-    team = Team(mesh=team_mesh, axes=(MeshAxis.X,))
-    planner.add(Broadcast, _replicated(mesh, len(planner.shape)), team=team, root=Const(value=root))
-    plan_same_mesh(planner, target)
+        flat = Team(mesh=mesh, axes=mesh.axes())
+        at = {"root": Const(value=flat.position(device))}
+        for dim in _split_dims(planner, mesh):
+            firsts.append((Scatter, whole.with_dim(dim, mesh.axes()), flat, {"axis": dim, **at}))
+    _cheapest(planner, [functools.partial(_candidate, (first, target)) for first in firsts])
 
 
 def _plan_to_device(planner: Planner) -> None:
-    """One target device: Gather or Reduce from a 1-d source, else replicate and move."""
-    device = planner.target.mesh.devices[0]
-    source = planner.current
-    mesh = source.mesh
-    sharded = [d for d, axes in enumerate(source.dims) if axes]
-    if mesh.ndim == 1 and device in mesh.devices:
-        team = Team(mesh=mesh, axes=(MeshAxis.X,))
-        root = Const(value=mesh.devices.index(device))
-        if len(source.partial) == 1 and not sharded:
-            op = source.partial[0].op
-            planner.add(Reduce, planner.target, team=team, root=root, op=op)
-            return
-        if len(sharded) == 1 and not source.partial:
-            planner.add(Gather, planner.target, team=team, root=root, axis=sharded[0])
-            return
-    plan_same_mesh(planner, _replicated(mesh, len(planner.shape)))
-    _move(planner, planner.target)
+    """One target device: Reduce from a 1-d partial source; the same-mesh planner to a dim
+    split over the flattened mesh, then Gather (the device in it); or to replicated, then
+    move."""
+    device, source, target = planner.target.mesh.devices[0], planner.current, planner.target
+    mesh, whole = source.mesh, _replicated(source.mesh, len(planner.shape))
+    flat = Team(mesh=mesh, axes=mesh.axes())
+    ways = []
+    if device in mesh.devices:
+        at = {"root": Const(value=flat.position(device))}
+        if mesh.ndim == 1 and len(source.partial) == 1 and not any(source.dims):
+            ways.append((source, (Reduce, target, flat, {"op": source.partial[0].op, **at})))
+        for dim in _split_dims(planner, mesh):
+            layout = whole.with_dim(dim, mesh.axes())
+            ways.append((layout, (Gather, target, flat, {"axis": dim, **at})))
+    ways.append((whole, None))
+    _cheapest(planner, [functools.partial(_candidate, way) for way in ways])
 
 
 def _plan_between_meshes(planner: Planner) -> None:

@@ -9,7 +9,7 @@ CollectivePermute; the axes a dim releases gathered (Allgather) or moved to
 the dim that takes them next (AllToAll), inner dims first; then the slices
 the target adds. Where the rules would slice away data they moved, pass SPEC
 §6's bound, or reduce and then move the sums again, the cost model
-(:func:`_cost`) chooses among them and the candidates (one AllToAllV; a
+(:func:`plan_cost`) chooses among them and the candidates (one AllToAllV; a
 ReduceScatter then one AllToAllV; the moves of the unreduced sums then one
 Allreduce in place). docs/design.md ("The planner in normal form") says why
 this is complete; docs/communication.md tabulates the rules.
@@ -85,7 +85,7 @@ def _cheaper_instead(
     bound, or reduce partial sums and then move them again: by one AllToAllV, or, for
     partial sums, a ReduceScatter (reduce first, while the data is smallest) and then one
     AllToAllV, or the rules' moves of the unreduced sums then one Allreduce; the candidate
-    the cost model (:func:`_cost`) prefers, if it beats the rules."""
+    the cost model (:func:`plan_cost`) prefers, if it beats the rules."""
     start, notes = since
     steps = tuple(planner.steps[start:])
     communicated = [k for k, s in enumerate(steps) if s.kind is not LocalShard]
@@ -216,14 +216,14 @@ def _cheapest(
     candidates: list[Callable[[bool], tuple[Step, ...]]],
     rules: Plan,
 ) -> tuple[Step, ...] | None:
-    """The steps of the first of the cheapest candidates (:func:`_cost`), None if none costs
+    """The steps of the first of the cheapest candidates (:func:`plan_cost`), None if none costs
     less than ``rules``. A candidate is built first with the fewest rounds it can need
     (no rank's pieces computed), and built and costed exactly only if that bound can beat
     the best so far: an AllToAllV of every partial copy, bound to 64 rounds, is dropped
     on its call count without costing a rank."""
 
     def cost(steps: tuple[Step, ...], bound_only: bool = False) -> tuple:
-        return _cost(_sub_plan(planner, source, target, steps), bound_only)
+        return plan_cost(_sub_plan(planner, source, target, steps), bound_only)
 
     bounds = [(cost(build(False), bound_only=True), k) for k, build in enumerate(candidates)]
     best, chosen = (cost(rules.steps), -1), None  # the rules win ties
@@ -236,7 +236,7 @@ def _cheapest(
     return chosen
 
 
-def _cost(plan: Plan, bound_only: bool = False) -> tuple:
+def plan_cost(plan: Plan, bound_only: bool = False) -> tuple:
     """What the planner minimises, in order: temporaries over SPEC §6's bound, backend calls
     (an AllToAllV's rounds each count), elements received by the busiest rank, temporaries.
     Symbolic quantities count as 0 (plans of symbolic shapes keep the rules).

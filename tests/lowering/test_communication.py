@@ -312,6 +312,29 @@ def test_scatter_from_one_device(multidevice_test):
 
 
 @pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("direction", ["from device 0", "to device 0"])
+def test_one_device_and_a_2d_mesh_split_over_both_axes(multidevice_test, direction):
+    """Device 0 and a 2x2 mesh with dim 0 over y and dim 1 over x: a Scatter over the
+    flattened mesh then an AllToAll (each rank receives 3/8 of the tensor, not all of it
+    as a Broadcast would, and holds no copy of the whole); back, an AllToAll then a
+    Gather instead of gathering everything on every rank."""
+    mesh = _mesh_2d(4)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((8, 12))
+        y = fd.ops.set(x)
+        fd.add_output(y)
+    one, sharded = (x, y) if direction == "from device 0" else (y, x)
+    one.set_device_mesh(DeviceMesh([0]))
+    shard(sharded, mesh, 1, ParallelType.mesh_x)  # dim 1 first: a split renumbers later axes
+    shard(sharded, mesh, 0, ParallelType.mesh_y)
+    torch.manual_seed(16)
+    full = torch.randn(8, 12)
+    check(fd, multidevice_test, [(full, x)], [full])
+    expected = ["Scatter", "AllToAll"] if direction == "from device 0" else ["AllToAll", "Gather"]
+    assert kinds(fd) == expected
+
+
+@pytest.mark.world_sizes(4)
 def test_gather_to_one_device(multidevice_test):
     """A tensor sharded on dim 1 over the mesh is collected on device 3: one Gather."""
     mesh = DeviceMesh([0, 1, 2, 3])
