@@ -220,7 +220,7 @@ def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list
     src = need(operands["src"], instruction, "src", context).contiguous()
     is_root = group[root] == context.rank
     out = out_buffer(context, instruction, operands)
-    in_place = is_root and _lands_in_out(instruction, out)
+    in_place = is_root and instruction.axis == 0 and out is not None and out.is_contiguous()
     buffer = None
     if in_place:
         buffer = out.view(len(group), *src.shape)
@@ -235,16 +235,9 @@ def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list
     return [out, Request(work, finish)]
 
 
-def _lands_in_out(instruction: Gather | Scatter, out: torch.Tensor | None) -> bool:
-    """Whether the chunks of a Gather (the root's) or the one of a Scatter (a member's) can
-    be received straight into ``out``: a contiguous ``out``, and for a Gather chunks along
-    dim 0 (they are then its consecutive blocks)."""
-    along = isinstance(instruction, Scatter) or instruction.axis == 0
-    return out is not None and along and out.is_contiguous()
-
-
 def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> list:
-    """Scatter from the root, which packs its ``src`` along ``axis``."""
+    """Scatter from the root, which packs its ``src`` along ``axis``; a member's chunk is
+    received straight into ``out`` when it is contiguous."""
     group = _group(context, instruction)
     root = int(operands["root"])
     is_root = group[root] == context.rank
@@ -254,7 +247,7 @@ def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> li
         packed = _split_dim(src, instruction.axis, None, len(group)).contiguous()
     out = out_buffer(context, instruction, operands)
     result = out
-    if not _lands_in_out(instruction, out):
+    if out is None or not out.is_contiguous():
         shape = context.local_shape(instruction.out)
         result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
     work = context.communicator.scatter(result, packed, group, root)

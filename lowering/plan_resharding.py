@@ -83,8 +83,9 @@ def _cheapest(planner: Planner, builders: list[Callable[[Planner], None]]) -> No
         except ReshardingError as error:
             errors.append(error)
             continue
-        plan = Plan(src=planner.src.sharding, dst=planner.dst.sharding, steps=tuple(scratch.steps))
-        cost = plan_cost(replace(plan, shape=planner.shape))
+        steps, shape = tuple(scratch.steps), planner.shape
+        plan = Plan(src=planner.src.sharding, dst=planner.dst.sharding, steps=steps, shape=shape)
+        cost = plan_cost(plan)
         best = (cost, scratch) if best is None or cost < best[0] else best
     if best is None:
         raise errors[0]

@@ -169,20 +169,23 @@ def _reduce_then_exchange(
     """For each dim the reduced partial axes can split: a ReduceScatter along it (the
     axes appended to the dim's), then one AllToAllV to ``target`` (if still needed), its
     buffers within the bound less the scattered intermediate it holds."""
+    if not reduced:
+        return []
     axes = _in_mesh_order(planner, [p.axis for p in reduced])
     found = []
-    for dim in range(len(target.dims)) if reduced else ():
+    for dim in range(len(target.dims)):
         extent, factor = planner.shape[dim], _team(planner, axes + source.dims[dim]).size
         if not isinstance(extent, Const) or extent.value % factor:
             continue
         scratch = planner.scratch(source)
         _reduce(scratch, ReduceScatter, axes, reduced[0].op, dim)
         after, (scatter,) = scratch.current, scratch.steps
+        if after.dims == target.dims:  # the ReduceScatter alone reaches the target
+            found.append(lambda exact, s=scatter: (s,))
+            continue
         allowance = sub(memory_bound(rules), local_elements(after, planner.shape))
         exchange = functools.partial(_exchange, planner, after, target, why, allowance)
-        found.append(
-            lambda exact, s=scatter, e=exchange, a=after: (s, *_unless(a, target, e, exact))
-        )
+        found.append(lambda exact, s=scatter, e=exchange: (s, *e(exact)))
     return found
 
 
@@ -202,11 +205,6 @@ def _move_then_reduce(
     axes = _in_mesh_order(planner, [p.axis for p in reduced])
     _reduce(scratch, Allreduce, axes, reduced[0].op, None, "last, in place in the output")
     return [lambda exact: tuple(scratch.steps)]
-
-
-def _unless(done: Distribution, target: Distribution, build: Callable, exact: bool) -> tuple:
-    """The steps of ``build(exact)``, none if ``done`` lays the dims out as ``target``."""
-    return () if done.dims == target.dims else build(exact)
 
 
 def _cheapest(
