@@ -11,7 +11,9 @@ with an agreement.
 Our groups are in team order (a column-major team lists its devices
 column-major). Each is created with ``sort_ranks=False``, so a torch group's
 ranks are the team positions and collectives land straight in the caller's
-buffers. Rooted collectives and point-to-point calls take global ranks.
+buffers. Rooted collectives and point-to-point calls take global ranks. torch
+before 2.13 has no ``sort_ranks`` and always sorts: there, teams already in
+ascending order work and any other is refused by name (KEEPS_TEAM_ORDER).
 
 Every call is issued with ``async_op=True``; compute overlaps until ``wait()``.
 torch needs contiguous buffers, so a non-contiguous output gets a contiguous
@@ -21,8 +23,9 @@ this rank (see :func:`hostir.communicator.backend_failure`).
 
 gloo (torch 2.13) handles all of these collectives for float32, bfloat16 and
 float16, including reductions, on sub-groups; no dtype fallback is needed. Its
-``all_gather_single`` / ``reduce_scatter_single`` (torch 2.13's preferred names)
-only accept the concatenated layout (``[n * k]`` against ``[k]``), not the stacked one
+``all_gather_single`` / ``reduce_scatter_single`` (torch 2.13's names; before,
+``all_gather_into_tensor`` / ``reduce_scatter_tensor``) only accept the
+concatenated layout (``[n * k]`` against ``[k]``), not the stacked one
 (``[n, k]``), so those are called on flat views. Its ``all_to_all_single`` takes
 uneven ``output_split_sizes`` / ``input_split_sizes`` (zeros included: alltoallv),
 which ``all_to_all_v`` relies on.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,6 +54,14 @@ TORCH_REDUCE_OPS = {
     ReduceOp.MIN: dist.ReduceOp.MIN,
     ReduceOp.PROD: dist.ReduceOp.PRODUCT,
 }
+
+KEEPS_TEAM_ORDER = "sort_ranks" in inspect.signature(dist.new_group).parameters
+"""Whether this torch's new_group can keep the ranks in the order given (torch >= 2.13)."""
+
+# torch 2.13's names; earlier versions have the same calls as all_gather_into_tensor and
+# reduce_scatter_tensor (deprecated in 2.13, so the new names are preferred where present).
+ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 AGREEMENT = "agreement"
 """The key of the agreement's group in the group cache."""
@@ -164,8 +176,20 @@ class TorchCommunicator(Communicator):
             cache[key] = self._new_group(f"group {describe_group(key)}", list(key))
 
     def _new_group(self, what: str, ranks: list[int], **options: Any) -> Any:
+        if KEEPS_TEAM_ORDER:
+            options["sort_ranks"] = False
+        elif ranks != sorted(ranks):
+            # Every rank prepares the same groups in the same order, so all of them
+            # stop here together: no rank is left waiting in new_group.
+            raise CommunicationError(
+                f"creating {what} on rank {self.rank}: its ranks are not in ascending order,"
+                f" and torch {torch.__version__}'s new_group sorts a group's ranks, so its"
+                " collectives would land in the wrong places; install torch >= 2.13"
+                " (new_group(sort_ranks=False)), or list the mesh's devices in ascending"
+                " order along every axis"
+            )
         try:
-            return dist.new_group(ranks, timeout=self.timeout, sort_ranks=False, **options)
+            return dist.new_group(ranks, timeout=self.timeout, **options)
         except RuntimeError as error:
             raise self._backend_error(f"creating {what}", error) from error
 
@@ -248,7 +272,7 @@ class TorchCommunicator(Communicator):
             group = self._agreement_group()
             mine = torch.tensor(codes, dtype=torch.int64)
             everyone = torch.empty(self.world_size * len(codes), dtype=torch.int64)
-            dist.all_gather_single(everyone, mine, group=group, async_op=True).wait()
+            ALL_GATHER_SINGLE(everyone, mine, group=group, async_op=True).wait()
         except (RuntimeError, CommunicationError) as error:
             raise self._agreement_failure(error, arrivals) from error
         return everyone.view(self.world_size, len(codes)).tolist()
@@ -291,9 +315,7 @@ class TorchCommunicator(Communicator):
             # always does), so no second staging buffer of ours.
             handle = dist.all_gather(list(out.unbind(0)), src, group=process_group, async_op=True)
             return self._work(what, [handle], None, [out, src])
-        handle = dist.all_gather_single(
-            out.view(-1), src.view(-1), group=process_group, async_op=True
-        )
+        handle = ALL_GATHER_SINGLE(out.view(-1), src.view(-1), group=process_group, async_op=True)
         return self._work(what, [handle], None, [out, src])
 
     def _reduce_scatter(
@@ -303,7 +325,7 @@ class TorchCommunicator(Communicator):
         what = f"reduce_scatter over {describe_group(group)}"
         landing = _contiguous_like(out)
         # The packed form: gloo runs the list form as one all-reduce per chunk.
-        handle = dist.reduce_scatter_single(
+        handle = REDUCE_SCATTER_SINGLE(
             landing.view(-1),
             inp.contiguous().view(-1),
             op=TORCH_REDUCE_OPS[op],

@@ -45,9 +45,9 @@ Time limits tell a hang from slowness (tests/cpu_watch.py), so a busy machine
 makes tests slower but never fails them: a run (or a pool's start) is given
 up on when none of its ranks that have not answered used more than 10 % of a
 core, or was waiting to run, for the hang window (30 s; ``HOSTIR_TEST_HANG_S``, or per test
-``@pytest.mark.timeout(hang=seconds)`` for a test that waits on purpose), or
+``@pytest.mark.rank_timeout(hang=seconds)`` for a test that waits on purpose), or
 at the wall-clock backstop (300 s; ``HOSTIR_TEST_TIMEOUT``, or per test
-``@pytest.mark.timeout(seconds)``). The report then shows each silent rank's
+``@pytest.mark.rank_timeout(seconds)``). The report then shows each silent rank's
 Python stacks. The pools' gloo groups time out collectives after the default
 wall-clock limit, so a slow peer is never declared dead before that.
 
@@ -105,7 +105,7 @@ def limits_of(item: pytest.Item) -> Limits:
     """The limits of a pool run of ``item``: those of its timeout marker (wall-clock
     seconds, and ``hang=`` seconds), else HOSTIR_TEST_TIMEOUT and HOSTIR_TEST_HANG_S."""
     limits = default_limits()
-    marker = item.get_closest_marker("timeout")
+    marker = item.get_closest_marker("rank_timeout")
     if marker is None:
         return limits
     wall = marker.args[0] if marker.args else marker.kwargs.get("timeout", limits.wall_s)
@@ -155,7 +155,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "timeout(seconds, hang=seconds): wall-clock limit and hang window of a multi-rank "
+        "rank_timeout(seconds, hang=seconds): wall-clock limit and hang window of a multi-rank "
         "test run in worker processes",
     )
     config.stash[_POOLS] = {}

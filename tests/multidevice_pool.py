@@ -429,7 +429,7 @@ def _describe_hang(window_s: float, limits: Limits, failed: bool) -> str:
         )
     return (
         f"no reply: {limits.describe_hang()}; a test that waits on purpose for longer "
-        "can say so with @pytest.mark.timeout(hang=seconds)"
+        "can say so with @pytest.mark.rank_timeout(hang=seconds)"
     )
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from hostir import cli
 from tests.child_runs import Python, Result, Run, Scheduler
+from tests.hostir.test_dot import needs_dot
 from tests.multidevice import launched_by_torchrun
 from tests.test_docs import Fence, parse_markdown
 
@@ -117,6 +118,7 @@ def test_dump_script_without_fusion_says_what_to_add(hostir):
 # viz
 
 
+@needs_dot
 def test_viz_svg(hostir, tmp_path):
     out = tmp_path / "program.svg"
     done = hostir("viz", SCRIPT, "-o", str(out))
@@ -125,6 +127,7 @@ def test_viz_svg(hostir, tmp_path):
     assert "CollectivePermute" in out.read_text()
 
 
+@needs_dot
 def test_viz_traffic_svg_with_the_installed_executable(hostir, tmp_path):
     executable = shutil.which("hostir")
     if executable is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pathlib
 import time
 
 import pytest
@@ -11,12 +10,10 @@ import torch
 import torch.distributed as dist
 
 from hostir import cli, launcher
-from tests.child_runs import Python, Run
+from tests.child_runs import Python, Run, child_environment
 from tests.multidevice import MultiDeviceTest, launched_by_torchrun
 
 pytest_plugins = ["pytester"]
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Tests that start processes of their own run once, not once per torchrun rank.
 once = pytest.mark.skipif(
@@ -141,11 +138,11 @@ class TestInClass:
 def test_bad_assert(multidevice_test):
     assert multidevice_test.rank + 40 == 41
 
-@pytest.mark.timeout(hang=1)
+@pytest.mark.rank_timeout(hang=1)
 def test_every_rank_hangs(multidevice_test):
     time.sleep(60)
 
-@pytest.mark.timeout(hang=1)
+@pytest.mark.rank_timeout(hang=1)
 def test_slow_rank_is_not_a_hang(multidevice_test):
     if multidevice_test.rank == 0:
         start = time.process_time()
@@ -165,7 +162,7 @@ def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     a rank that is slow (using CPU) is not taken for a hung one; a pool stops after the
     last test of its size."""
     without_launcher_variables(monkeypatch)
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.setenv("PYTHONPATH", child_environment()["PYTHONPATH"])
     monkeypatch.setenv("HOSTIR_TEST_HANG_S", "4")  # also bounds the stuck rank's grace
     pytester.makepyfile(test_inner=INNER_TESTS)
     start = time.monotonic()

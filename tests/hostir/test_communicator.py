@@ -286,6 +286,34 @@ def test_prepare_creates_each_group_once(multidevice_test):
         assert new_group.call_count == len(created)
 
 
+@pytest.mark.world_sizes(2, 4)
+def test_torch_that_sorts_group_ranks_runs_ascending_teams_and_refuses_others(multidevice_test):
+    """torch before 2.13 has no new_group(sort_ranks=False) and sorts a group's ranks: a
+    team in ascending order still gathers in team order, one out of order is refused by
+    name on every rank (instead of gathering into the wrong places)."""
+    comm = make_communicator(multidevice_test)
+    n = comm.world_size
+    pairs = [(r - r % 2, r - r % 2 + 1) for r in range(0, n, 2)]  # ascending teams
+    with (
+        mock.patch.object(torch_communicator, "KEEPS_TEAM_ORDER", False),
+        mock.patch.object(torch_communicator.GROUPS, "groups", {}),
+        mock.patch.object(dist, "new_group", wraps=dist.new_group) as new_group,
+    ):
+        comm.prepare(pairs)
+        assert all("sort_ranks" not in call.kwargs for call in new_group.call_args_list)
+        pair = pairs[comm.rank // 2]
+        out = blank((2, *SHAPE), torch.float32)
+        comm.allgather(out, data(comm.rank, 7, torch.float32), pair).wait()
+        check(out, torch.stack([data(m, 7, torch.float32) for m in pair]), f"allgather {pair}")
+        descending = tuple(reversed(range(n)))
+        with pytest.raises(
+            CommunicationError,
+            match=rf"creating group \({', '.join(map(str, descending))}\) on rank"
+            rf" {comm.rank}: its ranks are not in ascending order.*torch >= 2\.13",
+        ):
+            comm.prepare([descending])
+
+
 @pytest.mark.world_sizes(4)
 def test_unprepared_group_is_refused(multidevice_test):
     comm = make_communicator(multidevice_test)

@@ -4,8 +4,6 @@ fuzz case are in each docstring)."""
 
 from __future__ import annotations
 
-import os
-import pathlib
 import subprocess
 import sys
 
@@ -15,6 +13,7 @@ import torch
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from lowering import LoweringError
+from tests.child_runs import child_environment
 from tests.fuzz.run import never_freed
 
 X, Y = ParallelType.mesh_x, ParallelType.mesh_y
@@ -309,7 +308,7 @@ def test_the_program_does_not_depend_on_string_hashes():
     """A stream loop allocated its buffers in the order of a set of names, which depends
     on each process's string hashes: ranks lowered different programs and refused to run
     (the program digest check; seed 100 at 8 ranks)."""
-    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[2]))
+    env = child_environment()
     runs = [
         subprocess.Popen(
             [sys.executable, "-c", LOWER_A_LOOP_WITH_THREE_BUFFERS],
