@@ -203,7 +203,14 @@ def run_job(job: tuple, fixture: MultiDeviceTest) -> tuple:
     try:
         function = _load_function(module_name, module_path, qualname)
         kwargs = {k: fixture if isinstance(v, PoolStandIn) else v for k, v in kwargs.items()}
-        function(**kwargs)
+        try:
+            function(**kwargs)
+        finally:
+            # A monkeypatch fixture arrives pickled and patches this worker: undo it here
+            # (pytest undoes only the parent's copy), or later tests inherit its changes.
+            for value in kwargs.values():
+                if isinstance(value, pytest.MonkeyPatch):
+                    value.undo()
     except pytest.skip.Exception as exc:
         return ("skip", exc.msg)
     except pytest.xfail.Exception as exc:

@@ -128,6 +128,13 @@ def test_fresh_pool_after_failures(multidevice_test):
     dist.all_reduce(x)
     assert x.item() == 2
 
+def test_monkeypatch_in_a_worker(multidevice_test, monkeypatch):
+    monkeypatch.setenv("HOSTIR_INNER_MARK", str(multidevice_test.rank))
+    assert os.environ["HOSTIR_INNER_MARK"] == str(multidevice_test.rank)
+
+def test_monkeypatch_was_undone(multidevice_test):
+    assert "HOSTIR_INNER_MARK" not in os.environ
+
 def test_skip_in_worker(multidevice_test):
     pytest.skip("skipped inside a worker")
 
@@ -160,7 +167,7 @@ def test_pools_stop_after_their_last_test(request):
 def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     """Failures, deaths and hangs are reported per rank, with the stacks of silent ranks;
     a rank that is slow (using CPU) is not taken for a hung one; a pool stops after the
-    last test of its size."""
+    last test of its size; a monkeypatch fixture's changes in a worker end with its test."""
     without_launcher_variables(monkeypatch)
     monkeypatch.setenv("PYTHONPATH", child_environment()["PYTHONPATH"])
     monkeypatch.setenv("HOSTIR_TEST_HANG_S", "4")  # also bounds the stuck rank's grace
@@ -168,7 +175,7 @@ def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     start = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "tests.multidevice", "-rs", "-v", timeout=300)
     elapsed = time.monotonic() - start
-    result.assert_outcomes(failed=4, passed=4, skipped=1)
+    result.assert_outcomes(failed=4, passed=6, skipped=1)
     out = result.stdout.str()
     assert "rank 1: ValueError" in out and "boom on one rank" in out
     assert "rank 0: no reply after the failure above" in out
@@ -179,6 +186,7 @@ def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     assert "rank 0: no reply: hung: for 1 s no process used more than 10% of a core" in out
     assert "in test_every_rank_hangs" in out
     assert "test_inner.py::test_slow_rank_is_not_a_hang[ws2] PASSED" in out
+    assert "test_inner.py::test_monkeypatch_was_undone[ws2] PASSED" in out
     assert elapsed < 60  # far below the 300 s wall-clock limit a missed hang would wait for
 
 
