@@ -13,11 +13,12 @@ chunks, the loop ``for j in range(0, count)``:
 - writes tensors used after the loop into buffers allocated before it, through
   per-iteration slices (compute with ``out=``); other tensors live one
   iteration;
-- turns the all-gather of a tensor sharded over mesh axis ``a`` into a stream-
-  split one into one Broadcast per iteration (root ``j``), or, with the swizzle,
-  one CollectivePermute per iteration (receive from ``(r + j) % D``, send to
-  ``(r - j) % D``; iteration 0 is a local copy); other resharding inside the
-  loop is planned per chunk (e.g. one Allreduce per iteration).
+- takes apart the planner's Allgather of a tensor read whole into a stream-
+  split one (over one mesh axis or a flattened team): one Broadcast per
+  iteration (root ``j``), or, with the swizzle, one CollectivePermute per
+  iteration (receive from ``(r + j) % D``, send to ``(r - j) % D``; iteration 0
+  is a local copy); other resharding inside the loop is planned per chunk
+  (e.g. one Allreduce per iteration).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from hostir import (
+    Allgather,
     Allocate,
     Broadcast,
     CollectivePermute,
@@ -55,6 +57,7 @@ from hostir.sharding import normalized
 from hostir.team import Team
 from lowering.emitter import Emitter, bind_values
 from lowering.errors import LoweringError
+from lowering.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
 MAIN = StreamValue(name="main")
@@ -337,28 +340,33 @@ class _Loop:
     def _stream_allgather(
         self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool
     ) -> list[Instruction]:
-        """Broadcast / CollectivePermute for a set that reads its input whole into stream
-        chunks: the input's dim is split in blocks over one mesh axis ([x, local], or [x]
-        when each device holds one index), the output's is not, and both are on one mesh.
-        Anything else cannot be cut into chunks here: a LoweringError names it."""
+        """A set that reads its input whole into stream chunks. The planner reshards the
+        whole input into the whole output; when its plan is one Allgather of the loop's
+        dim in blocks, with one team member per chunk, the loop takes that Allgather apart
+        by sender: iteration ``j`` receives the block of team position ``j`` (a Broadcast
+        from ``j``), or, swizzled, of position ``(p + j) % count`` (a CollectivePermute).
+        Any other plan cannot be cut into chunks here: a LoweringError names it."""
         (name,) = op.inputs
-        src, dst = self.tensors[name], self.tensors[op.output]
+        src, dst = self.emitter.values[name], self.emitter.values[op.output]
         split = self.split_of(op.output)
-        data = [a for a in src.axes if not a.reduction]
-        parts = data[split.dim].parts
-        target = [a for a in dst.axes if not a.reduction][split.dim].parts
-        block = bool(parts) and parts[0].axis is not None and all(p.axis is None for p in parts[1:])
-        if src.mesh != dst.mesh or not block or any(p.axis is not None for p in target):
+        steps = plan_resharding(src, dst).steps if src.sharding.mesh == dst.sharding.mesh else ()
+        step = steps[0] if len(steps) == 1 else None
+        if step is None or (step.kind, step.get("axis"), step.get("inner")) != (
+            Allgather,
+            split.dim,
+            None,
+        ):
+            planned = ", ".join(s.name for s in steps) or "steps between two meshes"
             raise LoweringError(
                 f"{dst.name} is split into {split.count} stream chunks on dim {split.dim} and"
-                f" reads {name} whole; a stream loop only gathers a dim split in blocks over"
-                f" one mesh axis of the same mesh, got {name} @{src.mesh} dim"
-                f" {split.dim} {_print_parts(parts)} to {dst.name} @{dst.mesh}"
-                f" {_print_parts(target)}; reshard it with a set before the loop"
+                f" reads {name} whole; a stream loop takes apart one Allgather of that dim"
+                f" in blocks, but the planner reshards {name} into {dst.name} (dim"
+                f" {split.dim}: {_print_parts(src.sharding.dims[split.dim])} to"
+                f" {_print_parts(dst.sharding.dims[split.dim])}) with {planned}; reshard it"
+                " with a set before the loop"
             )
-        axis = parts[0].axis
-        team = Team(mesh=src.mesh, axes=(axis,))
-        self._check_allgather(name, op.output, team, split, data)
+        team = step.team
+        self._check_allgather(name, op.output, team, split)
         instruction = bind_values(op.instruction, values)
         request = RequestValue(name=f"R{next(self.emitter.requests)}")
         common = {
@@ -371,7 +379,7 @@ class _Loop:
         if split.swizzle is None:
             comm = Broadcast(**common, root=self.index)
         else:
-            me = MeshCoordinate(mesh=src.mesh, axis=axis)
+            me = MeshCoordinate(mesh=team.mesh, axis=split.swizzle)
             comm = CollectivePermute(
                 **common,
                 send_peer=mod(sub(me, self.index), self.count),
@@ -379,26 +387,19 @@ class _Loop:
             )
         return [comm, Wait(request=request)]
 
-    def _check_allgather(
-        self, src: str, dst: str, team: Team, split: StreamSplit, data: list
-    ) -> None:
+    def _check_allgather(self, src: str, dst: str, team: Team, split: StreamSplit) -> None:
+        axes = "mesh axis " + " and ".join(a.value for a in team.axes)
         if team.size != split.count:
             raise LoweringError(
                 f"{dst} gathers {src} over {split.count} stream chunks, but {src} is sharded"
-                f" over {team.size} devices of mesh axis {team.axes[0].value}; they must match"
+                f" over {team.size} devices of {axes}; they must match"
             )
-        if split.swizzle is not None and split.swizzle != team.axes[0]:
+        if split.swizzle is not None and (split.swizzle,) != team.axes:
             raise LoweringError(
                 f"{dst} is swizzled over mesh_{split.swizzle.value}, but {src} is sharded over"
-                f" mesh_{team.axes[0].value}; swizzle1d must name the producer's mesh axis"
+                f" {' and '.join(f'mesh_{a.value}' for a in team.axes)}; swizzle1d must name"
+                " the producer's mesh axis"
             )
-        dst_data = [a for a in self.tensors[dst].axes if not a.reduction]
-        for dim, (a, b) in enumerate(zip(data, dst_data, strict=True)):
-            if dim != split.dim and a.layout() != b.layout():
-                raise LoweringError(
-                    f"{src} and {dst} differ on dim {dim} as well as on the gathered dim"
-                    f" {split.dim}; reshard that dim separately"
-                )
 
 
 def _axes_text(axes: list) -> str:

@@ -231,6 +231,65 @@ def test_stream_allgather_along_mesh_y_of_a_2d_mesh(multidevice_test, swizzle):
         assert count(events, "gloo:broadcast") == 2
 
 
+def gather_over_2x2(nesting: tuple, rows: int, stream_chunks: int, swizzle=None):
+    """``relu(set(inp))``: inp [rows, 4] on a 2x2 mesh, dim 0 split over the mesh axes
+    ``nesting`` (outermost first; a ``(ParallelType, dim)`` pair shards another dim), the
+    set's output split into ``stream_chunks`` on dim 0 (swizzled over ``swizzle``)."""
+    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor((rows, 4))
+        ag = fd.ops.set(inp)
+        fd.add_output(fd.ops.relu(ag))
+    inp.set_device_mesh(mesh)
+    for position, (axis, dim) in enumerate(nesting):
+        split_at = position if dim == 0 else dim + position
+        inp.outer_split(split_at, 2)
+        inp.axis(split_at).parallelize(axis)
+    ag.set_device_mesh(mesh)
+    ag.outer_split(0, stream_chunks)
+    if swizzle is not None:
+        ag.swizzle1d(0, swizzle)
+    ag.axis(0).parallelize(ParallelType.stream)
+    return fd, inp
+
+
+X, Y = ParallelType.mesh_x, ParallelType.mesh_y
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("nesting", [(X, Y), (Y, X)], ids=["xy", "yx"])
+def test_stream_allgather_over_a_flattened_team(multidevice_test, nesting):
+    """Dim 0 split over both axes of a 2x2 mesh, gathered in 4 stream chunks: the planner's
+    plan is one Allgather over the flattened team in the nesting's order, and the loop
+    takes it apart into one Broadcast per chunk from that team's position j."""
+    fd, inp = gather_over_2x2(tuple((axis, 0) for axis in nesting), 8, 4)
+    torch.manual_seed(5)
+    full = torch.randn(8, 4)
+    (out,), events = profile(fd, [multidevice_test.shard_tensor(full, inp)])
+    torch.testing.assert_close(out.cpu(), torch.relu(full))
+    team = ", ".join(axis.name.removeprefix("mesh_") for axis in nesting)
+    assert f"Broadcast(T0, team=M0({team}), root=j0)" in str(fd.host_ir())
+    assert count(events, "gloo:broadcast") == 4
+
+
+def test_a_stream_gather_that_is_not_one_allgather_is_refused():
+    """Dim 1 sharded too: the planner's plan gathers two dims (two Allgathers), which a
+    stream loop cannot take apart by chunk of dim 0; a swizzle over one axis of a flattened
+    team is refused as well."""
+    fd, _ = gather_over_2x2(((X, 0), (Y, 1)), 8, 2)
+    with pytest.raises(
+        LoweringError,
+        match=r"planner reshards T0 into T1 \(dim 0: \[x, 4\]"
+        r" to \[8\]\) with Allgather, Allgather; reshard it with a set",
+    ):
+        fd.host_ir()
+    fd, _ = gather_over_2x2(((X, 0), (Y, 0)), 8, 4, swizzle=X)
+    with pytest.raises(
+        LoweringError, match="swizzled over mesh_x, but T0 is sharded over mesh_x and mesh_y"
+    ):
+        fd.host_ir()
+
+
 def test_split_only_on_the_output_slices_the_input_per_chunk():
     """An unsplit input that maps to the output's stream dim is read chunk by chunk."""
     with FusionDefinition() as fd:
