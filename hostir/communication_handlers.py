@@ -293,14 +293,18 @@ def run_send_recv(context: RunContext, instruction: SendRecv, operands: dict) ->
     out = out_buffer(context, instruction, operands)
     result = None
     if position == receiver:
-        shape = context.local_shape(instruction.out)
-        result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
+        result = out  # lands straight in out, unless out is strided
+        if out is None or not out.is_contiguous():
+            shape = context.local_shape(instruction.out)
+            result = torch.empty(
+                shape, dtype=instruction.out.dtype.to_torch(), device=context.device
+            )
     if position not in (sender, receiver):
         return [out, Request(None)]
     work = context.communicator.send_recv(result, src, group, sender, receiver)
 
     def finish() -> None:
-        if out is not None and result is not None:
+        if out is not None and result is not None and result is not out:
             out.copy_(result)
 
     return [out, Request(work, finish)]
@@ -385,8 +389,8 @@ def handler_buffers(
         return landing if instruction.axis == 0 else out
     if isinstance(instruction, Reduce):
         return src
-    if isinstance(instruction, SendRecv):
-        return out
+    if isinstance(instruction, SendRecv):  # the sender sends a contiguous src
+        return add(zero if src_contiguous else src, landing)
     return zero  # a permute sends and receives in place; local slices are views
 
 

@@ -3,7 +3,8 @@ tensor: one device to every target in {R, S0, S1}^k, and every source in
 {R, S0, S1, P}^k to one device, with the device first or last in the mesh. The plans
 (the cheapest of a Broadcast or a Scatter over the flattened mesh, then the same-mesh
 plan; the same-mesh plan, then a Gather, a Reduce or a copy) keep SPEC §6's memory bound
-on 2x2, 2x4, 2x2x2 and 4 devices, and compute the single-device reference on 4 ranks."""
+on 2x2, 2x4, 2x2x2 and 4 devices (and on 1-d meshes with the device outside), and compute
+the single-device reference on 4 ranks."""
 
 from __future__ import annotations
 
@@ -29,15 +30,18 @@ def _one(device: int) -> Distribution:
     return Distribution(mesh=Mesh(devices=(device,), shape=(1,)), dims=((), ()))
 
 
-def _cases(shape: tuple[int, ...]) -> list[tuple[Distribution, Distribution]]:
-    """(source, target) pairs: the first and the last device of the mesh to every target,
-    every source to each of them."""
+def _cases(
+    shape: tuple[int, ...], outside: int | None = None
+) -> list[tuple[Distribution, Distribution]]:
+    """(source, target) pairs: the first and the last device of the mesh (or the device
+    ``outside`` it) to every target, every source to each of them."""
     mesh = Mesh(devices=tuple(range(math.prod(shape))), shape=shape)
     k = len(shape)
     targets = ["".join(p) for p in itertools.product(["R", "S0", "S1"], repeat=k)]
     sources = ["".join(p) for p in itertools.product(["R", "S0", "S1", "P"], repeat=k)]
     cases = []
-    for device in (mesh.devices[0], mesh.devices[-1]):
+    ends = (mesh.devices[0], mesh.devices[-1]) if outside is None else (outside,)
+    for device in ends:
         cases += [(_one(device), parse_notation(t, mesh)) for t in targets]
         cases += [(parse_notation(s, mesh), _one(device)) for s in sources]
     return cases
@@ -49,10 +53,17 @@ def _value(name: str, distribution: Distribution) -> TensorValue:
     return TensorValue(name=name, dtype=DType("float32"), shape=extents, sharding=sharding)
 
 
-@pytest.mark.parametrize("shape", MESHES, ids=lambda s: "x".join(map(str, s)))
-def test_plans_between_a_device_and_a_mesh_keep_the_bound(shape):
+@pytest.mark.parametrize(
+    "shape, outside",
+    [(shape, None) for shape in MESHES] + [((4,), 99), ((2,), 99)],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else f"outside{v}",
+)
+def test_plans_between_a_device_and_a_mesh_keep_the_bound(shape, outside):
+    """Every case with the device in the mesh, and on 1-d meshes with it outside (there,
+    a Broadcast then one slice, or the gather then a SendRecv straight into the output;
+    on 2-d and 3-d meshes the model still holds more, see docs/design.md)."""
     problems = []
-    for src, dst in _cases(shape):
+    for src, dst in _cases(shape, outside):
         plan = plan_resharding(_value("src", src), _value("dst", dst))
         peak, bound = peak_temporaries(plan).value, memory_bound(plan).value
         if peak > bound:
@@ -64,7 +75,8 @@ def test_plans_between_a_device_and_a_mesh_keep_the_bound(shape):
 @pytest.mark.world_sizes(4)
 def test_every_case_between_a_device_and_a_2x2_or_1d_mesh(multidevice_test):
     rank = multidevice_test.rank
-    for seed, (src, dst) in enumerate(_cases((2, 2)) + _cases((4,))):
+    cases = _cases((2, 2)) + _cases((4,)) + _cases((2,), outside=3)  # rank 2 sits out
+    for seed, (src, dst) in enumerate(cases):
         fd = fusion_for(src, dst, SHAPE)
         parts = math.prod(src.mesh.axis_size(p.axis) for p in src.partial)
         generator = torch.Generator().manual_seed(seed)
