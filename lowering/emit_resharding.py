@@ -3,8 +3,8 @@
 Each step becomes one instruction whose output is an intermediate
 (``<dst>_<k>``) with the step's sharding, the last one writing ``dst`` itself;
 every communication is followed by its ``wait``. A plan's trailing Allgathers
-(and a trailing Allreduce) are built inside the output: ``dst`` is allocated
-first and the steps before write this rank's slot of it through
+(and a trailing Allreduce) are built inside the output, or the buffer a final
+SendRecv sends, allocated first; the steps before write their slot of it through
 ``shard_by_stream`` aliases (docs/design.md, "Plans that end in gathers").
 """
 
@@ -35,13 +35,12 @@ def emit_resharding(
         return [Set(out=dst, src=src, preallocated=preallocated)]
     instructions: list[Instruction] = []
     outs = _step_outputs(plan, dst)
-    last = len(plan.steps) - 1
-    head = plan.in_output_from()
-    in_output = head < last  # steps head..last write into dst or slots of it
+    last, head, end = len(plan.steps) - 1, plan.in_output_from(), plan.built_in()
+    in_output = head < end  # steps head..end write into outs[end] or slots of it
     if in_output:
-        if not preallocated:
-            instructions.append(Allocate(out=dst))
-        for k in reversed(range(head, last)):
+        if end < last or not preallocated:
+            instructions.append(Allocate(out=outs[end]))
+        for k in reversed(range(head, end)):
             after = plan.steps[k + 1]  # an in-place step's slot is its whole output
             axis, index = (
                 (0, Const(value=0))
@@ -52,7 +51,7 @@ def emit_resharding(
     current = src
     for index, step in enumerate(plan.steps):
         emitted = _emit_step(step, current, outs[index], requests)
-        writes_existing = (in_output and index >= head) or (index == last and preallocated)
+        writes_existing = (in_output and head <= index <= end) or (index == last and preallocated)
         if writes_existing:
             emitted[0] = dataclasses.replace(emitted[0], preallocated=True)
         instructions.extend(emitted)

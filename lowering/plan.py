@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from hostir import Allgather, Allreduce, Const, DType, Sharding, TensorValue
+from hostir import Allgather, Allreduce, Const, DType, SendRecv, Sharding, TensorValue
 from hostir.catalog import declaration_of
 from hostir.printer import _MeshNames, print_sharding
 from hostir.scalars import Scalar, floordiv, mul
@@ -61,14 +61,18 @@ class Plan:
         """The data's sharding before step ``k``."""
         return self.steps[k - 1].after if k else self.src
 
+    def built_in(self) -> int:
+        """The step whose output a run of gathers is built inside: the last (``dst``), or,
+        before a final SendRecv to another mesh, the step whose output it sends."""
+        last = len(self.steps) - 1
+        return last - 1 if last > 0 and self.steps[last].kind is SendRecv else last
+
     def in_output_from(self) -> int:
-        """The first step of the trailing run that is built inside the output buffer: every
-        later step is an Allgather on one mesh whose input is this rank's slot of its
-        output, or an Allreduce whose input is its whole output (in place), so the steps
-        from here on write straight into ``dst`` (or a view of it: the step before must be
-        able to, which its class declares with a ``preallocated`` field). ``len(steps) - 1``
-        when there is no such run (the last step alone writes ``dst``)."""
-        head = len(self.steps) - 1
+        """The first step of the run built inside the output of step :meth:`built_in` (that
+        step when there is none): each later step of it is an Allgather on one mesh whose
+        input is its slot of the output, or an in-place Allreduce, and the step before can
+        write into a view (its class has a ``preallocated`` field)."""
+        head = self.built_in()
         while (
             head > 0
             and (self.steps[head].kind is Allgather or self.in_place(head))

@@ -26,7 +26,7 @@ def memory_bound(plan: Plan) -> Scalar:
 def step_temporaries(plan: Plan) -> list[Scalar]:
     """Per step, the elements of the plan's own temporaries held while it runs:
     intermediates and the handlers' buffers (see module docstring)."""
-    head = plan.in_output_from()
+    head, end, last = plan.in_output_from(), plan.built_in(), len(plan.steps) - 1
     contiguous = _slot_contiguity(plan, head)
     result = []
     current = plan.src
@@ -34,10 +34,12 @@ def step_temporaries(plan: Plan) -> list[Scalar]:
         before = local_elements(current, plan.shape)
         after = local_elements(step.after, plan.shape)
         held: Scalar = Const(value=0)
-        if k >= 1 and k - 1 < head:  # the input is an intermediate, not the caller's
+        if k >= 1 and (k - 1 < head or k - 1 == end < last):  # an intermediate input
             held = add(held, before)
-        if k < head:  # the output is an intermediate, not (a slot of) the result
+        if k < head or k == end < last:  # an intermediate output, not (a slot of) dst
             held = add(held, after)
+        elif head <= k < end < last:  # a slot of step end's output, an intermediate
+            held = add(held, local_elements(plan.steps[end].after, plan.shape))
         if step.kind is AllToAllV:
             staged = exchange_temporaries(plan, k)
         else:
@@ -70,7 +72,7 @@ def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
     output along dim 0 of a contiguous buffer is, and an in-place step's whole output;
     fresh intermediates are."""
     flags = [True] * len(plan.steps)
-    for k in reversed(range(head, len(plan.steps) - 1)):
+    for k in reversed(range(head, plan.built_in())):
         flags[k] = flags[k + 1] and (plan.in_place(k + 1) or plan.steps[k + 1].get("axis") == 0)
     return flags
 

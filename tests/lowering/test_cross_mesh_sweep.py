@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from frontend import shard_tensor
-from hostir import DType, Mesh, TensorValue
+from hostir import DType, Mesh, SendRecv, TensorValue
 from hostir.scalars import Const
 from lowering.distribution import Distribution, parse_notation
-from lowering.plan_memory import memory_bound, peak_temporaries
+from lowering.plan import local_elements
+from lowering.plan_memory import memory_bound, peak_temporaries, step_temporaries
 from lowering.plan_resharding import plan_resharding
 from tests.redistribution_programs import fusion_for
 
@@ -72,10 +73,41 @@ def test_plans_between_a_device_and_a_mesh_keep_the_bound(shape, outside):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("shape", MESHES, ids=lambda s: "x".join(map(str, s)))
+def test_the_buffer_a_sendrecv_sends_is_held_from_the_steps_that_build_it(shape):
+    """To a device outside the mesh, the plan's gathers are built inside the buffer its final
+    SendRecv sends (like a same-mesh plan's inside dst): the model holds that whole buffer
+    at every step from the first that writes into it through the SendRecv."""
+    sends = 0
+    for src, dst in _cases(shape, outside=99):
+        plan = plan_resharding(_value("src", src), _value("dst", dst))
+        if plan.steps[-1].kind is not SendRecv:
+            continue
+        sends += 1
+        if len(plan.steps) == 1:  # it sends the caller's input
+            continue
+        buffer = local_elements(plan.steps[-2].after, plan.shape).value
+        held = [t.value for t in step_temporaries(plan)][plan.in_output_from() :]
+        assert min(held) >= buffer, f"{src} -> {dst}: {held} < {buffer}"
+    assert sends == 4 ** len(shape)  # every source reaches the outside device by SendRecv
+
+
 @pytest.mark.world_sizes(4)
 def test_every_case_between_a_device_and_a_2x2_or_1d_mesh(multidevice_test):
-    rank = multidevice_test.rank
     cases = _cases((2, 2)) + _cases((4,)) + _cases((2,), outside=3)  # rank 2 sits out
+    _check_numbers(multidevice_test, cases)
+
+
+@pytest.mark.world_sizes(8)
+def test_every_case_between_a_2x2_mesh_and_a_device_outside_it(multidevice_test):
+    """Device 7 outside the 2x2 mesh of ranks 0-3 (ranks 4-6 sit out): gathers built inside
+    the buffer the SendRecv sends, a Broadcast then slices."""
+    _check_numbers(multidevice_test, _cases((2, 2), outside=7))
+
+
+def _check_numbers(multidevice_test, cases: list) -> None:
+    """Runs every case on this rank against the single-device reference."""
+    rank = multidevice_test.rank
     for seed, (src, dst) in enumerate(cases):
         fd = fusion_for(src, dst, SHAPE)
         parts = math.prod(src.mesh.axis_size(p.axis) for p in src.partial)
