@@ -351,11 +351,8 @@ class _Loop:
         split = self.split_of(op.output)
         steps = plan_resharding(src, dst).steps if src.sharding.mesh == dst.sharding.mesh else ()
         step = steps[0] if len(steps) == 1 else None
-        if step is None or (step.kind, step.get("axis"), step.get("inner")) != (
-            Allgather,
-            split.dim,
-            None,
-        ):
+        gathers_dim = step is not None and step.kind is Allgather and step.get("axis") == split.dim
+        if not gathers_dim or step.get("inner") is not None:  # inner: not in blocks
             planned = ", ".join(s.name for s in steps) or "steps between two meshes"
             raise LoweringError(
                 f"{dst.name} is split into {split.count} stream chunks on dim {split.dim} and"
