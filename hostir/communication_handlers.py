@@ -30,7 +30,7 @@ from hostir.communications import (
     Wait,
 )
 from hostir.errors import EvaluationError
-from hostir.handler_common import Request, need, out_buffer
+from hostir.handler_common import Request, landing, need, out_buffer
 from hostir.scalars import Const, Scalar, add, evaluate_scalar
 
 if TYPE_CHECKING:
@@ -181,8 +181,9 @@ def run_allreduce(context: RunContext, instruction: Allreduce, operands: dict) -
 
 
 def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -> list:
-    """Broadcast from the root's ``src``, received straight into ``out`` when it is
-    contiguous; the root's own ``out`` is a copy of its ``src``."""
+    """Broadcast from the root's ``src``, received into ``out`` (see
+    :func:`~hostir.handler_common.landing`); the root's own ``out`` is a copy of its
+    ``src``."""
     group = _group(context, instruction)
     root = int(operands["root"])
     out = out_buffer(context, instruction, operands)
@@ -193,12 +194,8 @@ def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -
         # The root only sends: its own buffer is never written by the broadcast.
         sent = out if out is not None and out.is_contiguous() else src.contiguous()
         return [out, Request(context.communicator.broadcast(sent, group, root))]
-    if out is not None and out.is_contiguous():
-        return [out, Request(context.communicator.broadcast(out, group, root))]
-    shape = context.local_shape(instruction.out)
-    buffer = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
-    work = context.communicator.broadcast(buffer, group, root)
-    return [out, Request(work, (lambda: out.copy_(buffer)) if out is not None else None)]
+    work = context.communicator.broadcast(landing(context, instruction, out), group, root)
+    return [out, Request(work)]
 
 
 def run_reduce(context: RunContext, instruction: Reduce, operands: dict) -> list:
@@ -237,7 +234,7 @@ def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list
 
 def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> list:
     """Scatter from the root, which packs its ``src`` along ``axis``; a member's chunk is
-    received straight into ``out`` when it is contiguous."""
+    received into ``out`` (see :func:`~hostir.handler_common.landing`)."""
     group = _group(context, instruction)
     root = int(operands["root"])
     is_root = group[root] == context.rank
@@ -246,13 +243,8 @@ def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> li
         src = need(operands["src"], instruction, "src", context)
         packed = _split_dim(src, instruction.axis, None, len(group)).contiguous()
     out = out_buffer(context, instruction, operands)
-    result = out
-    if out is None or not out.is_contiguous():
-        shape = context.local_shape(instruction.out)
-        result = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
-    work = context.communicator.scatter(result, packed, group, root)
-    copy = None if result is out or out is None else (lambda: out.copy_(result))
-    return [out, Request(work, copy)]
+    work = context.communicator.scatter(landing(context, instruction, out), packed, group, root)
+    return [out, Request(work)]
 
 
 def run_all_to_all(context: RunContext, instruction: AllToAll, operands: dict) -> list:
@@ -287,27 +279,13 @@ def run_send_recv(context: RunContext, instruction: SendRecv, operands: dict) ->
     group = _group(context, instruction)
     sender, receiver = int(operands["sender"]), int(operands["receiver"])
     position = group.index(context.rank)
-    src = None
-    if position == sender:
-        src = need(operands["src"], instruction, "src", context).contiguous()
+    src = need(operands["src"], instruction, "src", context) if position == sender else None
     out = out_buffer(context, instruction, operands)
-    result = None
-    if position == receiver:
-        result = out  # lands straight in out, unless out is strided
-        if out is None or not out.is_contiguous():
-            shape = context.local_shape(instruction.out)
-            result = torch.empty(
-                shape, dtype=instruction.out.dtype.to_torch(), device=context.device
-            )
     if position not in (sender, receiver):
         return [out, Request(None)]
-    work = context.communicator.send_recv(result, src, group, sender, receiver)
-
-    def finish() -> None:
-        if out is not None and result is not None and result is not out:
-            out.copy_(result)
-
-    return [out, Request(work, finish)]
+    received = landing(context, instruction, out) if position == receiver else None
+    work = context.communicator.send_recv(received, src, group, sender, receiver)
+    return [out, Request(work)]
 
 
 def run_collective_permute(

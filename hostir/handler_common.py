@@ -40,6 +40,16 @@ def out_buffer(context: RunContext, instruction: Any, operands: dict) -> torch.T
     return torch.empty(context.local_shape(out), dtype=out.dtype.to_torch(), device=context.device)
 
 
+def landing(context: RunContext, instruction: Any, out: torch.Tensor | None) -> torch.Tensor:
+    """Where this rank receives ``out`` whole: ``out`` itself (the communicator receives a
+    strided one into a contiguous buffer and copies it back at ``wait``), or scratch of its
+    local shape on a member that does not hold ``out``."""
+    if out is not None:
+        return out
+    shape, dtype = context.local_shape(instruction.out), instruction.out.dtype.to_torch()
+    return torch.empty(shape, dtype=dtype, device=context.device)
+
+
 def need(value: torch.Tensor | None, instruction: Any, role: str, context: RunContext) -> Any:
     """``value`` (the operand ``role`` of ``instruction``), or an EvaluationError saying
     this rank should hold it."""

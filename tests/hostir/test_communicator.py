@@ -286,6 +286,34 @@ def test_prepare_creates_each_group_once(multidevice_test):
         assert new_group.call_count == len(created)
 
 
+def test_whole_outputs_land_in_strided_views(multidevice_test):
+    """Broadcast, scatter and send_recv receive into a strided ``out`` as given (their
+    handlers pass ``out`` as it is: hostir.handler_common.landing); the communicator
+    receives into a contiguous buffer and copies it back at wait."""
+    comm = make_communicator(multidevice_test)
+    size, rank = comm.world_size, comm.rank
+    world = tuple(range(size))
+    comm.prepare([world])
+    last = size - 1
+    broadcast = data(rank, 6, torch.float32, (3, 2)).t()  # root 0's values reach everyone
+    scattered = blank((2, 3, 2), torch.float32)[:, :, 0]
+    chunks = data(rank, 7, torch.float32, (size, *SHAPE)) if rank == 0 else None
+    received = blank((3, 2), torch.float32).t() if rank == last else None
+    sent = data(rank, 8, torch.float32) if rank == 0 else None
+    works = [
+        comm.broadcast(broadcast, world, 0),
+        comm.scatter(scattered, chunks, world, 0),
+        comm.send_recv(received, sent, world, 0, last),
+    ]
+    for work in works:
+        work.wait()
+    assert not (broadcast.is_contiguous() or scattered.is_contiguous())
+    check(broadcast, data(0, 6, torch.float32, (3, 2)).t(), "broadcast")
+    check(scattered, data(0, 7, torch.float32, (size, *SHAPE))[rank], "scatter")
+    if rank == last:
+        check(received, data(0, 8, torch.float32), "send_recv")
+
+
 @pytest.mark.world_sizes(2, 4)
 def test_torch_that_sorts_group_ranks_runs_ascending_teams_and_refuses_others(multidevice_test):
     """torch before 2.13 has no new_group(sort_ranks=False) and sorts a group's ranks: a
