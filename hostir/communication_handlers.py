@@ -367,7 +367,7 @@ def handler_buffers(
         return landing if instruction.axis == 0 else out
     if isinstance(instruction, Reduce):
         return src
-    if isinstance(instruction, SendRecv):  # the sender sends a contiguous src
+    if isinstance(instruction, Broadcast | SendRecv):  # the sender sends a contiguous src
         return add(zero if src_contiguous else src, landing)
     return zero  # a permute sends and receives in place; local slices are views
 
