@@ -52,6 +52,14 @@ class InputError(EvaluationError):
     """The inputs given to a program do not match its declared inputs."""
 
 
+class ExtentError(InputError):
+    """The extents the inputs bind do not fit the program: a division in an extent that
+    does not divide exactly (a split over a mesh axis or into stream chunks), an extent
+    that is negative, a loop shorter than the chunks it writes, a chunk index out of
+    range. Raised on every rank when the symbols are bound, before anything runs; the
+    message names the tensor, the dim, the split, the value bound and the divisor."""
+
+
 class MeshError(HostIrError):
     """A device mesh is malformed or does not fit the world it runs in."""
 

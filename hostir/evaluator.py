@@ -31,10 +31,12 @@ from hostir.errors import (
     CommunicationError,
     DisagreementError,
     EvaluationError,
+    ExtentError,
     HostIrError,
     InputError,
     VerifyError,
 )
+from hostir.extent_checks import ExtentChecks
 from hostir.inputs import bind_input_tensor
 from hostir.instructions import (
     Allocate,
@@ -75,7 +77,16 @@ def _run_deallocate(context: RunContext, instruction: Deallocate, operands: dict
 def _run_shard_by_stream(context: RunContext, instruction: ShardByStream, operands: dict) -> list:
     src = operands["src"]
     size = context.local_shape(instruction.out)[instruction.axis]
-    return [src.narrow(instruction.axis, int(operands["index"]) * size, size)]
+    start = int(operands["index"]) * size
+    if size and (start < 0 or start + size > src.shape[instruction.axis]):
+        # The extent checks enumerate indices before the run; this catches what they could
+        # not enumerate (torch's narrow would wrap a negative start around).
+        raise ExtentError(
+            f"shard_by_stream defining {instruction.out.name}: index {operands['index']} is out"
+            f" of range for chunks of {size} of {instruction.src.name}'s"
+            f" {src.shape[instruction.axis]} along axis {instruction.axis}"
+        )
+    return [src.narrow(instruction.axis, start, size)]
 
 
 def _run_for_loop(context: RunContext, instruction: ForLoop, operands: dict) -> list:
@@ -164,6 +175,7 @@ class HostIrEvaluator:
         self._prepared_for: Communicator | None = None
         self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
         self._digest: str | None = None
+        self._extent_checks: ExtentChecks | None = None  # built at the first run
         self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
         self.streams = stream_count(streams)  # the pool's size per device
@@ -193,7 +205,11 @@ class HostIrEvaluator:
         check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
         context = RunContext(self, self.program, communicator, device)
         context.pipelined = self.pipeline
-        failure = self._set_timeout(communicator, timeout) or self._bind_inputs(context, inputs)
+        failure = (
+            self._set_timeout(communicator, timeout)
+            or self._bind_inputs(context, inputs)
+            or self._check_extents(context)
+        )
         if communicator.world_size > 1:
             signature = _signature(inputs)
             if signature not in self._agreed:
@@ -260,6 +276,17 @@ class HostIrEvaluator:
                     f" {context.device} (the device of the first tensor input, or the"
                     " evaluator's device): pass every tensor on one device"
                 )
+        return None
+
+    def _check_extents(self, context: RunContext) -> HostIrError | None:
+        """Checks the extents the inputs bound (hostir.extent_checks); the error instead of
+        raising it (see _bind_inputs). Once per binding."""
+        if self._extent_checks is None:
+            self._extent_checks = ExtentChecks(self.program)
+        try:
+            self._extent_checks.check(context.scalars, context.rank)
+        except HostIrError as error:
+            return error
         return None
 
     def _facts(self, context: RunContext, failure: HostIrError | None) -> RankFacts:

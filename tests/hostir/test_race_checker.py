@@ -186,8 +186,9 @@ def test_main_reading_without_synchronizing_the_writers_races():
 
 @pytest.mark.parametrize("axis", [0, 1])
 def test_overlapping_slices_on_two_streams_race(axis):
-    """stream(0) writes chunk 0 of width 2, stream(1) chunk 0 of width 3: they overlap."""
-    program = _two_streams_program((0, 1), widths=(2, 3), indices=(0, 0), axis=axis)
+    """stream(0) writes chunk 0 of width 2, stream(1) chunk 0 of width 4 (all of it): they
+    overlap."""
+    program = _two_streams_program((0, 1), widths=(2, 4), indices=(0, 0), axis=axis)
     with pytest.raises(
         RaceError,
         match=r"race on buf_0 and buf_1 \(overlapping views of one buffer\): written by neg"
