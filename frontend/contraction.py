@@ -128,6 +128,12 @@ def _mapped_axis(
         new = _fresh(axis)
         pairs.append((new, axis))
         return new
+    if size < 1:
+        raise OperandError(
+            f"broadcast_in_dim: {tv.name} dim {tv.shape_domain().index(axis)} (extent"
+            f" {print_scalar(axis.extent)}) maps to output dim {out_dim} of size {size}; expected"
+            " a positive size, or -1 to keep the extent"
+        )
     if axis.extent == Const(value=1):  # expanding a size-1 dim
         return IterDomain(Const(value=size), IterType.BROADCAST)
     if isinstance(axis.extent, Const):

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
+from frontend.errors import OperandError
 from frontend.exprs import Expr, ScalarVal
 from frontend.iter_domain import IterDomain
 from frontend.schedule_clock import ScheduleClock
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Symbol
+
+_numbers = itertools.count(1)
 
 
 class Fusion:
@@ -16,10 +22,12 @@ class Fusion:
     Names are deterministic: tensors ``T0, T1, ...``, scalars ``s0, ...``,
     symbolic extents ``i0, ...`` in creation order. ``finished`` is set when the
     definition ends (the ``with`` block exits, or the first ``execute``): no tensor
-    or op can be added after that.
+    or op can be added after that. ``number`` tells fusions apart in messages (names
+    such as ``T0`` repeat in every fusion); each tensor and scalar knows its fusion.
     """
 
     def __init__(self) -> None:
+        self.number = next(_numbers)
         self.schedule = ScheduleClock()
         self.finished = False
         self._inputs: list[TensorView | ScalarVal] = []
@@ -33,12 +41,14 @@ class Fusion:
         """A new TensorView named ``T<n>``."""
         tv = TensorView(f"T{len(self._tensors)}", dtype, logical)
         tv.schedule_clock = self.schedule
+        tv.fusion = self
         self._tensors.append(tv)
         return tv
 
     def new_scalar(self, dtype: DataType, value: int | float | bool | None) -> ScalarVal:
         """A new scalar named ``s<n>``."""
         scalar = ScalarVal(f"s{len(self._scalars)}", dtype, value)
+        scalar.fusion = self
         self._scalars.append(scalar)
         return scalar
 
@@ -62,6 +72,26 @@ class Fusion:
         expr.output.definition = expr
         for tv in expr.tensor_inputs():
             tv.uses.append(expr)
+
+    def check_owns(
+        self, where: str, value: Any, role: str = "operand", error: type = OperandError
+    ) -> None:
+        """Raises ``error`` if ``value``, a tensor or scalar, was defined in another fusion:
+        used here it would silently stand for this fusion's value of the same name (``T0``)."""
+        if not isinstance(value, TensorView | ScalarVal) or value.fusion is self:
+            return
+        owner = value.fusion.describe() if value.fusion is not None else "no FusionDefinition"
+        raise error(
+            f"{where}: {role} {value.name} belongs to another FusionDefinition ({owner}), not"
+            f" to this one ({self.describe()}); define it in this one (define_tensor,"
+            " define_scalar) and pass its data to execute"
+        )
+
+    def describe(self) -> str:
+        """``fusion #2 (inputs T0, T1)``: which fusion, in a message."""
+        names = [value.name for value in self._inputs]
+        shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+        return f"fusion #{self.number} (inputs {shown or 'none'})"
 
     def inputs(self) -> list[TensorView | ScalarVal]:
         """Fusion inputs in definition order."""

@@ -14,7 +14,23 @@ from typing import Any
 
 import torch
 
+from frontend.arguments import (
+    MAX_EXTENT,
+    as_list,
+    contiguity_flags,
+    int_list,
+    is_int,
+    scalar_constant,
+    scalar_dtype,
+    shown,
+)
 from frontend.errors import DefinitionError, InputError
+from frontend.execute_args import (
+    check_execute_arguments,
+    check_scalar_inputs,
+    integer_limits,
+    uses_cuda,
+)
 from frontend.exprs import ScalarVal
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
@@ -24,7 +40,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
 from hostir.agreement import RankFacts, agree
-from hostir.errors import HostIrError
+from hostir.errors import HostIrError, SettingError
 from hostir.inputs import bind_input_tensor
 from hostir.pipelined_loops import (
     check_same_outputs,
@@ -36,16 +52,6 @@ from hostir.race_checker import RaceChecker, race_checking_enabled
 from hostir.round_trip import check_round_trip, round_trip_checking_enabled
 from hostir.timeouts import collective_timeout
 
-_ENABLE_OPTIONS = {
-    "host_ir_lowering": "always on: every fusion is lowered to a host IR program",
-}
-"""The ``_enable_options`` nvFuser's stream-parallel programs pass, and what they mean here."""
-_DISABLE_OPTIONS = {
-    "infer_contiguity": "no effect: the ops run as torch ops, which take any strides, so"
-    " nothing is compiled for an inferred contiguity",
-}
-"""The ``_disable_options`` they pass, and what they mean here."""
-
 
 class FusionDefinition:
     """Records a fusion, then lowers and runs it (``execute``) on every rank."""
@@ -54,6 +60,7 @@ class FusionDefinition:
         self._fusion = Fusion()
         self.ops = Ops(self._fusion)
         self._finalized = False
+        self._integer_limits: dict[str, list] = {}  # set when the definition is finished
         self._programs: dict[tuple, HostIrContainer] = {}
         self._evaluators: dict[tuple, HostIrEvaluator] = {}
         self._last_program: tuple[int, HostIrContainer] | None = None  # (schedule version, it)
@@ -73,6 +80,7 @@ class FusionDefinition:
             raise DefinitionError("the fusion has no outputs; call fd.add_output(tensor)")
         self._finalized = True
         self._fusion.finished = True
+        self._integer_limits = integer_limits(self._fusion)
 
     @property
     def fusion(self) -> Fusion:
@@ -89,32 +97,42 @@ class FusionDefinition:
     ) -> TensorView:
         """A fusion input of global ``shape`` (-1: symbolic extent, 1: broadcast)."""
         self._check_open("define_tensor")
-        shape = list(shape)
+        shape = as_list(DefinitionError, "define_tensor", "shape", shape, "ints")
         axes = []
         for dim, size in enumerate(shape):
-            if not isinstance(size, int) or isinstance(size, bool) or (size < 1 and size != -1):
+            if not is_int(size) or not (size == -1 or 1 <= size <= MAX_EXTENT):
                 raise DefinitionError(
-                    f"define_tensor: dim {dim} of shape {shape} must be a positive int or -1"
+                    f"define_tensor: dim {dim} of shape {shown(shape)} must be a positive int"
+                    f" (at most {MAX_EXTENT}) or -1"
                 )
             if size == -1:
                 axes.append(IterDomain(self._fusion.new_symbol()))
             else:
                 iter_type = IterType.BROADCAST if size == 1 else IterType.ITERATION
                 axes.append(IterDomain(Const(value=size), iter_type))
-        tv = self._fusion.new_tensor(DataType.of(dtype), axes)
-        tv.contiguity = _contiguity(shape, contiguity)
-        tv.stride_order = _stride_order(shape, stride_order)
+        dtype = DataType.of(dtype)
+        flags = contiguity_flags(DefinitionError, "define_tensor", contiguity, len(shape))
+        order = _stride_order(shape, stride_order)
+        tv = self._fusion.new_tensor(dtype, axes)
+        tv.contiguity = flags
+        tv.stride_order = order
         self._fusion.add_input(tv)
         return tv
 
     def define_scalar(
         self, value: int | float | bool | None = None, dtype: DataType | torch.dtype | None = None
     ) -> ScalarVal:
-        """A scalar: a constant if ``value`` is given, else an input bound at execute."""
+        """A scalar: a constant if ``value`` is given, else an input bound at execute.
+
+        Without ``dtype`` it is the dtype of ``value`` (bool: Bool, int: Int, float or
+        None: Double). A constant must be exact in its dtype: 1.5 as an Int, or 2**40 as an
+        Int32, is refused (it would be truncated or wrap around); floats may be inf or nan.
+        """
         self._check_open("define_scalar")
-        if dtype is None:
-            dtype = {bool: DataType.Bool, int: DataType.Int}.get(type(value), DataType.Double)
-        scalar = self._fusion.new_scalar(DataType.of(dtype), value)
+        dtype = scalar_dtype(value, dtype)
+        if value is not None:
+            value = scalar_constant(value, dtype)
+        scalar = self._fusion.new_scalar(dtype, value)
         if value is None:
             self._fusion.add_input(scalar)
         return scalar
@@ -122,8 +140,14 @@ class FusionDefinition:
     def add_output(self, tv: TensorView) -> None:
         """Makes ``tv`` an output of the fusion."""
         self._check_open("add_output")
-        if not isinstance(tv, TensorView) or tv not in self._fusion.tensors():
-            raise DefinitionError(f"add_output: {tv!r} is not a tensor of this fusion")
+        if isinstance(tv, TensorView) and tv.fusion is not self._fusion:
+            owner = tv.fusion.describe() if tv.fusion is not None else "no FusionDefinition"
+            raise DefinitionError(
+                f"add_output: {tv.name} is not a tensor of this fusion ({self._fusion.describe()})"
+                f": it belongs to another FusionDefinition ({owner})"
+            )
+        if not isinstance(tv, TensorView):
+            raise DefinitionError(f"add_output: {shown(tv)} is not a tensor of this fusion")
         self._fusion.add_output(tv)
 
     def _check_open(self, method: str) -> None:
@@ -133,7 +157,12 @@ class FusionDefinition:
     # ----- lowering and execution -----
     def host_ir(self, world_size: int | None = None) -> HostIrContainer:
         """The host IR program ``execute`` runs: the last one run if the schedule has not
-        changed since, else a fresh lowering."""
+        changed since, else a fresh lowering; with ``world_size``, checked to fit a world of
+        that many ranks."""
+        if world_size is not None and (not is_int(world_size) or world_size < 1):
+            raise SettingError(
+                f"host_ir: world_size must be a positive int (or None), got {shown(world_size)}"
+            )
         version = self._fusion.schedule.version
         if self._last_program is None or self._last_program[0] != version:
             self._last_program = (version, self._lower())
@@ -158,16 +187,25 @@ class FusionDefinition:
         wait for other ranks (default: ``HOSTIR_TIMEOUT``, else five minutes); see
         docs/reliability.md.
         """
-        inputs = list(inputs)
-        use_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
-        communicator = default_communicator(use_cuda)
-        key = (self._fusion.schedule.version, tuple(_signature(x) for x in inputs), str(device))
-        known = self._evaluators.get(key)
-        first = known is None or not known.has_agreed(inputs)
+        communicator = default_communicator(uses_cuda(inputs))
+        # Until the inputs are known to be fine: whether the peers are about to agree on a
+        # first run (see _tell_peers), as when this definition has never run.
+        first = not self._evaluators
         try:
-            options = [(o, _ENABLE_OPTIONS) for o in _enable_options]
-            options += [(o, _DISABLE_OPTIONS) for o in _disable_options]
-            evaluator = self._evaluator(key, inputs, communicator, device, options, timeout)
+            checked = check_execute_arguments(
+                inputs, device, timeout, _enable_options, _disable_options
+            )
+            inputs, device = checked.inputs, checked.device
+            key = (
+                self._fusion.schedule.version,
+                tuple(_signature(x) for x in inputs),
+                str(device),
+            )
+            known = self._evaluators.get(key)
+            first = known is None or not known.has_agreed(inputs)
+            evaluator = self._evaluator(key, inputs, communicator, device, timeout)
+            # Every run: the signature of an int input is its type, not its value.
+            check_scalar_inputs(self._fusion, self._integer_limits, inputs)
         except Exception as error:  # a bug too: the peers must not wait for this rank
             _tell_peers(error, communicator, first)
             raise
@@ -184,22 +222,13 @@ class FusionDefinition:
         key: tuple,
         inputs: list[Any],
         communicator: Any,
-        device: torch.device | str | None,
-        options: list[tuple[str, dict]],
+        device: torch.device | None,
         timeout: float | None,
     ) -> HostIrEvaluator:
         """The evaluator for ``key`` (schedule version, input signature, device), lowering
         and checking what it needs the first time."""
         if not self._finalized:
             self._finalize()
-        for option, known in options:
-            if option not in known:
-                which = "_enable_options" if known is _ENABLE_OPTIONS else "_disable_options"
-                raise DefinitionError(
-                    f"execute: unknown option {option!r} in {which}; known there:"
-                    f" {sorted(known)} (see docs/streams.md)"
-                )
-        collective_timeout(timeout)  # a bad value is refused here, where peers hear of it
         program = self._programs.get(key[:2])
         if program is None:
             self._check_input_count(inputs)
@@ -287,22 +316,10 @@ def _signature(value: Any) -> tuple:
     return (type(value).__name__,)
 
 
-def _contiguity(shape: list[int], contiguity: Any) -> list[bool | None]:
-    if contiguity is None or isinstance(contiguity, bool):
-        return [True if contiguity is None else contiguity] * len(shape)
-    contiguity = list(contiguity)
-    if len(contiguity) != len(shape):
-        raise DefinitionError(
-            f"define_tensor: contiguity {contiguity} has {len(contiguity)} entries for"
-            f" {len(shape)} dims"
-        )
-    return contiguity
-
-
 def _stride_order(shape: list[int], stride_order: Any) -> list[int] | None:
     if stride_order is None:
         return None
-    order = list(stride_order)
+    order = int_list(DefinitionError, "define_tensor", "stride_order", stride_order)
     if sorted(order) != list(range(len(shape))):
         raise DefinitionError(
             f"define_tensor: stride_order {order} must be a permutation of 0..{len(shape) - 1}"

@@ -13,6 +13,7 @@ import enum
 import itertools
 from typing import TYPE_CHECKING
 
+from frontend.arguments import MAX_EXTENT, is_int, shown
 from frontend.errors import HostIrError, ScheduleError
 from frontend.types import ParallelType
 from hostir import Const, Scalar
@@ -103,8 +104,11 @@ class Split:
     ``inner_split``, else the outer size."""
 
     def __init__(self, in_: IterDomain, factor: int, inner_split: bool) -> None:
-        if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
-            raise ScheduleError(f"split factor must be a positive int, got {factor!r} for {in_}")
+        if not is_int(factor) or not 1 <= factor <= MAX_EXTENT:
+            raise ScheduleError(
+                f"split factor must be a positive int (at most {MAX_EXTENT}), got"
+                f" {shown(factor)} for {in_}"
+            )
         self.in_ = in_
         self.factor = factor
         self.inner_split = inner_split

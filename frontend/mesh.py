@@ -2,38 +2,83 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from frontend.arguments import check_rank, is_int, shown
 from frontend.errors import MeshError
 from frontend.types import ParallelType
 from hostir import Mesh, MeshAxis
+from hostir.settings import MAX_WORLD_SIZE
 
 SHOWN_DEVICES = 16
 """Up to this many devices, a DeviceMesh prints its device ids; beyond, its layout."""
 
 
-def _flatten(devices: Any) -> tuple[list[int], list[int]]:
-    """Flat device list and shape from a tensor, a (nested) list or a range."""
+def _shape_of(devices: Any, depth: int = 0) -> list[int]:
+    """The shape of ``devices`` (a tensor, range or nested list of device ids) read from
+    the lengths of its first rows: nothing is listed before the size is known to be small
+    enough (``_leaves`` then checks that every row has that shape)."""
     if isinstance(devices, torch.Tensor):
         if devices.is_floating_point() or devices.is_complex() or devices.dtype == torch.bool:
             raise MeshError(f"mesh devices must be integers, got a {devices.dtype} tensor")
-        return [int(d) for d in devices.flatten().tolist()], list(devices.shape)
+        return list(devices.shape)
     if isinstance(devices, range):
-        return list(devices), [len(devices)]
-    if isinstance(devices, list | tuple):
-        if devices and all(isinstance(d, list | tuple) for d in devices):
-            rows = [_flatten(list(d)) for d in devices]
-            if len({tuple(shape) for _, shape in rows}) != 1:
-                raise MeshError(f"mesh rows must all have the same shape, got {devices}")
-            return [d for flat, _ in rows for d in flat], [len(rows), *rows[0][1]]
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
-            raise MeshError(f"mesh devices must be integers, got {list(devices)}")
-        return list(devices), [len(devices)]
-    raise MeshError(f"a mesh is made from a tensor, list or range of device ids, got {devices!r}")
+        return [len(devices)]
+    if not isinstance(devices, list | tuple):
+        raise MeshError(
+            f"a mesh is made from a tensor, list or range of device ids, got {shown(devices)}"
+        )
+    if not devices or not isinstance(devices[0], list | tuple | range):
+        return [len(devices)]
+    if depth >= 3:
+        raise MeshError("a mesh has 1 to 3 dims, got lists of device ids nested deeper")
+    return [len(devices), *_shape_of(devices[0], depth + 1)]
+
+
+def _flatten(devices: Any) -> tuple[list[int], list[int]]:
+    """Flat device list and shape from a tensor, a (nested) list or a range; refuses more
+    than MAX_WORLD_SIZE devices before listing them (a 99999 x 99999 mesh is a mistake,
+    not a request for ten billion ints)."""
+    shape = _shape_of(devices)
+    size = math.prod(shape)
+    if size > MAX_WORLD_SIZE:
+        raise MeshError(
+            f"a mesh of shape {tuple(shape)} has {size} devices; at most {MAX_WORLD_SIZE} are"
+            " supported (the largest world size)"
+        )
+    if isinstance(devices, torch.Tensor):
+        flat = devices.flatten().tolist()
+    else:
+        flat = _leaves(devices, shape, devices)
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in flat):
+        raise MeshError(f"mesh devices must be integers, got {shown(devices)}")
+    too_large = [d for d in flat if d >= MAX_WORLD_SIZE]
+    if too_large:
+        raise MeshError(
+            f"mesh device {too_large[0]} is not a rank: ranks are below {MAX_WORLD_SIZE}"
+            " (the largest world size)"
+        )
+    return flat, shape
+
+
+def _leaves(rows: list | tuple | range, shape: list[int], whole: Any) -> list[Any]:
+    """The entries of the nested list ``rows`` of ``shape``, row-major; raises MeshError if
+    a row has another length (``whole``, the mesh argument, is shown)."""
+    if len(shape) == 1:
+        return list(rows)
+    flat = []
+    for row in rows:
+        if not isinstance(row, list | tuple | range):
+            raise MeshError(f"mesh devices must be integers in rows of lists, got {shown(whole)}")
+        if len(row) != shape[1]:
+            raise MeshError(f"mesh rows must all have the same shape, got {shown(whole)}")
+        flat += _leaves(row, shape[1:], whole)
+    return flat
 
 
 class DeviceMesh:
@@ -52,7 +97,7 @@ class DeviceMesh:
         try:
             self._mesh = Mesh(devices=tuple(flat), shape=tuple(shape))
         except MeshError as error:
-            raise MeshError(f"invalid DeviceMesh {list(flat)}: {error}") from None
+            raise MeshError(f"invalid DeviceMesh {shown(flat)}: {error}") from None
 
     @staticmethod
     def from_hostir(mesh: Mesh) -> DeviceMesh:
@@ -83,8 +128,8 @@ class DeviceMesh:
         """The device ids, flattened row-major."""
         return list(self._mesh.devices)
 
-    def __contains__(self, device: int) -> bool:
-        return device in self._mesh.devices
+    def __contains__(self, device: object) -> bool:
+        return is_int(device) and self._mesh.contains(device)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and other._mesh == self._mesh
@@ -117,6 +162,7 @@ class DeviceMesh:
 
     def coordinates(self, device: int) -> tuple[int, ...]:
         """``device``'s index along each mesh dim."""
+        check_rank(f"{self!r}: device", device)
         coords = self._mesh.coordinates(device)
         if coords is None:
             raise MeshError(f"device {device} is not in {self!r}")
@@ -160,11 +206,14 @@ class DeviceMesh:
         Returns None for a rank outside the mesh, as ``shard_tensor`` does.
         """
         rank = _current_rank() if rank is None else rank
+        check_rank("shard_tensor: rank", rank)
+        if not isinstance(t, torch.Tensor):
+            raise MeshError(f"shard_tensor: expected a torch.Tensor to shard, got {shown(t)}")
         if rank not in self:
             return None
         size = self.axis_size(parallel_type)
-        if not -t.ndim <= dim < t.ndim:
-            raise MeshError(f"dim {dim} is out of range for a {t.ndim}-d tensor")
+        if not is_int(dim) or not -t.ndim <= dim < t.ndim:
+            raise MeshError(f"dim {shown(dim)} is out of range for a {t.ndim}-d tensor")
         if t.shape[dim] % size != 0:
             raise MeshError(
                 f"dim {dim} of extent {t.shape[dim]} does not divide over {size} devices"

@@ -9,11 +9,13 @@ inferred on (possibly symbolic) global extents.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
 from frontend.contraction import broadcast_axes, linear_axes, matmul_axes
 from frontend.errors import DefinitionError, OperandError
 from frontend.exprs import (
@@ -64,7 +66,7 @@ def infer_dtype(op: str, fn: Callable[..., torch.Tensor], operands: Sequence[Ope
     """The result dtype of ``fn`` on ``operands`` under torch's rules."""
     try:
         result = fn(*[_meta(x) for x in operands])
-    except (RuntimeError, TypeError) as error:
+    except (RuntimeError, TypeError, ValueError, OverflowError) as error:
         described = ", ".join(
             f"{_name(x)}: {x.dtype.name}" if isinstance(x, TensorView | ScalarVal) else _name(x)
             for x in operands
@@ -90,10 +92,10 @@ def _is_one(axis: IterDomain) -> bool:
 def _dims(op: str, tv: TensorView, dims: int | Sequence[int]) -> tuple[int, ...]:
     """Normalizes dim indices of ``tv``'s data dims; raises OperandError if out of range."""
     ndim = len(tv.shape_domain())
-    dims = [dims] if isinstance(dims, int) else list(dims)
+    dims = int_list(OperandError, op, "dims", dims, allow_int=True)
     result = []
     for dim in dims:
-        if not isinstance(dim, int) or not -ndim <= dim < ndim:
+        if not -ndim <= dim < ndim:
             raise OperandError(f"{op}: dim {dim} is out of range for {tv.name} with {ndim} dims")
         result.append(dim % ndim)
     if len(set(result)) != len(result):
@@ -178,7 +180,13 @@ class Ops:
             raise OperandError(
                 f"{op}({_name(lhs)}, {_name(rhs)}): at least one operand must be a tensor"
             )
+        for operand in (lhs, rhs):
+            if is_int(operand):
+                why = ": torch and nvFuser take a Python int as an int64 scalar"
+                check_fits(OperandError, op, "the constant", operand, DataType.Int, why)
         dtype = infer_dtype(op, fn, [lhs, rhs])
+        for operand in (lhs, rhs):
+            _check_constant_fits(op, operand, dtype)
         axes, axis_map = _broadcast_axes(op, tensors)
         out = self._new(dtype, axes)
         self._fusion.add_expr(BinaryOp(out, axis_map=axis_map, op=kind, lhs=lhs, rhs=rhs))
@@ -195,6 +203,7 @@ class Ops:
         """Sum over ``dims``; with ``keepdim`` the reduced dims stay with extent 1."""
         tv = _check_tensor("sum", tv, "operand")
         dims = _dims("sum", tv, dims)
+        keepdim = check_bool(OperandError, "sum", "keepdim", keepdim)
         if not dims:
             raise OperandError(f"sum of {tv.name}: dims is empty; name at least one dim to reduce")
         out_dtype = (
@@ -256,7 +265,17 @@ class Ops:
         ``shape`` entry of -1 keeps the mapped input extent.
         """
         tv = _check_tensor("broadcast_in_dim", tv, "operand")
-        axes, pairs = broadcast_axes(tv, list(shape), list(broadcast_dims))
+        shape = int_list(OperandError, "broadcast_in_dim", "shape", shape)
+        broadcast_dims = int_list(
+            OperandError, "broadcast_in_dim", "broadcast_dims", broadcast_dims
+        )
+        for dim, size in enumerate(shape):
+            if size > MAX_EXTENT:  # smaller sizes: checked with the dims they map
+                raise OperandError(
+                    f"broadcast_in_dim: shape[{dim}] = {shown(size)} of {tv.name}'s output is"
+                    f" larger than an extent can be ({MAX_EXTENT})"
+                )
+        axes, pairs = broadcast_axes(tv, shape, broadcast_dims)
         out = self._new(tv.dtype, axes)
         expr = BroadcastInDimOp(
             out, axis_map={tv: pairs}, src=tv, broadcast_dims=tuple(broadcast_dims)
@@ -268,10 +287,10 @@ class Ops:
         """Output dim ``i`` is ``tv``'s dim ``dims[i]``."""
         tv = _check_tensor("permute", tv, "operand")
         ndim = len(tv.shape_domain())
-        normalized = _dims("permute", tv, list(dims))
+        normalized = _dims("permute", tv, int_list(OperandError, "permute", "dims", dims))
         if len(normalized) != ndim:
             raise OperandError(
-                f"permute: dims {list(dims)} must be a permutation of the {ndim} dims of {tv.name}"
+                f"permute: dims {shown(dims)} must be a permutation of the {ndim} dims of {tv.name}"
             )
         source = tv.shape_domain()
         axes, pairs = [], []
@@ -282,6 +301,20 @@ class Ops:
         out = self._new(tv.dtype, axes)
         self._fusion.add_expr(PermuteOp(out, axis_map={tv: pairs}, src=tv, dims=normalized))
         return out
+
+
+def _check_constant_fits(op: str, operand: Operand, dtype: DataType) -> None:
+    """An int constant must fit the integer dtype of the result it is computed in: torch
+    converts it to that dtype and silently wraps (``int32_tensor + 2**40`` adds 0)."""
+    if dtype not in (DataType.Int, DataType.Int32):
+        return
+    value = operand.value if isinstance(operand, ScalarVal) else operand
+    if is_int(value):
+        what = (
+            f"the constant {operand.name} =" if isinstance(operand, ScalarVal) else "the constant"
+        )
+        why = ", the dtype its result is computed in: it would wrap around"
+        check_fits(OperandError, op, what, value, dtype, why)
 
 
 def _broadcast_axes(
@@ -325,22 +358,34 @@ def _unify_extents(op: str, position: int, candidates: list) -> Scalar:
     return real[0].extent
 
 
-def _only_while_defining(method: Callable) -> Callable:
-    """``method`` refusing to add to a finished definition (nvFuser refuses too): an op
-    added after the ``with`` block would be silently missing from the lowered program."""
+def _checked(method: Callable) -> Callable:
+    """``method`` refusing, before it runs: an op added to a finished definition (nvFuser
+    refuses too: it would be silently missing from the lowered program), arguments that do
+    not fit its parameters, and a tensor or scalar of another FusionDefinition (it would
+    silently stand for this fusion's value of the same name)."""
+    signature = inspect.signature(method)
+    where = f"fd.ops.{method.__name__}"
+    parameters = ", ".join(list(signature.parameters)[1:])
 
     @functools.wraps(method)
     def checked(self: Ops, *args: Any, **kwargs: Any) -> Any:
         if self._fusion.finished:
             raise DefinitionError(
-                f"fd.ops.{method.__name__}: the fusion definition is finished; add ops inside"
+                f"{where}: the fusion definition is finished; add ops inside"
                 " the 'with FusionDefinition() as fd:' block (before the first execute)"
             )
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as error:
+            raise OperandError(f"{where}({parameters}): {error}") from None
+        for name, value in list(bound.arguments.items())[1:]:
+            role = "operand" if name == "tv" else name
+            self._fusion.check_owns(where, value, role)
         return method(self, *args, **kwargs)
 
     return checked
 
 
-# Every public op checks that the definition is still open.
+# Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:
-    setattr(Ops, _op_name, _only_while_defining(getattr(Ops, _op_name)))
+    setattr(Ops, _op_name, _checked(getattr(Ops, _op_name)))

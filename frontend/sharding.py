@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
+from frontend.arguments import check_rank, shown
 from frontend.errors import ScheduleError
 from frontend.iter_domain import IterDomain, Swizzle1D, transforms_of
 from frontend.tensor_view import TensorView
@@ -59,6 +60,8 @@ def axis_parts(tv: TensorView, axis: IterDomain) -> tuple[ShardPart, ...]:
 
 def tensor_sharding(tv: TensorView) -> Sharding | None:
     """How ``tv`` is spread over its mesh, or None if it has no mesh."""
+    if not isinstance(tv, TensorView):
+        raise ScheduleError(f"tensor_sharding: expected a TensorView, got {shown(tv)}")
     tv.device_axes()  # raises if a mesh axis is used twice
     if tv.device_mesh is None:
         tv.check_mesh_axes()  # raises if an axis is device-parallel without a mesh
@@ -140,6 +143,14 @@ def shard_tensor(
     """
     if rank is None:
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    check_rank("shard_tensor: rank", rank)
+    if not isinstance(t, torch.Tensor):
+        raise ScheduleError(f"shard_tensor: expected a torch.Tensor to shard, got {shown(t)}")
+    if not isinstance(tv, TensorView | TensorValue):
+        raise ScheduleError(
+            "shard_tensor: expected the TensorView (or host IR TensorValue) whose schedule"
+            f" shards the tensor, got {shown(tv)}"
+        )
     if isinstance(tv, TensorValue):
         return _shard_by_value(t, tv, rank)
     ndim = len(tv.shape_domain())

@@ -9,9 +9,10 @@ loop domain and refer to its axes by index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from frontend.arguments import as_list, check_bool, contiguity_flags, is_int, shown
 from frontend.errors import MeshError, ScheduleError
 from frontend.iter_domain import IterDomain, Split, Swizzle1D
 from frontend.mesh import DeviceMesh, as_mesh
@@ -21,6 +22,7 @@ from hostir import Const
 
 if TYPE_CHECKING:
     from frontend.exprs import Expr
+    from frontend.fusion import Fusion
 
 
 class TensorView:
@@ -40,6 +42,7 @@ class TensorView:
         self.definition: Expr | None = None
         self.uses: list[Expr] = []
         self.schedule_clock = ScheduleClock()  # the fusion's, once the fusion holds it
+        self.fusion: Fusion | None = None  # set by the fusion that creates it
         for axis in self._logical:
             axis.owner = self
 
@@ -70,7 +73,7 @@ class TensorView:
         return self._loop[self._normalize(index, "axis")]
 
     def _normalize(self, index: int, method: str) -> int:
-        if not isinstance(index, int) or not -len(self._loop) <= index < len(self._loop):
+        if not is_int(index) or not -len(self._loop) <= index < len(self._loop):
             raise ScheduleError(
                 f"{method}: axis {index} is out of range for {self.name}, whose loop domain has"
                 f" {len(self._loop)} axes {self._loop}"
@@ -89,6 +92,7 @@ class TensorView:
     def split(self, axis: int, factor: int, inner_split: bool = True) -> TensorView:
         """Splits loop axis ``axis``; ``factor`` is the inner size if ``inner_split``."""
         index = self._normalize(axis, "split")
+        check_bool(ScheduleError, f"split of {self.name}", "inner_split", inner_split)
         split = Split(self._loop[index], factor, inner_split)
         self._loop[index : index + 1] = split.outputs()
         for out in split.outputs():
@@ -121,10 +125,19 @@ class TensorView:
     def reorder(self, old_to_new: dict[int, int]) -> TensorView:
         """Moves loop axes: ``{old: new}``; unnamed axes keep their relative order."""
         n = len(self._loop)
-        moves = {
-            self._normalize(old, "reorder"): self._normalize(new, "reorder")
-            for old, new in dict(old_to_new).items()
-        }
+        if not isinstance(old_to_new, Mapping):
+            raise ScheduleError(
+                f"reorder of {self.name}: expected a dict {{old axis: new axis}}, got"
+                f" {shown(old_to_new)}"
+            )
+        moves: dict[int, int] = {}
+        for old, new in old_to_new.items():
+            index = self._normalize(old, "reorder")
+            if index in moves:
+                raise ScheduleError(
+                    f"reorder of {self.name}: loop axis {index} is named twice in {old_to_new}"
+                )
+            moves[index] = self._normalize(new, "reorder")
         if len(set(moves.values())) != len(moves):
             raise ScheduleError(
                 f"reorder of {self.name}: two axes moved to one place: {old_to_new}"
@@ -141,23 +154,25 @@ class TensorView:
         self, axes: Sequence[IterDomain], contiguity: bool | Sequence[bool | None] = True
     ) -> TensorView:
         """Sets the allocation axes (a permutation of loop or logical axes)."""
-        axes = list(axes)
+        where = f"set_allocation_domain of {self.name}"
+        axes = as_list(ScheduleError, where, "axes", axes, "IterDomains")
         known = set(self._loop) | set(self._logical)
         for axis in axes:
-            if axis not in known:
+            if not isinstance(axis, IterDomain) or axis not in known:
                 raise ScheduleError(
-                    f"set_allocation_domain: {axis} is not an axis of {self.name}"
+                    f"set_allocation_domain: {shown(axis)} is not an axis of {self.name}"
                     f" (loop {self._loop}, logical {self._logical})"
                 )
-        if isinstance(contiguity, bool):
-            contiguity = [contiguity] * len(axes)
-        if len(contiguity) != len(axes):
-            raise ScheduleError(
-                f"set_allocation_domain of {self.name}: {len(axes)} axes but"
-                f" {len(contiguity)} contiguity flags"
-            )
+        if len(set(axes)) != len(axes):
+            raise ScheduleError(f"{where}: axes {axes} name an axis twice")
+        if isinstance(contiguity, Sequence) and not isinstance(contiguity, str | bytes):
+            if len(contiguity) != len(axes):
+                raise ScheduleError(
+                    f"{where}: {len(axes)} axes but {len(contiguity)} contiguity flags"
+                )
+        contiguity = contiguity_flags(ScheduleError, where, contiguity, len(axes))
         self._allocation = axes
-        self.allocation_contiguity = list(contiguity)
+        self.allocation_contiguity = contiguity
         self.schedule_clock.tick()
         return self
 

@@ -6,7 +6,7 @@ import enum
 
 import torch
 
-from frontend.errors import DefinitionError
+from frontend.errors import DefinitionError, HostIrError
 from hostir import DType, MeshAxis
 
 
@@ -39,9 +39,17 @@ class DataType(enum.Enum):
         """Accepts a DataType or a torch.dtype; raises DefinitionError otherwise."""
         if isinstance(value, DataType):
             return value
+        known = ", ".join(f"DataType.{d.name}" for d in DataType)
         if isinstance(value, torch.dtype):
-            return DataType.from_torch(value)
-        raise DefinitionError(f"expected a DataType or torch.dtype, got {value!r}")
+            try:
+                return DataType.from_torch(value)
+            except HostIrError:
+                raise DefinitionError(
+                    f"dtype {value} is not supported; expected one of {known} (or its torch dtype)"
+                ) from None
+        raise DefinitionError(
+            f"expected a DataType or torch.dtype ({known} or their torch dtypes), got {value!r}"
+        )
 
 
 class ParallelType(enum.Enum):

@@ -1,0 +1,135 @@
+"""The arguments of ``FusionDefinition.execute``, checked before anything is lowered or run.
+
+A bad argument raises a named error (``InputError`` for the inputs, ``SettingError`` for
+the device and the timeout, ``DefinitionError`` for the options) that ``execute`` also
+tells the other ranks, so that none of them waits for this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from frontend.arguments import INT_RANGES, as_list, check_fits, is_int, shown
+from frontend.errors import DefinitionError, InputError
+from frontend.exprs import ScalarVal
+from frontend.fusion import Fusion
+from frontend.types import DataType
+from hostir.errors import SettingError
+from hostir.timeouts import collective_timeout
+
+ENABLE_OPTIONS = {
+    "host_ir_lowering": "always on: every fusion is lowered to a host IR program",
+}
+"""The ``_enable_options`` nvFuser's stream-parallel programs pass, and what they mean here."""
+
+DISABLE_OPTIONS = {
+    "infer_contiguity": "no effect: the ops run as torch ops, which take any strides, so"
+    " nothing is compiled for an inferred contiguity",
+}
+"""The ``_disable_options`` they pass, and what they mean here."""
+
+
+@dataclass(frozen=True)
+class ExecuteArguments:
+    """``execute``'s arguments once checked: the inputs as a list, the device resolved."""
+
+    inputs: list[Any]
+    device: torch.device | None
+
+
+def uses_cuda(inputs: Any) -> bool:
+    """Whether ``inputs`` (checked or not) hold a CUDA tensor: it picks the communicator."""
+    if not isinstance(inputs, list | tuple):
+        return False
+    return any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+
+
+def check_execute_arguments(
+    inputs: Any, device: Any, timeout: Any, enable: Any, disable: Any
+) -> ExecuteArguments:
+    """Checks every argument of ``execute`` but the inputs' contents (the program's input
+    checks read those); raises a named error for the first bad one."""
+    if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+        raise InputError(
+            "execute: inputs must be a list or tuple with one tensor or scalar per fusion"
+            f" input, got {shown(inputs) if not isinstance(inputs, torch.Tensor) else 'a Tensor'}"
+        )
+    _check_options("_enable_options", enable, ENABLE_OPTIONS)
+    _check_options("_disable_options", disable, DISABLE_OPTIONS)
+    _check_timeout(timeout)
+    return ExecuteArguments(inputs=list(inputs), device=_device(device))
+
+
+def _check_options(which: str, options: Any, known: dict[str, str]) -> None:
+    for option in as_list(DefinitionError, "execute", which, options, "option names"):
+        if not isinstance(option, str) or option not in known:
+            raise DefinitionError(
+                f"execute: unknown option {shown(option)} in {which}; known there:"
+                f" {sorted(known)} (see docs/streams.md)"
+            )
+
+
+def _check_timeout(timeout: Any) -> None:
+    """Refuses a timeout that is not a positive number of seconds hostir can wait."""
+    try:
+        collective_timeout(timeout)  # SettingError for a value it refuses
+    except (OverflowError, ValueError, TypeError):  # what datetime says of a wild value
+        raise SettingError(
+            f"execute: timeout={shown(timeout)} is not a number of seconds a timer can hold;"
+            " expected a positive number of seconds"
+        ) from None
+
+
+def _device(device: Any) -> torch.device | None:
+    """``device`` as a ``torch.device`` (None: the device of the inputs)."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str | int) or isinstance(device, bool):
+        raise SettingError(
+            "execute: device must be a torch.device, a device name such as 'cpu' or 'cuda:0',"
+            f" or None (the device of the inputs), got {shown(device)}"
+        )
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as error:
+        said = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if len(said) > 100:  # torch lists every device type it knows: name a few
+            said = "expected a device such as 'cpu', 'cuda', 'cuda:0' or 'meta'"
+        raise SettingError(
+            f"execute: device {shown(device)} is not a device torch knows here: {said}"
+        ) from None
+
+
+def integer_limits(fusion: Fusion) -> dict[str, list[tuple[DataType, str]]]:
+    """For each scalar input of ``fusion``, the integer dtypes its value must fit, each with
+    what needs it: its own dtype (Int or Int32) and the dtype of every integer result it is
+    computed in (an Int input added to an Int32 tensor is computed in int32)."""
+    limits: dict[str, list[tuple[DataType, str]]] = {}
+    for value in fusion.inputs():
+        if isinstance(value, ScalarVal):
+            own = [(value.dtype, "its dtype")] if value.dtype in INT_RANGES else []
+            limits[value.name] = own
+    for expr in fusion.exprs():
+        if expr.output.dtype not in INT_RANGES:
+            continue
+        for operand in expr.inputs():
+            if isinstance(operand, ScalarVal) and operand.name in limits:
+                why = f"the dtype of {expr.describe()}, which it is computed in"
+                limits[operand.name].append((expr.output.dtype, why))
+    return {name: found for name, found in limits.items() if found}
+
+
+def check_scalar_inputs(
+    fusion: Fusion, limits: dict[str, list[tuple[DataType, str]]], inputs: list[Any]
+) -> None:
+    """Refuses an int given for a scalar input that does not fit a dtype of ``limits``: in
+    the kernel it would wrap around (torch does not check), or overflow inside torch."""
+    for value, given in zip(fusion.inputs(), inputs, strict=False):
+        if not isinstance(value, ScalarVal) or not is_int(given):
+            continue
+        for dtype, why in limits.get(value.name, []):
+            check_fits(InputError, f"input {value.name}", "the value", given, dtype, f", {why}")
