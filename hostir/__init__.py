@@ -33,9 +33,10 @@ from hostir.dot import to_dot
 from hostir.dtypes import DType
 from hostir.errors import (
     CommunicationError,
+    ConcurrentRunError,
     EvaluationError,
-    HostIrError,
     ExtentError,
+    HostIrError,
     InputError,
     MeshError,
     ParseError,
@@ -113,6 +114,7 @@ __all__ = [
     "BroadcastInDim",
     "Cast",
     "CommunicationError",
+    "ConcurrentRunError",
     "Communicator",
     "Const",
     "DType",

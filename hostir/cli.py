@@ -5,8 +5,9 @@ its arguments and sets ``handler``, a function ``(args) -> exit code``; adding a
 subcommand means writing one such function and listing it in ``COMMANDS``.
 
 Errors print a single ``hostir: error: ...`` line to stderr, never a traceback:
-exit code 2 for a bad command line (unknown option, missing file), 1 for a bad
-program or script and for a failure (a HostIrError, an OSError, anything else).
+exit code 2 for a bad command line or setting (unknown option, missing file, a
+value out of range: a SettingError), 1 for a bad program or script and for a
+failure (another HostIrError, an OSError, anything else).
 ``HOSTIR_TRACEBACK=1`` re-raises instead, for debugging. Programs come from
 files through ``hostir.scripts``: a ``.py`` SCRIPT defines ``fusion(world_size)``,
 any other file is host IR text. See docs/cli.md.
@@ -25,8 +26,16 @@ from typing import NoReturn
 import torch
 
 from hostir import launcher, scripts
+from hostir.cli_arguments import (
+    in_range,
+    integer,
+    parse_bindings,
+    traffic_world,
+    world_size_option,
+)
 from hostir.container import HostIrContainer
-from hostir.errors import HostIrError, ParseError, VerifyError
+from hostir.errors import HostIrError, ParseError, SettingError, VerifyError
+from hostir.settings import flag_setting
 
 FAILURE = 1
 USAGE_ERROR = 2
@@ -68,17 +77,23 @@ def add_run_command(subparsers: argparse._SubParsersAction) -> None:
         "Arguments after -- go to the script.",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python script every rank runs")
-    parser.add_argument("--nproc", type=int, required=True, help="number of ranks")
+    parser.add_argument(
+        "--nproc",
+        type=integer,
+        required=True,
+        help=f"number of ranks (1 to {launcher.MAX_NPROC})",
+    )
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.set_defaults(handler=run_command, takes_extra_args=True)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Launches the script; the exit code is that of the first rank that failed, else 0."""
-    if not os.path.isfile(args.script):
+    in_range(args.nproc, "--nproc", 1, launcher.MAX_NPROC)
+    if not os.path.exists(args.script):
         raise CommandError(f"script not found: {args.script}")
-    if args.nproc < 1:
-        raise CommandError(f"--nproc must be at least 1, got {args.nproc}")
+    if not os.path.isfile(args.script):
+        raise CommandError(f"script is not a file: {args.script}")
     if args.backend == "nccl" and not torch.cuda.is_available():
         raise CommandError("--backend nccl needs CUDA, and this machine has no CUDA device")
     code = launcher.launch(args.script, args.nproc, args.extra_args, backend=args.backend)
@@ -146,6 +161,7 @@ def viz_command(args: argparse.Namespace) -> int:
     from hostir.dot import to_dot, to_traffic_dot  # graphviz: imported only when drawing
 
     if args.traffic:
+        traffic_world(args.world_size, program)  # refuses a world too large to draw
         graph = to_traffic_dot(
             program, instruction_index=args.instruction, world_size=args.world_size
         )
@@ -190,7 +206,7 @@ def add_check_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--world-size",
         metavar="N",
-        type=int,
+        type=integer,
         help="also check the program runs on N ranks: every mesh fits in them",
     )
     parser.set_defaults(handler=check_command)
@@ -205,8 +221,7 @@ def check_command(args: argparse.Namespace) -> int:
             f"check reads host IR text, not a script: {path} (to lower a script, use"
             " 'hostir dump SCRIPT')"
         )
-    if args.world_size is not None and args.world_size < 1:
-        raise CommandError(f"--world-size must be at least 1, got {args.world_size}")
+    world_size_option(args.world_size)
     try:
         program = scripts.load_program(path, args.world_size)
     except (ParseError, VerifyError) as error:
@@ -246,17 +261,9 @@ def traffic_command(args: argparse.Namespace) -> int:
     """Prints ``traffic_report`` of the program at ``--world-size`` ranks."""
     from hostir.traffic import count_traffic, traffic_report
 
-    bindings = {}
-    for item in args.bind:
-        name, _, value = item.partition("=")
-        if not name or not value.lstrip("-").isdigit():
-            raise CommandError(f"--bind takes NAME=INTEGER, got {item!r}")
-        bindings[name] = int(value)
     program = load_program(args)
-    world = args.world_size or max(
-        (v.sharding.mesh.max_device() + 1 for v in program.inputs if v.sharding is not None),
-        default=1,
-    )
+    bindings = parse_bindings(args.bind, program)
+    world = traffic_world(args.world_size, program)
     print(f"traffic of {args.program} at {world} ranks (from the exchange functions; not run)")
     print(traffic_report(count_traffic(program, world, bindings)))
     return 0
@@ -272,7 +279,7 @@ def add_program_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--world-size",
         metavar="N",
-        type=int,
+        type=integer,
         help="the world size passed to a script's fusion (default: its own default, else "
         f"{scripts.DEFAULT_WORLD_SIZE}); the program must fit it",
     )
@@ -281,8 +288,7 @@ def add_program_arguments(parser: argparse.ArgumentParser) -> None:
 def load_program(args: argparse.Namespace) -> HostIrContainer:
     """The program named by ``args.program``, checked against ``args.world_size``."""
     require_file(args.program)
-    if args.world_size is not None and args.world_size < 1:
-        raise CommandError(f"--world-size must be at least 1, got {args.world_size}")
+    world_size_option(args.world_size)
     try:
         return scripts.load_program(args.program, args.world_size)
     except ParseError as error:
@@ -359,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     ``HOSTIR_TRACEBACK=1`` asks for it.
     """
     try:
+        traceback_wanted()  # a bad value is refused before it decides how errors look
+    except SettingError as error:
+        print_error(str(error))
+        return USAGE_ERROR
+    try:
         return run_main(argv)
     except Exception as error:
         if traceback_wanted():
@@ -371,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def traceback_wanted() -> bool:
-    """Whether ``HOSTIR_TRACEBACK`` asks errors to propagate with their traceback."""
-    return os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")
+    """Whether ``HOSTIR_TRACEBACK=1`` asks errors to propagate with their traceback (``0``
+    or unset: no; SettingError for any other value)."""
+    return flag_setting(TRACEBACK_VARIABLE)
 
 
 def one_line(error: BaseException) -> str:
@@ -399,7 +411,7 @@ def run_main(argv: list[str] | None) -> int:
         if traceback_wanted():
             raise
         print_error(describe(error))
-        return USAGE_ERROR if isinstance(error, CommandError) else FAILURE
+        return USAGE_ERROR if isinstance(error, CommandError | SettingError) else FAILURE
 
 
 def describe(error: Exception) -> str:

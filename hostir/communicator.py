@@ -1,9 +1,8 @@
 """Communicators: the evaluator's only door to other ranks.
 
 The evaluator talks to other ranks through a :class:`Communicator`, so tests
-and simulations can substitute their own. :func:`default_communicator` follows
-SPEC section 5: use the default ``torch.distributed`` group; if none exists and
-a launcher's variables are set, create one; otherwise the world is this process.
+and simulations can substitute their own. :func:`~hostir.world.default_communicator`
+(also importable from here) finds the world.
 
 Every collective takes this rank's local buffers and a *group*: a tuple of
 global ranks in team order (``(3, 1, 0, 2)``, or a column-major walk of a
@@ -20,23 +19,18 @@ subclass (:class:`~hostir.torch_communicator.TorchCommunicator`) implements.
 from __future__ import annotations
 
 import abc
-import atexit
 import datetime
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from hostir.errors import CommunicationError, SettingError
+from hostir.errors import CommunicationError
 from hostir.rank_text import describe_group
+from hostir.run_guard import WorldGuard
 from hostir.sharding import ReduceOp
 from hostir.timeouts import collective_timeout
-
-BACKEND_VARIABLE = "HOSTIR_BACKEND"
-"""The backend a launcher-made default group uses: ``gloo`` or ``nccl`` (set by
-``hostir run --backend``); unset: nccl for CUDA tensors, gloo otherwise."""
 
 Group = tuple[int, ...]
 """Global ranks in team order."""
@@ -77,6 +71,27 @@ class Communicator:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
 
+    # -- One thread at a time (hostir.run_guard) ----------------------------------------
+
+    def run_guard(self) -> WorldGuard:
+        """The guard of this communicator's world: one per communicator here, one per
+        process for TorchCommunicator (every instance talks on the default group)."""
+        guard = self.__dict__.get("_run_guard")
+        return guard if guard is not None else self.__dict__.setdefault("_run_guard", WorldGuard())
+
+    def where(self) -> str:
+        """``rank 0 of 2``: this rank in its world, for messages."""
+        return f"rank {self.rank} of {self.world_size}"
+
+    @contextmanager
+    def _guarded(self, what: str) -> Iterator[None]:
+        """Holds the world's guard for a synchronous step (nothing to hold for one rank)."""
+        if self.world_size == 1:
+            yield
+            return
+        with self.run_guard().holding(what, self.where()):
+            yield
+
     # -- Set-up -----------------------------------------------------------------
 
     def prepare(self, groups: Sequence[Sequence[int]]) -> None:
@@ -87,7 +102,8 @@ class Communicator:
         Groups already known create nothing.
         """
         checked = [_check_members(group, self.world_size, "prepare") for group in groups]
-        self._prepare([group for group in checked if len(group) > 1])
+        with self._guarded("creating process groups"):
+            self._prepare([group for group in checked if len(group) > 1])
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         """How long each later collective may wait for its peers before it fails."""
@@ -106,13 +122,15 @@ class Communicator:
         """
         if self.world_size == 1:
             return [list(codes)]
-        return self._exchange_codes(list(codes))
+        with self._guarded("the agreement"):
+            return self._exchange_codes(list(codes))
 
     def exchange_objects(self, obj: Any) -> list[Any]:
         """Every rank's picklable ``obj``, in rank order (the agreement's detailed step)."""
         if self.world_size == 1:
             return [obj]
-        return self._exchange_objects(obj)
+        with self._guarded("the agreement"):
+            return self._exchange_objects(obj)
 
     # -- Collectives --------------------------------------------------------------
 
@@ -403,7 +421,11 @@ class Communicator:
 
     def _post(self, what: str, team: Group, hook: Callable[..., Work], *args: Any) -> Work:
         """``hook(*args)``, with a backend error raised while posting made a
-        CommunicationError naming the collective, its group and this rank."""
+        CommunicationError naming the collective, its group and this rank. Refused while
+        another thread runs a program on this world (hostir.run_guard)."""
+        guard = self.run_guard()
+        if guard.held_elsewhere():  # the message is built only when it is needed
+            guard.check(f"{what} over {describe_group(team)}", self.where())
         try:
             return hook(*args)
         except CommunicationError:
@@ -505,102 +527,29 @@ def backend_failure(
     return CommunicationError(f"{where} failed on rank {rank}: {reason} [{first}]")
 
 
-# -- Finding the world -------------------------------------------------------------
-
-
-def launcher_rank_and_size() -> tuple[int, int] | None:
-    """(rank, world size) from torchrun's or Open MPI's variables, if set."""
-    for rank_var, size_var in (
-        ("RANK", "WORLD_SIZE"),
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ):
-        if rank_var in os.environ and size_var in os.environ:
-            return int(os.environ[rank_var]), int(os.environ[size_var])
-    return None
-
-
-def init_process_group_from_env(use_cuda: bool) -> bool:
-    """Creates the default process group from launcher variables; False if none are set.
-
-    The backend is ``HOSTIR_BACKEND`` if set (``hostir run --backend``), else nccl
-    for CUDA tensors and gloo otherwise. Under Open MPI the rendezvous address
-    defaults to this host.
-    """
-    found = launcher_rank_and_size()
-    if found is None:
-        return False
-    rank, world_size = found
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29500")
-    backend = chosen_backend(use_cuda)
-    if backend == "nccl":
-        local_rank = int(
-            os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
-        )
-        torch.cuda.set_device(local_rank)
-    timeout = collective_timeout()
-    try:
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
-    except (RuntimeError, ValueError) as error:
-        where = (
-            f"joining the process group ({backend}, rank {rank} of {world_size}, rendezvous at"
-            f" {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']})"
-        )
-        raise backend_failure(where, rank, error, timeout) from error
-    # The group is ours: end it before the interpreter does. Left to interpreter teardown,
-    # gloo's threads are sometimes destroyed while joinable, which aborts the process
-    # ("terminate called without an active exception") after a successful run.
-    atexit.register(_destroy_default_group, dist.group.WORLD)
-    return True
-
-
-def _destroy_default_group(world: Any) -> None:
-    """Destroys the default group made by :func:`init_process_group_from_env`, if it is
-    still the current one."""
-    if dist.is_initialized() and dist.group.WORLD is world:
-        dist.destroy_process_group()
-
-
-def chosen_backend(use_cuda: bool) -> str:
-    """``HOSTIR_BACKEND`` if set, else nccl for CUDA tensors (where CUDA exists), else gloo."""
-    asked = os.environ.get(BACKEND_VARIABLE, "").strip()
-    if not asked:
-        return "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
-    if asked not in ("gloo", "nccl"):
-        raise SettingError(f"{BACKEND_VARIABLE}={asked!r}: expected gloo or nccl")
-    if asked == "nccl" and not torch.cuda.is_available():
-        raise SettingError(
-            f"{BACKEND_VARIABLE}=nccl: nccl needs CUDA, and this machine has no CUDA device"
-            " (use gloo)"
-        )
-    return asked
-
-
-_DEFAULT: dict[str, Any] = {"group": None, "communicator": None}
-"""The communicator made for the current default process group, reused across calls so
-programs prepare (and check) once per group, not once per execute."""
-
-
-def default_communicator(use_cuda: bool = False) -> Communicator:
-    """The communicator ``execute`` uses: the default group, made from env if needed."""
-    if dist.is_available() and (dist.is_initialized() or init_process_group_from_env(use_cuda)):
-        from hostir.torch_communicator import TorchCommunicator
-
-        world = dist.group.WORLD
-        if _DEFAULT["group"] is not world:
-            _DEFAULT["group"], _DEFAULT["communicator"] = world, TorchCommunicator()
-        return _DEFAULT["communicator"]
-    return LocalCommunicator()
+_WORLD_NAMES = (
+    "BACKEND_VARIABLE",
+    "chosen_backend",
+    "default_communicator",
+    "init_process_group_from_env",
+    "launcher_rank_and_size",
+)
+"""Names of :mod:`hostir.world` (finding the world) also read from here."""
 
 
 def __getattr__(name: str) -> Any:
-    """Re-exports ``TorchCommunicator``, imported on first use.
+    """Re-exports ``TorchCommunicator`` and :mod:`hostir.world`'s names, imported on first
+    use.
 
-    It lives in :mod:`hostir.torch_communicator`, which imports this module;
-    importing it lazily keeps either import order working.
+    Both modules import this one; importing them lazily keeps either import order
+    working.
     """
     if name == "TorchCommunicator":
         from hostir.torch_communicator import TorchCommunicator
 
         return TorchCommunicator
+    if name in _WORLD_NAMES:
+        import hostir.world
+
+        return getattr(hostir.world, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -81,6 +81,12 @@ class PeerFailureError(CommunicationError):
     ranks that did not fail, naming the failed rank(s) and their error."""
 
 
+class ConcurrentRunError(EvaluationError):
+    """Two threads of one rank would communicate on the same world at once: torch.distributed
+    pairs collectives across ranks by their order, not by thread, so their messages could
+    mix. The message names both threads and their programs."""
+
+
 class SettingError(HostIrError):
     """A setting (an environment variable or an option) has a value hostir cannot use."""
 

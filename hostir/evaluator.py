@@ -13,6 +13,7 @@ elsewhere its output is bound to None.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,7 +52,15 @@ from hostir.instructions import (
 from hostir.pipelined_loops import is_pipelined, pipelining, run_pipelined
 from hostir.program_info import check_meshes_fit, program_teams, walk_instructions
 from hostir.rank_text import describe_group
+from hostir.run_arguments import (
+    checked_communicator,
+    checked_device,
+    checked_listeners,
+    checked_program,
+    run_inputs,
+)
 from hostir.run_context import Listener, RunContext
+from hostir.run_guard import occupy_world, one_run_per_world
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.sharding import Mesh
 from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool, stream_count
@@ -148,6 +157,13 @@ class HostIrEvaluator:
     ``i mod streams``, see ``hostir.stream_handlers.StreamPool``). ``pipeline``: run
     loops with ``pipeline_stage`` s pipelined (default ``HOSTIR_PIPELINE``, else yes;
     see ``hostir.pipelined_loops``); False runs each iteration whole, in order.
+    A wrong argument is a SettingError (VerifyError for ``program``) naming it.
+
+    Threads: in a world of more than one rank, one thread at a time runs programs on it
+    (``hostir.run_guard``: a call from another thread meanwhile raises
+    ConcurrentRunError). In a world of one rank, threads may run at once, this evaluator
+    too: what runs share is read-only or per run, except listeners, which observe one run
+    at a time (runs of an evaluator with listeners take turns).
     """
 
     def __init__(
@@ -160,7 +176,7 @@ class HostIrEvaluator:
         streams: int | None = None,
         pipeline: bool | None = None,
     ) -> None:
-        verify_located(program)
+        verify_located(checked_program(program))
         used = {type(i) for i in walk_instructions(program.body)}
         missing = sorted(cls.__name__ for cls in used if cls not in HANDLERS)
         if missing:
@@ -169,9 +185,10 @@ class HostIrEvaluator:
                 " (register one with hostir.evaluator.register_handler)"
             )
         self.program = program
-        self.communicator = communicator
-        self.listeners = tuple(listeners)
-        self.device = torch.device(device) if device is not None else None
+        self.communicator = checked_communicator(communicator)
+        self.listeners = checked_listeners(listeners)
+        self.device = checked_device(device)
+        self._listening = threading.RLock()  # listeners observe one run at a time
         self._prepared_for: Communicator | None = None
         self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
         self._digest: str | None = None
@@ -187,6 +204,7 @@ class HostIrEvaluator:
             self._stream_pools[device] = StreamPool(device, self.streams)
         return self._stream_pools[device]
 
+    @one_run_per_world
     def run(
         self, inputs: Sequence[Any], *, timeout: float | None = None
     ) -> list[torch.Tensor | None]:
@@ -197,16 +215,21 @@ class HostIrEvaluator:
         extents their inputs bind and their dtypes, and whether one failed before
         communicating, and all raise the same named error if they differ.
         ``timeout`` (seconds) bounds every wait for peers (default: ``HOSTIR_TIMEOUT``,
-        else hostir.timeouts.DEFAULT_TIMEOUT_S).
+        else hostir.timeouts.DEFAULT_TIMEOUT_S). ConcurrentRunError if another thread runs
+        a program on the same world of more than one rank (see the class docstring).
         """
-        inputs = list(inputs)
+        inputs, inputs_error = run_inputs(inputs)  # the agreement tells the peers of it
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
+        # Before anything communicates; left when the run ends, however it ends.
+        occupy_world(communicator, self.digest, self._listening if self.listeners else None)
         check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
         context = RunContext(self, self.program, communicator, device)
         context.pipelined = self.pipeline
+        context.stream_pool.start_run()  # "main" is the stream this run starts on
         failure = (
-            self._set_timeout(communicator, timeout)
+            inputs_error
+            or self._set_timeout(communicator, timeout)
             or self._bind_inputs(context, inputs)
             or self._check_extents(context)
         )
@@ -345,27 +368,29 @@ class HostIrEvaluator:
             for name in step.defined:
                 context.tensors[name] = None
             return
-        operands = step.resolve(context)
-        for listener in self.listeners:
-            listener.before(instruction, context, operands)
+        # Whatever a handler or a listener raises becomes an EvaluationError naming the
+        # instruction and rank (HostIrErrors stay what they are): the peers are told of it.
         try:
+            operands = step.resolve(context)
+            for listener in self.listeners:
+                listener.before(instruction, context, operands)
             if _profiling():
                 with _profiler_range(step.range_name):
                     results = step.handler(context, instruction, operands)
             else:
                 results = step.handler(context, instruction, operands)
-        except (HostIrError, RuntimeError, ValueError, TypeError, IndexError) as error:
+            tensors = context.tensors
+            for index, name in step.binds:
+                tensors[name] = results[index]
+            if step.posts is not None:
+                context.posted[step.posts] = instruction
+            for listener in self.listeners:
+                listener.after(instruction, context, operands)
+        except Exception as error:
             failure = _failure(error, instruction, step, context)
             if failure is error:
                 raise
             raise failure from error
-        tensors = context.tensors
-        for index, name in step.binds:
-            tensors[name] = results[index]
-        if step.posts is not None:
-            context.posted[step.posts] = instruction
-        for listener in self.listeners:
-            listener.after(instruction, context, operands)
 
 
 def _failure(
@@ -378,7 +403,8 @@ def _failure(
     if isinstance(error, HostIrError):
         return error
     return EvaluationError(
-        f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}: {error}"
+        f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}:"
+        f" {type(error).__name__}: {error}"
     )
 
 
@@ -564,8 +590,20 @@ def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float 
     if value.dtype in (DType.INT64, DType.INT32):
         if isinstance(given, float) and not given.is_integer():
             raise InputError(f"input {value.name} is an {value.dtype.value} scalar, got {given!r}")
+        bits = 64 if value.dtype is DType.INT64 else 32
+        if not -(2 ** (bits - 1)) <= int(given) < 2 ** (bits - 1):
+            # torch would wrap it around silently
+            raise InputError(
+                f"input {value.name} is an {value.dtype.value} scalar, got {given!r}, outside"
+                f" its range [-2**{bits - 1}, 2**{bits - 1} - 1]"
+            )
         return int(given)
-    return float(given)
+    try:
+        return float(given)
+    except OverflowError:  # an int beyond a float's range
+        raise InputError(
+            f"input {value.name} is a {value.dtype.value} scalar, got an int too large for it"
+        ) from None
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

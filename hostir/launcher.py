@@ -5,6 +5,14 @@ sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) plus ``HOSTIR_BACKEND`` (``--backend``), so a
 script creates its process group from them exactly as it would under torchrun.
 
+A local run listens on loopback only. Like torchrun's agent, the launcher serves
+the ranks' rendezvous store itself (``TORCHELASTIC_USE_AGENT_STORE=True``: every
+rank, a script's own ``init_process_group`` included, is then a client of it), on
+a socket it binds to 127.0.0.1 and hands to the store; left to rank 0, the store
+would listen on every interface. The store also outlives a failed rank 0, so the
+others still read its failure notice. Gloo's own sockets bind to the address
+``MASTER_ADDR`` resolves to: 127.0.0.1.
+
 When a rank fails the others are stopped (a rank waiting in a collective for a
 dead peer would otherwise wait for the collective timeout), and the launch
 reports the failure that caused the others: each rank's stderr passes through
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import os
 import re
 import socket
@@ -27,6 +36,9 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
+
+from hostir.settings import checked_count
 
 POLL_INTERVAL_S = 0.05
 STOP_TIMEOUT_S = 5.0
@@ -37,6 +49,13 @@ CAUSE_WAIT_S = 30.0
 """How long the launcher waits for a cause when every failure so far is a consequence."""
 TAIL_LINES = 40
 """How many of each rank's last stderr lines the launcher keeps to find its error."""
+MAX_NPROC = 256
+"""The most local ranks: each is a Python process with torch loaded (hundreds of MB), so
+more would exhaust a machine before any of them ran."""
+LOOPBACK = "127.0.0.1"
+STORE_TIMEOUT = datetime.timedelta(seconds=60)
+"""The timeout of the launcher's own handle on the store, which makes no requests (each
+rank's client waits as long as its collective timeout says)."""
 
 _ERROR_LINE = re.compile(
     r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b.*)$"
@@ -88,23 +107,39 @@ class _Rank:
         return RankFailure(self.rank, self.process.returncode, errors[-1] if errors else "")
 
 
-def free_port() -> int:
-    """A TCP port on localhost that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def loopback_store() -> Any:
+    """A rendezvous store served by this process on 127.0.0.1 only (see the module
+    docstring); its ``port`` is where the ranks find it."""
+    import torch.distributed as dist  # only ``hostir run`` needs it
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, 0))
+    sock.listen(MAX_NPROC)
+    port = sock.getsockname()[1]
+    # The store takes the listening socket over: the port is never free for another.
+    return dist.TCPStore(
+        LOOPBACK,
+        port,
+        None,
+        True,
+        timeout=STORE_TIMEOUT,
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+    )
 
 
 def rank_environment(rank: int, nproc: int, port: int, backend: str) -> dict[str, str]:
-    """The environment of local rank ``rank`` of ``nproc``: ours plus the launcher variables."""
+    """The environment of local rank ``rank`` of ``nproc``: ours plus the launcher variables
+    (the rendezvous store at 127.0.0.1:``port``, served by the launcher)."""
     env = dict(os.environ)
     env.update(
         RANK=str(rank),
         WORLD_SIZE=str(nproc),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(nproc),
-        MASTER_ADDR="127.0.0.1",
+        MASTER_ADDR=LOOPBACK,
         MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
         HOSTIR_BACKEND=backend,
     )
     return env
@@ -116,17 +151,17 @@ def launch(script: str, nproc: int, args: list[str], backend: str = "gloo") -> i
 
     A failure is reported on stderr as ``hostir: rank R exited with code C: <error>``.
     """
-    if nproc < 1:
-        raise ValueError(f"nproc must be at least 1, got {nproc}")
-    port = free_port()
-    ranks = [
-        _Rank(rank, [sys.executable, script, *args], rank_environment(rank, nproc, port, backend))
-        for rank in range(nproc)
-    ]
+    checked_count(nproc, "nproc", 1, MAX_NPROC)
+    store = loopback_store()
+    ranks: list[_Rank] = []
     try:
+        for rank in range(nproc):
+            env = rank_environment(rank, nproc, store.port, backend)
+            ranks.append(_Rank(rank, [sys.executable, script, *args], env))
         failure = wait_all(ranks)
     finally:
         stop([rank.process for rank in ranks])  # no-op when all have exited; also Ctrl-C
+        del store  # after the ranks: they may still post failure notices
     if failure is None:
         return 0
     print(f"hostir: {failure.describe()}", file=sys.stderr, flush=True)

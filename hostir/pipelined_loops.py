@@ -23,7 +23,6 @@ iterations; the race checker checks the streams either way).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,7 @@ from hostir.instructions import (
     defined_values,
 )
 from hostir.program_info import walk_instructions
+from hostir.settings import flag_setting
 from hostir.stream_handlers import make_current
 from hostir.values import TensorValue
 
@@ -52,13 +52,13 @@ default, runs them as their stages say."""
 
 def pipelining(pipeline: bool | None = None) -> bool:
     """Whether to run loops pipelined: ``pipeline`` if given, else ``HOSTIR_PIPELINE``
-    (``1`` by default); SettingError for any other setting."""
-    if pipeline is not None:
-        return bool(pipeline)
-    text = os.environ.get(PIPELINE_VARIABLE, "1").strip() or "1"
-    if text not in ("0", "1"):
-        raise SettingError(f"{PIPELINE_VARIABLE}={text!r}: expected 0 or 1")
-    return text == "1"
+    (``1`` by default); SettingError for any other setting or a ``pipeline`` that is
+    not a bool."""
+    if pipeline is None:
+        return flag_setting(PIPELINE_VARIABLE, default=True)
+    if not isinstance(pipeline, bool):
+        raise SettingError(f"pipeline: expected True, False or None, got {pipeline!r}")
+    return pipeline
 
 
 def stages(body: Sequence[Instruction]) -> list[tuple[int, tuple[Instruction, ...]]]:
@@ -121,7 +121,7 @@ def pipeline_checking_enabled() -> bool:
     """Whether ``HOSTIR_CHECK_PIPELINE=1`` asks to compare pipelined and unpipelined runs,
     and no profiler records (a second run would double the events a test counts)."""
     profiling = torch.autograd.profiler._is_profiler_enabled
-    return os.environ.get(CHECK_VARIABLE) == "1" and not profiling
+    return flag_setting(CHECK_VARIABLE) and not profiling
 
 
 def has_pipelined_loop(body: Sequence[Instruction]) -> bool:

@@ -51,7 +51,6 @@ this module holds the :class:`RaceChecker` listener that applies the model.
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any
 
@@ -77,6 +76,7 @@ from hostir.race_records import (
     _Stamp,
 )
 from hostir.run_context import Listener, RunContext
+from hostir.settings import flag_setting
 from hostir.stream_handlers import MAIN
 from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.values import TensorValue
@@ -86,8 +86,9 @@ ENVIRONMENT_VARIABLE = "HOSTIR_CHECK_RACES"
 
 
 def race_checking_enabled() -> bool:
-    """Whether ``HOSTIR_CHECK_RACES=1`` asks for a race checker on every execute."""
-    return os.environ.get(ENVIRONMENT_VARIABLE) == "1"
+    """Whether ``HOSTIR_CHECK_RACES=1`` asks for a race checker on every execute (``0`` or
+    unset: no; SettingError for any other value)."""
+    return flag_setting(ENVIRONMENT_VARIABLE)
 
 
 _NO_ACCESS = (Deallocate, ForLoop, GetCurrentStream, SetCurrentStream)

@@ -8,18 +8,19 @@ test that executes a fusion also checks that the text form is complete.
 from __future__ import annotations
 
 import difflib
-import os
 
 from hostir.container import HostIrContainer
 from hostir.errors import VerifyError
 from hostir.parser import parse
+from hostir.settings import flag_setting
 
 ENVIRONMENT_VARIABLE = "HOSTIR_CHECK_ROUND_TRIP"
 
 
 def round_trip_checking_enabled() -> bool:
-    """Whether ``HOSTIR_CHECK_ROUND_TRIP`` is ``1``."""
-    return os.environ.get(ENVIRONMENT_VARIABLE) == "1"
+    """Whether ``HOSTIR_CHECK_ROUND_TRIP`` is ``1`` (``0`` or unset: no; SettingError for
+    any other value)."""
+    return flag_setting(ENVIRONMENT_VARIABLE)
 
 
 def check_round_trip(program: HostIrContainer) -> HostIrContainer:

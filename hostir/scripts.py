@@ -157,8 +157,7 @@ def call_in_script(path: str, call: Callable[[], Any]) -> Any:
             raise
         raise ScriptError(f"{path}: {error}") from error
     except SyntaxError as error:
-        where = f"{error.lineno}:{error.offset}" if error.offset else f"{error.lineno}"
-        raise ScriptError(f"{path}:{where}: syntax error: {error.msg}") from error
+        raise ScriptError(f"{path}{_syntax_place(error)}: syntax error: {error.msg}") from error
     except SystemExit as error:
         raise ScriptError(
             f"{path}: exited (code {error.code}) while being imported; put its main job"
@@ -168,6 +167,14 @@ def call_in_script(path: str, call: Callable[[], Any]) -> Any:
         line = script_line(path, error)
         where = f"{path}:{line}" if line else path
         raise ScriptError(f"{where}: {type(error).__name__}: {error}") from error
+
+
+def _syntax_place(error: SyntaxError) -> str:
+    """``:LINE:COL``, ``:LINE`` or nothing, as much as Python told (a file with a null
+    byte has no line)."""
+    if error.lineno is None:
+        return ""
+    return f":{error.lineno}:{error.offset}" if error.offset else f":{error.lineno}"
 
 
 def script_line(path: str, error: BaseException) -> int | None:

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from hostir.communicator import Communicator, Group, Work, backend_failure
 from hostir.errors import CommunicationError
 from hostir.rank_text import describe_group, describe_ranks
+from hostir.run_guard import WorldGuard
 from hostir.sharding import ReduceOp
 
 TORCH_REDUCE_OPS = {
@@ -113,6 +114,10 @@ class GroupCache:
 
 GROUPS = GroupCache()
 
+WORLD_GUARD = WorldGuard()
+"""One thread at a time communicates on the default group (hostir.run_guard): shared by
+every TorchCommunicator of this process, as the group is."""
+
 
 class PendingWork(Work):
     """torch work handles plus the post-processing that completes them in ``wait()``."""
@@ -156,6 +161,10 @@ class TorchCommunicator(Communicator):
         if not dist.is_initialized():
             raise CommunicationError("torch.distributed is not initialized")
         super().__init__(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+    def run_guard(self) -> WorldGuard:
+        """The process's guard: every TorchCommunicator talks on the default group."""
+        return WORLD_GUARD
 
     # -- Groups -----------------------------------------------------------------
 

@@ -16,25 +16,45 @@ import argparse
 import math
 
 from hostir import Const, DType, Mesh, TensorValue
+from hostir.errors import SettingError
+from hostir.settings import parse_count
 from lowering.distribution import parse_notation
 from lowering.errors import ReshardingError
 from lowering.plan_resharding import plan_resharding
 
+MAX_PLAN_DEVICES = 1 << 16
+"""The largest mesh ``plan`` takes (65,536 devices): planning holds a mesh's device list,
+so its time and memory grow with the device count (a 99999x99999 mesh ran out of
+memory)."""
 
-def _sizes(text: str, what: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(part) for part in text.lower().split("x"))
-    except ValueError:
-        raise ReshardingError(f"{what} {text!r}: expected sizes like 2x2 or 8x8") from None
-    if not sizes or any(size < 1 for size in sizes):
-        raise ReshardingError(f"{what} {text!r}: sizes must be positive")
-    return sizes
+MAX_EXTENT = 1 << 62
+"""The largest tensor extent ``plan`` takes (torch extents are int64)."""
+
+
+def _sizes(text: str, what: str, maximum: int) -> tuple[int, ...]:
+    """The sizes of ``2x4`` (ASCII digits, each in [1, maximum])."""
+    sizes = []
+    for part in text.lower().split("x"):
+        if not part.isascii() or not part.isdigit():
+            raise ReshardingError(f"{what} {text!r}: expected sizes like 2x2 or 8x8")
+        try:
+            sizes.append(parse_count(part, what, 1, maximum))
+        except SettingError:
+            raise ReshardingError(
+                f"{what} {text!r}: each size must be from 1 to {maximum}, got {part}"
+            ) from None
+    return tuple(sizes)
 
 
 def plan_text(mesh: str, shape: str, source: str, target: str, dtype: str = "float32") -> str:
     """The explanation of the plan from ``source`` to ``target`` (see module docstring)."""
-    mesh_shape = _sizes(mesh, "--mesh")
-    extents = _sizes(shape, "--shape")
+    mesh_shape = _sizes(mesh, "--mesh", MAX_PLAN_DEVICES)
+    if math.prod(mesh_shape) > MAX_PLAN_DEVICES:
+        raise ReshardingError(
+            f"--mesh {mesh!r}: {math.prod(mesh_shape)} devices; plan takes meshes of at most"
+            f" {MAX_PLAN_DEVICES} devices"
+        )
+    extents = _sizes(shape, "--shape", MAX_EXTENT)
     device_mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
     try:
         element = DType(dtype)

@@ -179,6 +179,82 @@ def test_run_with_host_ir_dump_prints_the_program_on_rank_0_only(hostir):
     assert sorted(re.findall(r"rank [01]/2: OK", done.stdout)) == ["rank 0/2: OK", "rank 1/2: OK"]
 
 
+LISTENING = r"""
+import ipaddress, os, sys
+
+sys.path.insert(0, sys.argv[1])
+import torch.distributed as dist
+from hostir import default_communicator
+
+world = default_communicator()  # the default group: rendezvous and gloo sockets are open
+dist.barrier()
+
+
+def tree(root):
+    # The launcher and its children (the ranks).
+    pids = [root]
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == root:
+            pids.append(int(entry))
+    return pids
+
+
+def socket_inodes(pids):
+    found = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    found.add(target[8:-1])
+        except OSError:
+            continue
+    return found
+
+
+def address(text):
+    raw = bytes.fromhex(text)  # /proc/net/tcp*: 32-bit words in host (little-endian) order
+    raw = b"".join(raw[k : k + 4][::-1] for k in range(0, len(raw), 4))
+    ip = ipaddress.ip_address(raw)
+    return getattr(ip, "ipv4_mapped", None) or ip
+
+
+if world.rank == 0:
+    inodes = socket_inodes(tree(os.getppid()))
+    listening, exposed = 0, []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as file:
+            for line in file.readlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                    continue
+                host, port = fields[1].split(":")
+                listening += 1
+                if not address(host).is_loopback:
+                    exposed.append(f"{address(host)}:{int(port, 16)}")
+    print(f"listening {listening} exposed {sorted(exposed)}", flush=True)
+dist.barrier()  # every rank alive until rank 0 has looked
+"""
+
+
+def test_a_local_run_listens_on_loopback_only(hostir, tmp_path):
+    """During ``hostir run --nproc 2``, every TCP socket the launcher and its ranks listen
+    on is bound to 127.0.0.1 or ::1 (rank 0's rendezvous store used to listen on every
+    interface, ``*:PORT``)."""
+    script = tmp_path / "listening.py"
+    script.write_text(LISTENING)
+    done = hostir("run", str(script), "--nproc", "2", "--", str(REPO_ROOT))
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("listening ")]
+    count, exposed = re.fullmatch(r"listening (\d+) exposed (.*)", line).groups()
+    assert exposed == "[]" and int(count) >= 2, line  # the store and gloo's own
+
+
 # ---------------------------------------------------------------------------
 # In this process: cli.main
 
@@ -230,6 +306,84 @@ def test_errors_are_one_line(args, code, message, in_repo, capsys):
     assert err.startswith("hostir: error: ") and err.count("\n") == 1 and message in err, err
 
 
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (
+            ["plan", "--mesh", "99999x99999", "--shape", "8x8", "--from", "RR", "--to", "RR"],
+            1,
+            "--mesh '99999x99999': each size must be from 1 to 65536, got 99999",
+        ),
+        (
+            ["plan", "--mesh", "256x257", "--shape", "8", "--from", "RR", "--to", "RR"],
+            1,
+            "--mesh '256x257': 65792 devices; plan takes meshes of at most 65536 devices",
+        ),
+        (
+            ["plan", "--mesh", "2x2", "--shape", "1_6x8", "--from", "RR", "--to", "RR"],
+            1,
+            "--shape '1_6x8': expected sizes like 2x2 or 8x8",
+        ),
+        (
+            ["run", "cli_no_such_script.py", "--nproc", "300"],
+            2,
+            "--nproc must be at most 256, got 300",
+        ),
+        (
+            ["run", "cli_no_such_script.py", "--nproc", "²"],
+            2,
+            "argument --nproc: expected a whole number (ASCII digits), got '²'",
+        ),
+        (["run", "tests/data", "--nproc", "2"], 2, "script is not a file: tests/data"),
+        (["traffic", HIR, "--bind", "i0=²"], 2, "--bind i0='²': expected a whole number >= 0"),
+        (["traffic", HIR, "--bind", "i9=4"], 2, "i9 is not a symbolic extent of the program"),
+        (["traffic", HIR, "--bind", "i0=-4"], 2, "--bind i0='-4': expected a whole number >= 0"),
+        (["traffic", HIR, "--bind", "i0=3"], 1, "extent i0 // 2 divides i0 = 3 by 2"),
+        (["traffic", HIR, "--world-size", "5000"], 2, "traffic counts and draws at most 4096"),
+        (
+            ["viz", HIR, "-o", "p.dot", "--traffic", "--world-size", "5000"],
+            2,
+            "--world-size 5000 ranks: traffic counts and draws at most 4096 ranks",
+        ),
+        (
+            ["check", HIR, "--world-size", "99999999999"],
+            2,
+            "--world-size must be at most 1048576, got 99999999999",
+        ),
+    ],
+    ids=[
+        "plan-huge-mesh",
+        "plan-too-many-devices",
+        "plan-underscore",
+        "run-nproc-300",
+        "run-nproc-superscript",
+        "run-folder",
+        "bind-superscript",
+        "bind-unknown-symbol",
+        "bind-negative",
+        "bind-not-dividing",
+        "traffic-huge-world",
+        "viz-traffic-huge-world",
+        "check-huge-world",
+    ],
+)
+def test_bad_values_are_one_line_not_internal_errors(args, code, message, in_repo, capsys):
+    """Values that used to end in ``internal error: MemoryError`` (a 99999x99999 mesh, a
+    traffic world of 99999 ranks), a ValueError from ``int('²')``, a launch of any number
+    of processes, or a silently wrong count (``i0 = -4``, ``i0 = 3`` split in 2)."""
+    assert main(*args) == code
+    err = capsys.readouterr().err
+    assert err.startswith("hostir: error: ") and err.count("\n") == 1 and message in err, err
+    assert "internal error" not in err
+
+
+def test_a_bad_traceback_setting_is_one_line(in_repo, monkeypatch, capsys):
+    """HOSTIR_TRACEBACK=yes used to mean yes (anything but 0); now only 0 and 1 are read."""
+    monkeypatch.setenv("HOSTIR_TRACEBACK", "yes")
+    assert main("check", HIR) == 2
+    assert capsys.readouterr().err == "hostir: error: HOSTIR_TRACEBACK='yes': expected 0 or 1\n"
+
+
 def test_viz_traffic_of_one_instruction_as_dot_source(in_repo, tmp_path, capsys):
     out = tmp_path / "traffic.dot"
     assert main("viz", HIR, "-o", str(out), "--traffic", "--instruction", "2") == 0
@@ -251,8 +405,9 @@ def test_viz_traffic_of_one_instruction_as_dot_source(in_repo, tmp_path, capsys)
         ("import sys\nsys.exit(3)\n", "exited (code 3) while being imported"),
         ("def fusion(world_size):\n    return 3\n", "fusion(2) returned int; expected a"),
         ("fusion = 3\n", "'fusion' is a int, not a function"),
+        ("x = 1\x00\n", "raises.py: syntax error: source code string cannot contain null"),
     ],
-    ids=["raises", "syntax", "exits", "returns-int", "not-callable"],
+    ids=["raises", "syntax", "exits", "returns-int", "not-callable", "null-byte"],
 )
 def test_bad_scripts_are_one_line(source, message, tmp_path, capsys):
     script = tmp_path / "raises.py"

@@ -23,6 +23,7 @@ from hostir import HostIrEvaluator, Listener, cli
 from hostir.errors import (
     CommunicationError,
     DisagreementError,
+    EvaluationError,
     InputError,
     PeerFailureError,
     SettingError,
@@ -246,21 +247,63 @@ class FailOnRank(Listener):
 
 @pytest.mark.world_sizes(2)
 def test_a_rank_failing_mid_run_is_named_by_its_peers(multidevice_test):
-    """After the agreement, rank 1 fails before its partial matmul: the others' Allreduce
-    fails within the timeout, naming the collective, its group and rank 1's error."""
+    """After the agreement, rank 1 fails before its partial matmul (a listener raises): it
+    raises EvaluationError naming the instruction, its rank and the error; the others'
+    Allreduce fails within the timeout, naming the collective, its group and rank 1's
+    error."""
     rank = multidevice_test.rank
     fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
     local = local_inputs(tvs, full, rank)
     evaluator = HostIrEvaluator(fd.host_ir(), listeners=[FailOnRank(1)])
+    named = r"linear defining T\d+ failed on rank 1: RuntimeError: injected fault"
     if rank == 1:
-        with pytest.raises(RuntimeError, match="injected fault"):
+        with pytest.raises(EvaluationError, match=named):
             evaluator.run(local, timeout=SHORT_TIMEOUT_S)
         return
     with pytest.raises(CommunicationError) as info:
         evaluator.run(local, timeout=SHORT_TIMEOUT_S)
     message = str(info.value)
     assert "wait R0 (Allreduce defining T" in message and "failed on rank" in message
-    assert "rank 1 failed first: RuntimeError: injected fault" in message
+    assert "rank 1 failed first: EvaluationError: linear defining T" in message
+    assert "RuntimeError: injected fault" in message
+
+
+class Overflowing:
+    """An operand whose every torch op raises OverflowError (torch hands any call on an
+    object with ``__torch_function__`` to it): a rank-local fault inside an op's handler."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise OverflowError("injected overflow")
+
+
+class OverflowInLinear(Listener):
+    """Hands rank ``rank``'s linear an Overflowing input, so that its handler raises."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def before(self, instruction, context, operands) -> None:
+        if context.rank == self.rank and type(instruction).__name__ == "Linear":
+            operands["input"] = Overflowing()
+
+
+@pytest.mark.world_sizes(2)
+def test_an_exception_of_any_type_inside_an_op_is_named_on_every_rank(multidevice_test):
+    """Rank 1's linear raises OverflowError inside torch (it used to escape bare: only
+    HostIrError, RuntimeError, ValueError, TypeError and IndexError were named): rank 1
+    raises EvaluationError naming the linear, its rank and the OverflowError; rank 0's
+    Allreduce names rank 1's error."""
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    evaluator = HostIrEvaluator(fd.host_ir(), listeners=[OverflowInLinear(1)])
+    named = r"linear defining T\d+ failed on rank 1: OverflowError: injected overflow"
+    if rank == 1:
+        with pytest.raises(EvaluationError, match=named):
+            evaluator.run(local_inputs(tvs, full, rank), timeout=SHORT_TIMEOUT_S)
+        return
+    with pytest.raises(CommunicationError, match="rank 1 failed first: EvaluationError: " + named):
+        evaluator.run(local_inputs(tvs, full, rank), timeout=SHORT_TIMEOUT_S)
 
 
 # -- hostir run: the root cause, the end of every rank, and a clean exit ---------------------

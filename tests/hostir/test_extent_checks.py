@@ -161,3 +161,19 @@ def test_one_row_per_device_split_into_two_stream_chunks_is_named_on_every_rank(
     (out,) = fd.execute(local(a, b, c))
     expected = torch.nn.functional.linear(a, b, c)
     torch.testing.assert_close(out, shard_tensor(expected, fd.host_ir().outputs[0], rank))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "given"), [("int32", 2**31), ("int32", -(2**31) - 1), ("int64", 2**63)]
+)
+def test_an_int_scalar_input_outside_its_dtype_is_refused(dtype, given):
+    """torch would wrap it around: int32 2**31 added to a tensor gives -2**31."""
+    program = hostir.parse(
+        f"%HostIrContainer {{\n  input s : {dtype}\n  input T0 : {dtype}[4]\n"
+        "  T1 : DTYPE[4] = add(T0, s)\n  output T1\n}\n".replace("DTYPE", dtype)
+    )
+    x = torch.randint(-100, 100, (4,), dtype=getattr(torch, dtype))
+    with pytest.raises(hostir.InputError, match=rf"input s is an {dtype} scalar, got {given}"):
+        HostIrEvaluator(program).run([given, x])
+    (out,) = HostIrEvaluator(program).run([7, x])
+    torch.testing.assert_close(out, x + 7)

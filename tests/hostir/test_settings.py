@@ -1,0 +1,143 @@
+"""Settings from the environment: every bad value is a SettingError naming the variable,
+its text and what is expected, at once (hostir.settings).
+
+They used to give a ValueError from ``int()`` (``HOSTIR_STREAMS=²`` passes
+``str.isdigit``; ``RANK=abc``), an OverflowError from ``datetime.timedelta``
+(``HOSTIR_TIMEOUT=1e14``), a wait for the whole timeout (``RANK=3 WORLD_SIZE=2``), or
+silently the default (``HOSTIR_CHECK_RACES=true``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hostir import default_communicator
+from hostir.errors import SettingError
+from hostir.pipelined_loops import pipeline_checking_enabled
+from hostir.race_checker import race_checking_enabled
+from hostir.round_trip import round_trip_checking_enabled
+from hostir.stream_handlers import MAX_STREAMS, stream_count
+from hostir.timeouts import MAX_TIMEOUT_S, collective_timeout
+
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "HOSTIR_BACKEND",
+)
+
+
+@pytest.mark.parametrize(
+    "variable, text, read, expected",
+    [
+        ("HOSTIR_STREAMS", "²", stream_count, "a positive integer up to 32 (ASCII digits)"),
+        ("HOSTIR_STREAMS", "٣", stream_count, "a positive integer up to 32"),
+        ("HOSTIR_STREAMS", "1_0", stream_count, "a positive integer up to 32"),
+        ("HOSTIR_STREAMS", str(MAX_STREAMS + 1), stream_count, "a positive integer up to 32"),
+        ("HOSTIR_STREAMS", "9" * 5000, stream_count, "a positive integer up to 32"),
+        ("HOSTIR_TIMEOUT", "1e14", collective_timeout, "seconds, from 0.001 to 604800"),
+        ("HOSTIR_TIMEOUT", "1_0", collective_timeout, "seconds, from 0.001 to 604800"),
+        ("HOSTIR_TIMEOUT", "nan", collective_timeout, "seconds, from 0.001 to 604800"),
+        ("HOSTIR_TIMEOUT", "1e-9", collective_timeout, "seconds, from 0.001 to 604800"),
+        ("HOSTIR_CHECK_PIPELINE", "2", pipeline_checking_enabled, "0 or 1"),
+        ("HOSTIR_CHECK_RACES", "true", race_checking_enabled, "0 or 1"),
+        ("HOSTIR_CHECK_ROUND_TRIP", "on", round_trip_checking_enabled, "0 or 1"),
+    ],
+    ids=lambda value: value[:12] if isinstance(value, str) else None,
+)
+def test_a_bad_setting_is_named_with_its_text(monkeypatch, variable, text, read, expected):
+    monkeypatch.setenv(variable, text)
+    shown = repr(text) if len(text) < 40 else repr(text)[:37] + "..."
+    with pytest.raises(SettingError, match=f"^{variable}={shown}: expected") as info:
+        read()
+    assert expected in str(info.value)
+
+
+def test_settings_follow_the_environment(monkeypatch):
+    """Parsed once per text: a changed variable is seen at once, a bad text is refused
+    after a good one was read (a cache by variable would miss both); blanks and empty are
+    allowed (empty is unset)."""
+    monkeypatch.setenv("HOSTIR_STREAMS", " 3 ")
+    assert stream_count() == 3
+    monkeypatch.setenv("HOSTIR_STREAMS", "5")
+    assert stream_count() == 5
+    monkeypatch.setenv("HOSTIR_STREAMS", "٣")
+    with pytest.raises(SettingError, match="HOSTIR_STREAMS='٣'"):
+        stream_count()
+    monkeypatch.setenv("HOSTIR_STREAMS", "")
+    assert stream_count() == 4
+    monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")
+    assert not race_checking_enabled()
+    monkeypatch.setenv("HOSTIR_TIMEOUT", str(MAX_TIMEOUT_S))
+    assert collective_timeout().total_seconds() == MAX_TIMEOUT_S
+
+
+@pytest.mark.parametrize("value", [1e308, 10**400, 1e-9], ids=["1e308", "10**400", "1e-9"])
+def test_a_bad_timeout_argument_is_named(value):
+    """``execute(timeout=1e308)`` overflowed datetime.timedelta (OverflowError), 10**400
+    overflowed math.isfinite, 1e-9 became a zero timeout."""
+    with pytest.raises(SettingError, match=r"^timeout: expected a positive number of seconds"):
+        collective_timeout(value)
+
+
+@pytest.fixture
+def launcher(monkeypatch):
+    """Sets launcher variables (none set before); a short timeout bounds what a wrongly
+    accepted world would wait for."""
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOSTIR_TIMEOUT", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+
+    def set_variables(**values: str) -> None:
+        for name, text in values.items():
+            monkeypatch.setenv(name, text)
+
+    return set_variables
+
+
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK='3': expected a rank in [0, 2)"),
+        ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc': expected a whole number >= 0"),
+        ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE='abc': expected a positive integer"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0': expected a positive integer"),
+        ({"RANK": "1"}, "RANK is set but WORLD_SIZE is not"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "2"},
+            "LOCAL_RANK='2': expected a local rank in [0, 2)",
+        ),
+        (
+            {"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "99999"},
+            "MASTER_PORT='99999': expected a positive integer up to 65535",
+        ),
+        (
+            {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "2"},
+            "OMPI_COMM_WORLD_RANK='5': expected a rank in [0, 2)",
+        ),
+    ],
+    ids=[
+        "rank-outside",
+        "rank-text",
+        "size-text",
+        "size-0",
+        "rank-alone",
+        "local-rank",
+        "port",
+        "ompi",
+    ],
+)
+def test_launcher_variables_are_refused_before_anything_waits(launcher, variables, message):
+    """``RANK=3 WORLD_SIZE=2`` used to wait out the whole timeout for peers that cannot
+    exist; now every bad launcher variable is refused before the process group is made."""
+    launcher(**variables)
+    with pytest.raises(SettingError) as info:
+        default_communicator()
+    assert message in str(info.value)
