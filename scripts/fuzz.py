@@ -5,6 +5,7 @@ torch reference.
     python3 scripts/fuzz.py --ranks 4 --cases 2000 --seed 0
     python3 scripts/fuzz.py --ranks 8 --cases 500 --seed 10000 --report fuzz8.txt
     python3 scripts/fuzz.py --ranks 4 --only 17,123      # rerun some seeds
+    python3 scripts/fuzz.py --ranks 8 --cases 200 --seed 90000 --ragged-only
     hostir run scripts/fuzz.py --nproc 4 -- --cases 200  # under the built-in launcher
 
 By default the script starts its own ranks (spawned CPU processes in a gloo group),
@@ -17,18 +18,56 @@ dim, op and schedule feature), the refusals grouped by message, and for every wr
 or crashed case its seed, its message, a reproduction shrunk from it (the fusion
 and schedule as code; fewer outputs, schedule blocks and steps while the failure
 stays) and the host IR program. The exit code is 1 if any case was wrong or crashed.
+
+A long run, step by step:
+
+1. Pick seeds never run before. A case is a function of (seed, world size) only, so
+   the same seeds give the same cases; the suite runs 0-77 and 257 at 4 ranks and
+   1000-1057, 90134 and 90313 at 8 (tests/fuzz/test_fuzz.py), docs/reliability.md lists
+   the ranges of earlier long runs. Take a fresh range (a round number above the last
+   one used, e.g. ``--seed 200000``) and note it with the results in
+   docs/reliability.md.
+2. Run both world sizes, writing the report to a file:
+
+       python3 scripts/fuzz.py --ranks 4 --cases 1000 --seed S --report fuzz4.txt
+       python3 scripts/fuzz.py --ranks 8 --cases 1000 --seed S --report fuzz8.txt
+
+   On the 2-core CI machine, shared (load about 11), 200 cases at 4 ranks (seeds
+   5000-5199) took 56 s and 100 at 8 ranks (6000-6099) 38 s: about 16 s (4 ranks) and
+   21 s (8 ranks) to start the ranks, then about 0.05 s (4 ranks) and 0.15 s (8 ranks)
+   per case. So 1000 cases take about 1.5 min at 4 ranks and 3 min at 8, plus the
+   failures: each crash or hang restarts the ranks (15-20 s; a hang first waits
+   ``--timeout``), and shrinking a crash restarts them for every try that crashes too
+   (up to 80 tries, 8 minutes for 3 crashed cases at 8 ranks). ``--no-shrink`` gives a
+   fast first pass; shrink the failures afterwards with ``--only``.
+   ``--ragged-only`` runs only the ragged cases (about one in five; symbolic extents
+   that a split may not divide, tests/fuzz/generate.py): the same seeds, the others
+   skipped.
+3. Read the report: ``wrong`` and ``crash`` must be 0. Every refusal is grouped by
+   message with a few seeds: a new group is a schedule the project refuses by name,
+   worth a look (a refusal that should have run), not a failure. The ``ragged*`` and
+   ``one_per_device`` rows count the cases whose symbolic extents the splits may not
+   divide: those must end ok or refused (ExtentError, or the frontend's ScheduleError),
+   never wrong.
+4. For a failure, the report has the seed, a reproduction shrunk from it (a
+   self-contained fusion, schedule and torch reference: paste it into a test) and its
+   host IR. Rerun it alone with ``--only SEED`` (add ``--no-shrink`` to see the full
+   case), fix it, and add the reproduction to tests/lowering/test_fuzz_regressions.py
+   with the seed and world size in its docstring.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
 import pathlib
 import sys
 import time
+from collections.abc import Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HOSTIR_CHECK_RACES", "1")  # as the test suite runs programs
@@ -185,13 +224,31 @@ def shrink(case: Case, failure: Outcome, ranks) -> tuple[Case, Outcome]:
     return case, failure
 
 
+def cases_to_run(args, world_size: int) -> Iterator[Case]:
+    """The cases of ``--only``, else of ``--cases`` seeds from ``--seed`` (with
+    ``--ragged-only``, the first ``--cases`` ragged ones from ``--seed`` on)."""
+    if args.only:
+        yield from (generate(seed, world_size) for seed in args.only)
+        return
+    if not args.ragged_only:
+        yield from (generate(seed, world_size) for seed in range(args.seed, args.seed + args.cases))
+        return
+    found = 0
+    for seed in itertools.count(args.seed):
+        case = generate(seed, world_size)
+        if "ragged" in case.features:
+            found += 1
+            yield case
+        if found == args.cases:
+            return
+
+
 def run_all(args, ranks, world_size: int, log) -> list[tuple[Outcome, Case, Outcome]]:
-    """Runs every seed; returns (outcome, shrunk case, its outcome) per case."""
-    seeds = args.only or range(args.seed, args.seed + args.cases)
+    """Runs every case; returns (outcome, shrunk case, its outcome) per case."""
     results = []
     start = time.monotonic()
-    for count, seed in enumerate(seeds, 1):
-        case = generate(seed, world_size)
+    for count, case in enumerate(cases_to_run(args, world_size), 1):
+        seed = case.seed
         outcome = ranks.run(case)
         small, small_outcome = case, outcome
         if outcome.status in (WRONG, CRASH):
@@ -245,6 +302,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=lambda s: [int(x) for x in s.split(",")],
         default=None,
         help="comma-separated seeds to run instead",
+    )
+    parser.add_argument(
+        "--ragged-only",
+        action="store_true",
+        help="run only ragged cases (symbolic extents that splits may not divide)",
     )
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds per case")
     parser.add_argument("--no-shrink", dest="shrink", action="store_false")

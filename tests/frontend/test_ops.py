@@ -439,15 +439,16 @@ def test_sum_with_dtype(source: torch.dtype, target: torch.dtype) -> None:
     )
 
 
-def test_sum_empty_dims_consistent() -> None:
-    """sum with an empty dims list is rejected or returns the shape its IR declares."""
-    try:
-        fd = define_fusion([((2, 3), F32)], lambda fd, x: fd.ops.sum(x, []))
-    except OperandError:
-        return
-    (out,) = fd.execute([torch.randn(2, 3)])
-    declared = [extent.value for extent in fd.host_ir().outputs[0].shape]
-    assert list(out.shape) == declared
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_empty_dims_consistent(keepdim: bool) -> None:
+    """sum with an empty dims list is refused by name. torch reads ``dims=[]`` as every
+    dim (the reference below), an IR as none: running it either way would be a wrong
+    result for someone."""
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(torch.sum(x, [], keepdim=keepdim).sum(), x.sum())  # all dims
+    assert torch.sum(x, [], keepdim=keepdim).numel() == 1
+    with pytest.raises(OperandError, match=r"sum of T0: dims is empty; name at least one dim"):
+        define_fusion([((2, 3), F32)], lambda fd, t: fd.ops.sum(t, [], keepdim=keepdim))
 
 
 # ----- integer and bool inputs -----

@@ -6,6 +6,14 @@ over some dims with ``keepdim`` either way, ``linear`` with or without bias,
 let splits divide (some dims symbolic), and a random schedule of its tensors on a 1-,
 2- or 3-d mesh of the world's ranks (``tests/fuzz/schedule.py``). The same seed and
 world size always give the same case, in any process.
+
+About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
+as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
+its dims are symbolic, and its schedule may split a symbolic dim by mesh axes and stream
+chunks that do not divide its value, e.g. ``i0 = 8`` rows over 8 devices (one per device)
+in 2 stream chunks. The frontend cannot see that at definition; such a case must run
+right or be refused by name once ``i0`` is known: a ``ScheduleError`` or ``MeshError``
+(the frontend, sharding or executing) or an ``ExtentError`` (hostir, binding the inputs).
 """
 
 from __future__ import annotations
@@ -28,6 +36,12 @@ FRONTEND_DTYPE = {
     torch.bfloat16: "BFloat16",
 }
 EXTENTS = (8, 8, 8, 16, 4, 2)
+RAGGED_SHARE = 0.2
+RAGGED_EXTENTS = (2, 4, 8, 8, 3, 6, 12)
+"""A mesh axis's size (one index per device when split over it) or a value that few splits
+divide (3 or 6 rows in 2 or 4 stream chunks)."""
+RAGGED_SYMBOLIC = 0.6
+"""How often an input dim of a ragged case is symbolic (else 0.15)."""
 MAX_ELEMENTS = 1024
 MAX_INPUTS = 5
 SCALARS = (2.0, 0.5, -1.5, 3.0)
@@ -80,13 +94,16 @@ class Builder:
     gathers: list[tuple[str, str]] = field(default_factory=list)
     """(source, set output) pairs to schedule as a stream all-gather."""
     low_precision: bool = False
+    ragged: bool = False
+    """Fresh extents from RAGGED_EXTENTS, schedules that may not divide symbolic dims."""
 
     def fresh(self) -> str:
         return f"t{len(self.tensors)}"
 
     def add_input(self, shape: list[int], positive: bool = False) -> Tensor:
         name = self.fresh()
-        symbolic = tuple(n > 1 and self.rng.random() < 0.15 for n in shape)
+        share = RAGGED_SYMBOLIC if self.ragged else 0.15
+        symbolic = tuple(n > 1 and self.rng.random() < share for n in shape)
         self.features.update({"symbolic"} if any(symbolic) else set())
         axes = [Axis(n, sym) for n, sym in zip(shape, symbolic, strict=True)]
         tensor = Tensor(name, axes, torch.float32, positive=positive, is_input=True)
@@ -111,6 +128,10 @@ class Builder:
 
     def can_add_input(self) -> bool:
         return len(self.inputs) < MAX_INPUTS
+
+    def extent(self) -> int:
+        """A fresh extent (a dim no other tensor ties it to)."""
+        return self.rng.choice(RAGGED_EXTENTS if self.ragged else EXTENTS)
 
 
 def _numel(shape) -> int:
@@ -255,7 +276,7 @@ def op_linear(b: Builder) -> Tensor | None:
     if x is None:
         return None
     k = x.data[-1]
-    n = b.rng.choice(EXTENTS)
+    n = b.extent()
     weight = b.pick(
         lambda t: len(t.shape) == 2 and t.shape[1] == k.extent and t.dtype == torch.float32
     )
@@ -288,7 +309,7 @@ def op_matmul(b: Builder) -> Tensor | None:
     if a is None or not b.can_add_input():
         return None
     *batch, m, k = a.data
-    n = b.rng.choice(EXTENTS)
+    n = b.extent()
     roll = b.rng.random()
     rhs_batch = []
     if roll < 0.3 and batch:
@@ -381,7 +402,7 @@ OPS = (
 def _first_inputs(b: Builder) -> None:
     for _ in range(1 if b.rng.random() < 0.6 else 2):
         ndim = b.rng.choice((1, 2, 2, 2, 3, 3))
-        shape = [b.rng.choice(EXTENTS) for _ in range(ndim)]
+        shape = [b.extent() for _ in range(ndim)]
         while _numel(shape) > MAX_ELEMENTS // 2:
             shape[shape.index(max(shape))] //= 2
         b.add_input(shape)
@@ -390,7 +411,10 @@ def _first_inputs(b: Builder) -> None:
 def generate(seed: int, world_size: int) -> Case:
     """The case of ``seed`` for a world of ``world_size`` ranks (4 or 8; any >= 1 works)."""
     rng = random.Random(f"hostir-fuzz:{seed}:{world_size}")
-    b = Builder(rng)
+    ragged = random.Random(f"hostir-fuzz-ragged:{seed}:{world_size}").random() < RAGGED_SHARE
+    b = Builder(rng, ragged=ragged)
+    if ragged:
+        b.features.add("ragged")
     _first_inputs(b)
     count = rng.randint(1, 6)
     ops, weights = zip(*OPS, strict=True)

@@ -11,8 +11,12 @@ rank reaches the same verdict:
   over their partial mesh axes.
 - ``refused``: every rank raised the same named refusal (a ``FrontendError``,
   ``LoweringError`` or ``MeshError``: a schedule the project does not support)
-  while building, lowering or validating, before running anything. A lowering
-  consistency check that fails (``check_resharding``) is a crash, not a refusal.
+  while building, lowering or validating, or the same ``ExtentError`` when
+  ``fd.execute`` bound the inputs' extents (a split that does not divide the
+  value a symbol is bound to), before running anything. A lowering consistency
+  check that fails (``check_resharding``) is a crash, not a refusal; so are ranks
+  that refuse differently (an ``ExtentError`` on some, a ``PeerFailureError``
+  naming them on others).
 - ``wrong``: some rank's numbers, shape or dtype differ, or a rank holds an output
   it should not (or lacks one it should hold).
 - ``crash``: any other exception (``EvaluationError``s included: a program that
@@ -34,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from frontend import FrontendError, shard_tensor
-from hostir import Deallocate, ForLoop, MeshError, TensorValue
+from hostir import Deallocate, ExtentError, ForLoop, MeshError, TensorValue
 from hostir.instructions import defined_values
 from hostir.sharding import Sharding
 from lowering import LoweringError
@@ -42,7 +46,7 @@ from tests.fuzz.case import Case, load, make_inputs
 
 OK, REFUSED, WRONG, CRASH = "ok", "refused", "wrong", "crash"
 STATUSES = (OK, REFUSED, WRONG, CRASH)
-REFUSALS = (FrontendError, LoweringError, MeshError)
+REFUSALS = (FrontendError, LoweringError, MeshError, ExtentError)
 INTERNAL = ("The resharding decomposition left",)
 """Messages of lowering's own consistency checks: a bug in an earlier pass, not a refusal."""
 

@@ -9,6 +9,11 @@ dim may take several mesh axes. Some cases split one tensor's dim into stream ch
 and some schedule a ``set`` as a stream all-gather of its sharded source, with or
 without ``swizzle1d``. A loop model mirrors the frontend's loop domain so that every
 emitted axis index is the one the frontend expects.
+
+In a ragged case (``tests/fuzz/generate.py``) a symbolic dim may also be split by a mesh
+axis or into stream chunks that do not divide its value (features ``ragged_mesh``,
+``ragged_stream``; ``one_per_device`` when a mesh axis leaves one index per device), and
+stream splits are drawn more often, on symbolic dims first.
 """
 
 from __future__ import annotations
@@ -64,12 +69,34 @@ class Leaf:
 
 
 class Loop:
-    """The frontend's loop domain of one tensor, mirrored: splits and parallelization."""
+    """The frontend's loop domain of one tensor, mirrored: splits and parallelization.
 
-    def __init__(self, tensor: Tensor, rng: random.Random) -> None:
+    ``ragged``: symbolic leaves may be split by factors that do not divide them (the
+    frontend cannot check that before the inputs bind them); ``features`` collects what
+    such splits made.
+    """
+
+    def __init__(
+        self,
+        tensor: Tensor,
+        rng: random.Random,
+        ragged: bool = False,
+        features: set[str] | None = None,
+    ) -> None:
         self.name = tensor.name
         self.rng = rng
+        self.ragged = ragged
+        self.features = features if features is not None else set()
         self.leaves = [Leaf(i, a.extent, a.symbolic) for i, a in enumerate(tensor.axes)]
+
+    def divides(self, index: int, factor: int) -> bool:
+        """Whether leaf ``index`` splits into whole parts of ``factor``."""
+        extent = self.leaves[index].extent
+        return extent > 0 and extent % factor == 0
+
+    def may_cut(self, index: int) -> bool:
+        """Whether leaf ``index`` may be split by a factor that does not divide it."""
+        return self.ragged and self.leaves[index].symbolic
 
     def split(self, index: int, factor: int, inner: bool) -> str:
         leaf = self.leaves[index]
@@ -90,12 +117,19 @@ class Loop:
         candidates = [
             i
             for i, leaf in enumerate(self.leaves)
-            if leaf.dim == dim and leaf.ptype == "serial" and leaf.extent % size == 0
+            if leaf.dim == dim
+            and leaf.ptype == "serial"
+            and (self.divides(i, size) or self.may_cut(i))
         ]
         if not candidates:
             return None
         index = self.rng.choice(candidates)
         extent = self.leaves[index].extent
+        if not self.divides(index, size):  # factors that do not depend on the extent
+            self.features.add("ragged_mesh")
+            style = "block_outer" if style.startswith("block") else "cyclic_inner"
+        elif self.may_cut(index) and extent == size:
+            self.features.add("one_per_device")
         if style == "block_outer":
             return self.split(index, size, inner=False), self.parallelize(index, ptype)
         if style == "block_inner":
@@ -110,10 +144,15 @@ class Loop:
             (i for i, leaf in enumerate(self.leaves) if leaf.dim == dim and leaf.ptype == "serial"),
             None,
         )
-        if index is None or self.leaves[index].extent % chunks != 0:
+        if index is None:
             return None
+        exact = self.divides(index, chunks)
+        if not exact and not self.may_cut(index):
+            return None
+        if not exact:
+            self.features.add("ragged_stream")
         extent = self.leaves[index].extent
-        if self.rng.random() < 0.1 and extent != chunks:  # the same chunks by an inner split
+        if exact and self.rng.random() < 0.1 and extent != chunks:  # the same, by an inner split
             lines = [self.split(index, extent // chunks, inner=True)]
         else:
             lines = [self.split(index, chunks, inner=False)]
@@ -223,7 +262,8 @@ def gather_steps(
     if not dims:
         return None
     dim = rng.choice(dims)
-    src_loop, dst_loop = Loop(source, rng), Loop(target, rng)
+    src_loop = Loop(source, rng, b.ragged, features)
+    dst_loop = Loop(target, rng, b.ragged, features)
     src_steps = [(f"{src}.set_device_mesh({mesh.name})",)]
     dst_steps = [(f"{dst}.set_device_mesh({mesh.name})",)]
     src_steps.append(src_loop.shard(data[dim], ptype, size, "block_outer"))
@@ -293,7 +333,7 @@ def _place_every_component(case, b, main: MeshChoice, schedules: list, features)
         if placed & component:
             continue
         first = next(s.name for s in case.inputs if s.name in component)
-        loop = Loop(b.tensors[first], b.rng)
+        loop = Loop(b.tensors[first], b.rng, b.ragged, features)
         steps = [(f"{first}.set_device_mesh({main.name})",)]
         steps += mesh_steps(loop, b.tensors[first], main, b, features)
         schedules = [(first, tuple(steps))] + [s for s in schedules if s[0] != first]
@@ -313,15 +353,26 @@ def _components(case: Case) -> list[set[str]]:
 
 
 def _stream_target(b: Builder, names: list[str], fixed: dict, rng: random.Random):
-    if rng.random() >= 0.25:
+    """(tensor, dim, chunks) to split into stream chunks, or None; a ragged case streams
+    more often, a symbolic dim where it has one."""
+    if rng.random() >= (0.6 if b.ragged else 0.25):
         return None
     candidates = [n for n in names if n not in fixed and b.tensors[n].data]
+    if b.ragged:
+        candidates = [n for n in candidates if _symbolic_dims(b.tensors[n])] or candidates
     if not candidates:
         return None
     name = rng.choice(candidates)
     tensor = b.tensors[name]
     data = [i for i, a in enumerate(tensor.axes) if not a.reduction]
+    if b.ragged:
+        data = _symbolic_dims(tensor) or data
     return name, rng.choice(data), rng.choice((2, 2, 4))
+
+
+def _symbolic_dims(tensor: Tensor) -> list[int]:
+    """The symbolic data dims of ``tensor`` (indices into its axes)."""
+    return [i for i, a in enumerate(tensor.axes) if a.symbolic and not a.reduction]
 
 
 def _tensor_steps(b, name, meshes, stream_target, features) -> list[tuple[str, ...]]:
@@ -331,7 +382,7 @@ def _tensor_steps(b, name, meshes, stream_target, features) -> list[tuple[str, .
     streamed = stream_target is not None and stream_target[0] == name
     if not user and not streamed:
         return []
-    loop = Loop(tensor, rng)
+    loop = Loop(tensor, rng, b.ragged, features)
     steps: list[tuple[str, ...]] = []
     if user:
         mesh = meshes[1] if len(meshes) > 1 and rng.random() < 0.3 else meshes[0]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hostir import HostIrError
-from tests.fuzz.case import load, make_inputs, render, shrink_candidates
+from tests.fuzz.case import Case, load, make_inputs, render, shrink_candidates
 from tests.fuzz.generate import generate
 from tests.fuzz.run import (
     CRASH,
@@ -18,6 +18,7 @@ from tests.fuzz.run import (
     RankResult,
     combine,
     compare_outputs,
+    refusal_report,
     run_case,
     summary_table,
 )
@@ -64,9 +65,39 @@ def test_ranks_must_agree():
     assert combine([RankResult(OK), RankResult(WRONG, "x")]) == (WRONG, "x")
 
 
+def case_size(case: Case) -> int:
+    """What shrinking reduces: outputs, statements, inputs and schedule steps."""
+    steps = sum(len(block) for _, block in case.schedules)
+    return len(case.outputs) + len(case.statements) + len(case.inputs) + steps
+
+
+def dead_code(case: Case) -> list[str]:
+    """The statements and inputs of ``case`` that no output depends on."""
+    needed = set(case.outputs)
+    for statement in reversed(case.statements):
+        if statement.name in needed:
+            needed.update(statement.uses)
+    names = [s.name for s in case.statements] + [s.name for s in case.inputs]
+    return [name for name in names if name not in needed]
+
+
 def test_shrinking_gives_smaller_cases_that_still_build():
+    """Every candidate is strictly smaller than its case: other outputs and then no dead
+    code (the fusion pruned to what they need), or the same fusion with fewer schedule
+    steps. Each is still valid code (its schedule may be refused by name), and a case
+    with more than one op or a schedule block always has candidates."""
     for seed in range(10):
-        for smaller in shrink_candidates(generate(seed, 4)):
+        case = generate(seed, 4)
+        candidates = shrink_candidates(case)
+        if len(case.statements) > 1 or case.schedules:
+            assert candidates, f"seed {seed}: nothing to shrink to"
+        for smaller in candidates:
+            assert case_size(smaller) < case_size(case), f"seed {seed}: not smaller"
+            if smaller.outputs != case.outputs:
+                assert not dead_code(smaller), f"seed {seed}: {dead_code(smaller)} kept"
+            else:
+                same = ("statements", "inputs", "meshes")
+                assert all(getattr(smaller, f) == getattr(case, f) for f in same), seed
             try:
                 load(smaller)["define"]()
             except HostIrError:
@@ -74,11 +105,18 @@ def test_shrinking_gives_smaller_cases_that_still_build():
 
 
 # The fixed-seed run of the suite: the first cases of the fuzzer at 4 and 8 ranks (the
-# long runs are scripts/fuzz.py). Every case must be ok or a named refusal the same on
-# every rank; most must run (a fuzzer that only meets refusals tests nothing), and the
-# cases that ran must cover what the generator varies.
-SUITE_CASES = {4: range(0, 80), 8: range(1000, 1060)}
+# long runs are scripts/fuzz.py), and ragged cases whose inputs bind a symbol that a split
+# does not divide, which only the run-time extent checks refuse (an ExtentError on every
+# rank; before them, wrong numbers or an IndexError): at 4 ranks seed 257 (i0 = 12 over 4
+# devices, 3 per device, in 2 stream chunks), at 8 ranks 90134 (i0 = 6 halved twice, by
+# stream chunks and a mesh axis of 2) and 90313 (i2 = 4 over 4 devices, one per device,
+# in 2 stream chunks). Every case must be ok or a named refusal the same on every rank;
+# most must run (a fuzzer that only meets refusals tests nothing), and the cases that ran
+# must cover what the generator varies.
+SUITE_CASES = {4: [*range(0, 78), 257], 8: [*range(1000, 1058), 90134, 90313]}
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
+COVERED_RAGGED = ("ragged", "one_per_device")
+"""Among the cases that ran: split symbolic extents that divide, to one index per device."""
 
 
 @pytest.mark.world_sizes(4, 8)
@@ -94,5 +132,7 @@ def test_fixed_seed_fuzz_run(multidevice_test):
     ran = [o for o in outcomes if o.status == OK]
     assert len(ran) >= len(outcomes) // 2, summary_table(outcomes)
     seen = {feature for o in ran for feature in o.features}
-    missing = [f for f in COVERED if f not in seen]
+    missing = [f for f in COVERED + COVERED_RAGGED if f not in seen]
     assert not missing, f"no case that ran covers {missing}\n{summary_table(outcomes)}"
+    extents = [o for o in outcomes if o.status == REFUSED and o.message.startswith("ExtentError")]
+    assert extents, f"no case refused by the extent checks\n{refusal_report(outcomes)}"

@@ -81,6 +81,11 @@ def per_rank(rank: int) -> torch.Tensor:
     return torch.arange(ROWS * COLS, dtype=torch.float32).reshape(ROWS, COLS) * (rank + 1)
 
 
+def random_per_rank(rank: int) -> torch.Tensor:
+    """Random data of either sign, different on each rank, that every rank can recompute."""
+    return torch.randn(ROWS, COLS, generator=torch.Generator().manual_seed(100 + rank))
+
+
 def team(axis: MeshAxis) -> Team:
     """The groups along ``axis`` of MESH: rows for x, columns for y."""
     return Team(mesh=MESH, axes=(axis,))
@@ -127,16 +132,22 @@ def test_allgather_and_reduce_scatter(multidevice_test, axis, dim):
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("axis", AXES)
 def test_allreduce_max(multidevice_test, axis):
-    """Allreduce with max within each group (members hold partial maxima)."""
+    """Allreduce with max within each group (members hold partial maxima). The data are
+    random per rank, so the maximum takes elements from every member: a result copied from
+    one member, or the group's sum, differs."""
     rank = multidevice_test.rank
+    group = members(axis, rank)
     src = value("a", (ROWS, COLS), partial=[(axis, ReduceOp.MAX)])
     out_value = value("b", (ROWS, COLS))
     out = run(
         Allreduce(out=out_value, src=src, team=team(axis), op=ReduceOp.MAX, request=R),
         src,
-        per_rank(rank),
+        random_per_rank(rank),
     )
-    torch.testing.assert_close(out, per_rank(max(members(axis, rank))))
+    data = torch.stack([random_per_rank(m) for m in group])
+    expected = data.amax(0)
+    assert all((expected != member).any() for member in data)  # no member alone is the max
+    torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.world_sizes(4)

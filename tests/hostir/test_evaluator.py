@@ -37,7 +37,7 @@ from hostir import (
 )
 from hostir.evaluator import HANDLERS
 from hostir.instructions import keyword
-from hostir.scalars import add, mul
+from hostir.scalars import add, floordiv, mod, mul, sub
 from tests.hostir.programs import block_sharded, c, tensor
 
 
@@ -76,7 +76,7 @@ def test_chunked_loop_writes_into_preallocated_output():
     i = Symbol(name="i")
     x_chunk, out_chunk = tensor("x_i", "m", 4), tensor("out_i", "m", 3)
     body = (
-        ShardByStream(out=x_chunk, src=x, axis=0, index=i),
+        ShardByStream(out=x_chunk, src=x, axis=0, index=mod(add(i, 1), 3)),
         ShardByStream(out=out_chunk, src=out, axis=0, index=i),
         Linear(out=out_chunk, input=x_chunk, weight=w, preallocated=True),
         Deallocate(tensor=x_chunk),
@@ -90,7 +90,10 @@ def test_chunked_loop_writes_into_preallocated_output():
     torch.manual_seed(0)
     xs, ws = torch.randn(6, 4), torch.randn(3, 4)
     (result,) = HostIrEvaluator(program).run([xs, ws, 2])
-    torch.testing.assert_close(result, xs @ ws.T)
+    # Iteration i reads x's chunk (i + 1) % 3 into out's chunk i: a chunk index that picked
+    # the wrong chunk (reversed, say) would pass if both sides used the same index.
+    rows = xs.chunk(3)
+    torch.testing.assert_close(result, torch.cat([rows[1], rows[2], rows[0]]) @ ws.T)
     text = str(program)
     assert "for i in range(0, 3) {" in text
     assert "    linear(x_i, w, out=out_i)" in text
@@ -130,16 +133,18 @@ def test_each_compute_instruction(preallocated):
 
 
 def test_scalar_expressions_in_loop_bounds_and_indices():
-    """Loop bounds and chunk indices are scalar expressions over bound symbols."""
+    """Loop bounds and chunk indices are scalar expressions over bound symbols: the loop
+    runs n // 2 times, iteration i reads x's chunk (2 i + 1) % 3 and writes out's chunk
+    (n // 2 - 1) - i. Read and write indices differ and neither permutation commutes with
+    reversing the chunks, so a chunk index taken from the wrong end shows."""
     x = tensor("x", "n")
     out = tensor("out", "n")
-    i = Symbol(name="i")
+    i, n = Symbol(name="i"), Symbol(name="n")
     chunk_in, chunk_out = tensor("xi", 2), tensor("oi", 2)
-    # Visit chunks in reverse: index = (stop - 1) - i.
-    index = add(mul(i, -1), 2)
+    stop = floordiv(n, 2)
     body = (
-        ShardByStream(out=chunk_in, src=x, axis=0, index=index),
-        ShardByStream(out=chunk_out, src=out, axis=0, index=index),
+        ShardByStream(out=chunk_in, src=x, axis=0, index=mod(add(mul(i, 2), 1), 3)),
+        ShardByStream(out=chunk_out, src=out, axis=0, index=sub(sub(stop, 1), i)),
         Unary(op=UnaryOpKind.NEG, out=chunk_out, src=chunk_in, preallocated=True),
         Deallocate(tensor=chunk_in),
         Deallocate(tensor=chunk_out),
@@ -147,12 +152,16 @@ def test_scalar_expressions_in_loop_bounds_and_indices():
     program = HostIrContainer(
         inputs=(x,),
         outputs=(out,),
-        body=(Allocate(out=out), ForLoop(index=i, start=c(0), stop=c(3), body=body)),
+        body=(Allocate(out=out), ForLoop(index=i, start=c(0), stop=stop, body=body)),
     )
-    xs = torch.randn(6)
+    xs = torch.randn(6, generator=torch.Generator().manual_seed(2))
     (result,) = HostIrEvaluator(program).run([xs])
-    torch.testing.assert_close(result, -xs)
-    assert "index=i * -1 + 2" in str(program)
+    # i = 0, 1, 2 reads chunks 1, 0, 2 into chunks 2, 1, 0.
+    rows = xs.chunk(3)
+    torch.testing.assert_close(result, -torch.cat([rows[2], rows[0], rows[1]]))
+    text = str(program)
+    assert "for i in range(0, n // 2) {" in text, text
+    assert "index=(i * 2 + 1) % 3" in text and "index=n // 2 - 1 - i" in text, text
 
 
 def test_use_after_deallocate_is_an_error():

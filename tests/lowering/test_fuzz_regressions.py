@@ -12,11 +12,15 @@ import torch
 
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from hostir.catalog import COMMUNICATING, Kind, declaration_of
+from hostir.instructions import keyword
+from hostir.program_info import walk_instructions
 from lowering import LoweringError
 from tests.child_runs import child_environment
 from tests.fuzz.run import never_freed
 
 X, Y = ParallelType.mesh_x, ParallelType.mesh_y
+MOVES_DATA = COMMUNICATING | {Kind.LOCAL_RESHARD}
 
 
 def assert_valid_shardings(program: hostir.HostIrContainer) -> None:
@@ -160,6 +164,13 @@ def test_stream_split_set_that_keeps_the_sharding_is_a_copy(multidevice_test):
     y.axis(1).parallelize(ParallelType.stream)
     full = torch.randn(4 * d, 3, generator=torch.Generator().manual_seed(0))
     run_against_torch(fd, multidevice_test, [full], [full])
+    # The numbers alone pass with a gather that is sliced again: check that nothing moves.
+    instructions = list(walk_instructions(fd.host_ir().body))
+    moving = [keyword(i) for i in instructions if declaration_of(type(i)).kind in MOVES_DATA]
+    assert not moving, f"a set that keeps its sharding communicates: {moving}"
+    chunks = {i.out.name for i in instructions if isinstance(i, hostir.ShardByStream)}
+    copies = [(i.src.name, i.out.name) for i in instructions if isinstance(i, hostir.Set)]
+    assert len(copies) == 1 and set(copies[0]) <= chunks, str(fd.host_ir())
 
 
 def test_stream_gather_over_two_mesh_axes_takes_the_planners_allgather_apart():
