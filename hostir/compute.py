@@ -111,8 +111,10 @@ def run_matmul(instruction: Matmul, operands: Operands, out_shape: list[int]) ->
 def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``torch.matmul(a, b)`` written into ``out``. torch folds a batched product into one
     2-d product and reshapes ``out=`` to match, which a strided view cannot take (a stream
-    chunk of a dim inside a 3-d output): such an ``out`` gets a copy of the result."""
-    if out.is_contiguous():
+    chunk of a dim inside a 3-d output): such an ``out`` gets a copy of the result. So does
+    a product with a 1-d operand: torch computes it as a 2-d product and resizes ``out=``
+    to that (a deprecated resize that keeps the storage only while the sizes agree)."""
+    if out.is_contiguous() and a.dim() > 1 and b.dim() > 1:
         return torch.matmul(a, b, out=out)
     return out.copy_(torch.matmul(a, b))
 

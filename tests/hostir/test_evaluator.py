@@ -281,3 +281,25 @@ def test_mesh_validation():
         Mesh(devices=(-1,), shape=(1,))
     with pytest.raises(MeshError, match="needs 4 devices"):
         Mesh(devices=(0, 1), shape=(2, 2))
+
+
+def test_a_product_with_a_1d_operand_lands_in_its_chunk_without_a_resize():
+    """linear(x[16], W[16, 16]) stream-split on W's rows (fuzz seed 300090): torch's out=
+    resized the [8] chunk to [1, 8], a deprecated resize that keeps the storage only while
+    the sizes agree. The product is computed, then copied into the chunk."""
+    import warnings
+
+    from frontend import FusionDefinition, ParallelType
+
+    with FusionDefinition() as fd:
+        x, w = fd.define_tensor((16,)), fd.define_tensor((16, 16))
+        y = fd.ops.linear(x, w)
+        fd.add_output(y)
+    y.outer_split(0, 2)
+    y.axis(0).parallelize(ParallelType.stream)
+    generator = torch.Generator().manual_seed(300090)
+    a, b = torch.randn(16, generator=generator), torch.randn(16, 16, generator=generator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (out,) = fd.execute([a, b])
+    torch.testing.assert_close(out, torch.nn.functional.linear(a, b))
