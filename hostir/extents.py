@@ -9,13 +9,29 @@ inputs are bound (``hostir.inputs``). Anything else (sums, remainders, division
 by a symbol) is an atom compared by structure, so two extents are equal when
 their normal forms are, and the verifier never calls extents that only differ
 in form different.
+
+An extent is a whole number >= 0 (:func:`extent_problem`): its constants are ints,
+and one made of constants only is not negative; an extent over symbols is checked
+when the inputs bind them (``hostir.inputs``). The parser, the JSON reader and the
+verifier refuse any other by name.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 
-from hostir.scalars import BinaryExpr, Const, Scalar, ScalarOp
+from hostir.errors import EvaluationError
+from hostir.scalars import (
+    BinaryExpr,
+    Const,
+    Scalar,
+    ScalarOp,
+    evaluate_scalar,
+    leaves,
+    print_scalar,
+    scalar_problem,
+)
 from hostir.values import TensorValue
 
 Normal = tuple[Fraction, tuple[object, ...]]
@@ -29,7 +45,7 @@ def normal_form(extent: Scalar) -> Normal:
         and isinstance(extent.value, int)
         and not isinstance(extent.value, bool)
     ):
-        return Fraction(extent.value), ()
+        return _whole(extent.value), ()
     if isinstance(extent, BinaryExpr) and extent.op is ScalarOp.MUL:
         (a, xs), (b, ys) = normal_form(extent.lhs), normal_form(extent.rhs)
         return a * b, tuple(sorted(xs + ys, key=repr))
@@ -43,6 +59,31 @@ def normal_form(extent: Scalar) -> Normal:
         coefficient, atoms = normal_form(extent.lhs)
         return coefficient / extent.rhs.value, atoms
     return Fraction(1), (extent,)
+
+
+@lru_cache(maxsize=1024)
+def _whole(value: int) -> Fraction:
+    """``Fraction(value)``, made once per value: a verifier's hot spot."""
+    return Fraction(value)
+
+
+def extent_problem(extent: object) -> str | None:
+    """Why ``extent`` cannot be a tensor's extent, as a sentence, or None: it must be a
+    whole number >= 0, so every constant in it an int (not a float or a bool), and if it
+    holds no symbol its value not negative. Callers prefix the tensor and dim."""
+    problem = scalar_problem(extent)
+    if problem is not None:
+        return problem
+    found = leaves(extent)
+    wrong = any(isinstance(leaf, Const) and type(leaf.value) is not int for leaf in found)
+    if not wrong and all(isinstance(leaf, Const) for leaf in found):
+        try:
+            wrong = evaluate_scalar(extent, {}) < 0
+        except EvaluationError as error:  # a division by zero
+            return f"{print_scalar(extent)}: {error}"
+    if wrong:
+        return f"an extent must be a whole number >= 0, got {print_scalar(extent)}"
+    return None
 
 
 def same_extent(a: Scalar, b: Scalar) -> bool:

@@ -15,6 +15,7 @@ import lark
 from hostir.catalog import by_keyword
 from hostir.communications import Wait
 from hostir.instructions import Allocate, Deallocate, ForLoop, Instruction
+from hostir.scalars import MAX_INT_DIGITS
 from hostir.sharding import ReduceOp
 from hostir.syntax import FieldKind, field_kinds, parse_call
 from hostir.team import Team
@@ -116,9 +117,17 @@ def _name_token(b: Builder, node: Any, what: str) -> lark.Token:
     raise b.fail(node, f"expected {what}")
 
 
+def integer(b: Builder, token: lark.Token) -> int:
+    """The int an INT token writes; a ParseError past ``MAX_INT_DIGITS`` digits (Python's
+    limit for reading an int from text)."""
+    if len(token) > MAX_INT_DIGITS:
+        raise b.fail(token, f"an int has at most {MAX_INT_DIGITS} digits, got {len(token)}")
+    return int(token)
+
+
 def _int(b: Builder, node: Any, enum_class: Any = None) -> int:
     if isinstance(node, lark.Tree) and node.data == "int":
-        return int(node.children[0])
+        return integer(b, node.children[0])
     raise b.fail(node, "expected an integer")
 
 

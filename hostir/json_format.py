@@ -16,9 +16,16 @@ meshes: a device list and a shape, where version 2 writes a layout or a table):
 
 - An **enum** member is ``{"enum": "<enum class>", "value": <its .value>}``, e.g.
   ``{"enum": "DType", "value": "float32"}``.
-- A **tuple** is a list (read back as a tuple); ``None`` is ``null``; bools, ints,
-  floats and strings are JSON's own. Python's ``json`` keeps ``true``, ``1`` and
-  ``1.0`` apart, so a ``Const`` comes back with the type it had.
+- A **tuple** is a list (read back as a tuple); ``None`` is ``null``; bools, ints
+  (of any size up to 4300 digits), finite floats and strings are JSON's own.
+  Python's ``json`` keeps ``true``, ``1`` and ``1.0`` apart, so a ``Const`` comes
+  back with the type it had, ``-0.0`` included.
+- A **non-finite float**, which standard JSON cannot write (Python's ``json``
+  would write the non-standard bare ``NaN`` and ``Infinity``), is the object
+  ``{"float": "inf"}``, ``{"float": "-inf"}`` or ``{"float": "nan"}``. Every
+  document is standard JSON: the writer refuses to write bare ``NaN``/``Infinity``
+  and the reader refuses them, and refuses a number that does not fit a float64
+  (``1e400``) rather than reading it as infinity.
 
 The text is deterministic: keys in the order above (never sorted) and
 ``indent=1``, so documents diff line by line.
@@ -29,7 +36,10 @@ text that is not JSON, a ``format`` other than ``"hostir"``, a version it does
 not read (naming the version found and those supported), an unknown ``node`` or
 ``enum`` tag, a missing or an unexpected field, a value of the wrong type for
 its field (checked against the dataclass annotations), and a node its own
-constructor rejects (a mesh with repeated devices).
+constructor rejects (a mesh with repeated devices), an extent that is not a whole
+number >= 0 (naming the tensor and the dim), and what :mod:`hostir.json_text` refuses
+as text: anything but standard JSON text or bytes, numbers a program cannot hold, and
+a document nested deeper than the verifier's limits need (``MAX_JSON_DEPTH``).
 
 Why not dataclasses-json all the way down: it decodes a field by its annotation,
 and most IR fields are unions of several dataclasses (``Scalar``, an operand,
@@ -46,21 +56,29 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field, fields, is_dataclass
-from functools import cache
-from types import NoneType, UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from dataclasses_json import DataClassJsonMixin, Undefined, config
 from dataclasses_json.undefined import UndefinedParameterError
 
-from hostir.catalog import Instruction, instruction_classes, is_instruction
+from hostir.catalog import instruction_classes
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import HostIrError, JsonFormatError, VerifyError
+from hostir.extents import extent_problem
 from hostir.instructions import INSTRUCTIONS, BinaryOpKind, UnaryOpKind
+from hostir.json_text import load
+from hostir.json_types import PRIMITIVES, describe_json, describe_value, fields_of, mismatch
 from hostir.mesh import Mesh, MeshAxis
-from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
+from hostir.scalars import (
+    BinaryExpr,
+    Const,
+    MeshCoordinate,
+    ScalarOp,
+    Symbol,
+)
 from hostir.sharding import PartialAxis, ReduceOp, Sharding, ShardPart
 from hostir.syntax import FieldKind, field_kinds
 from hostir.team import Team
@@ -75,6 +93,8 @@ VERSION = 2
 
 SUPPORTED_VERSIONS = (1, 2)
 """The versions :func:`from_json` reads."""
+
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 VALUE_CLASSES: tuple[type, ...] = (
     HostIrContainer,
@@ -141,12 +161,6 @@ def enum_class(tag: str) -> type[enum.Enum] | None:
     return None
 
 
-_PRIMITIVES = (bool, int, float, str)
-
-# Unions printed by name in messages, largest first (Operand is TensorValue | Scalar).
-_NAMED_UNIONS: tuple[tuple[str, Any], ...] = (("Scalar", Scalar),)
-
-
 # ----- writing -----
 
 
@@ -154,7 +168,7 @@ def to_json(program: HostIrContainer) -> str:
     """The JSON document of ``program`` (see the module docstring)."""
     if not isinstance(program, HostIrContainer):
         raise JsonFormatError(f"to_json: expected a HostIrContainer, got {type(program).__name__}")
-    return JsonDocument(program=program).to_json(indent=1)
+    return JsonDocument(program=program).to_json(indent=1, allow_nan=False)
 
 
 def encode(value: Any, path: str = "program") -> Any:
@@ -163,7 +177,9 @@ def encode(value: Any, path: str = "program") -> Any:
         if enum_class(type(value).__name__) is not type(value):
             raise JsonFormatError(f"{path}: {value!r} is not a host IR enum")
         return {"enum": type(value).__name__, "value": value.value}
-    if value is None or type(value) in _PRIMITIVES:
+    if type(value) is float and not math.isfinite(value):
+        return {"float": "nan" if math.isnan(value) else repr(value)}
+    if value is None or type(value) in PRIMITIVES:
         return value
     if isinstance(value, tuple):
         return [encode(item, f"{path}[{i}]") for i, item in enumerate(value)]
@@ -171,7 +187,7 @@ def encode(value: Any, path: str = "program") -> Any:
     if node_class(cls.__name__) is not cls:
         raise JsonFormatError(f"{path}: {cls.__name__} {value!r} is not a host IR node")
     obj: dict[str, Any] = {"node": cls.__name__}
-    for name, _ in _fields_of(cls):
+    for name, _ in fields_of(cls):
         obj[name] = encode(getattr(value, name), f"{path}.{name}")
     return obj
 
@@ -197,14 +213,11 @@ def from_json(text: str | bytes) -> HostIrContainer:
 def read_document(text: str | bytes) -> HostIrContainer:
     """The program of a JSON document as written, *not* verified: the codec alone, for
     tools that inspect documents that need not run (``from_json`` verifies)."""
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise JsonFormatError(f"the text is not JSON: {error}") from None
+    data = load(text)
     if not isinstance(data, dict):
         raise JsonFormatError(
             "not a host IR JSON document: expected an object with format, version and program,"
-            f" got {_describe_json(data)}"
+            f" got {describe_json(data)}"
         )
     _check_envelope(data)
     if data["version"] == 1:
@@ -231,7 +244,7 @@ def _meshes_from_version_1(data: Any) -> Any:
         rest = {k: v for k, v in data.items() if k not in ("node", "devices", "shape")}
         return {
             "node": "Mesh",
-            "shape": data["shape"],
+            "shape": data.get("shape"),
             "strides": [],
             "offset": 0,
             "table": data["devices"],
@@ -249,9 +262,22 @@ def decode(data: Any, path: str = "program") -> Any:
             return _decode_node(data, path)
         if "enum" in data:
             return _decode_enum(data, path)
+        if "float" in data:
+            return _decode_float(data, path)
         keys = ", ".join(repr(k) for k in data)
-        raise JsonFormatError(f'{path}: an object needs a "node" or an "enum" tag, got keys {keys}')
+        raise JsonFormatError(
+            f'{path}: an object needs a "node", an "enum" or a "float" tag, got keys {keys}'
+        )
     return data
+
+
+def _decode_float(data: dict[str, Any], path: str) -> float:
+    if set(data) != {"float"} or data["float"] not in _NON_FINITE:
+        raise JsonFormatError(
+            f'{path}: a non-finite float is {{"float": "inf"}}, {{"float": "-inf"}} or'
+            f' {{"float": "nan"}}, got {json.dumps(data)[:80]}'
+        )
+    return _NON_FINITE[data["float"]]
 
 
 def _check_envelope(data: dict[str, Any]) -> None:
@@ -274,7 +300,7 @@ def _check_envelope(data: dict[str, Any]) -> None:
 def _decode_program(data: Any) -> HostIrContainer:
     program = decode(data, "program")
     if not isinstance(program, HostIrContainer):
-        raise JsonFormatError(f"program: expected HostIrContainer, got {_describe_value(program)}")
+        raise JsonFormatError(f"program: expected HostIrContainer, got {describe_value(program)}")
     return program
 
 
@@ -285,7 +311,7 @@ def _decode_node(data: dict[str, Any], path: str) -> Any:
         raise JsonFormatError(
             f"{path}: unknown node tag {json.dumps(tag)}; known tags: {', '.join(NODES)}"
         )
-    declared = _fields_of(cls)
+    declared = fields_of(cls)
     names = [name for name, _ in declared]
     missing = [name for name in names if name not in data]
     if missing:
@@ -298,14 +324,31 @@ def _decode_node(data: dict[str, Any], path: str) -> Any:
     kwargs = {}
     for name, hint in declared:
         value = decode(data[name], f"{path}.{name}")
-        mismatch = _mismatch(value, hint, f"{path}.{name}")
-        if mismatch is not None:
-            raise JsonFormatError(mismatch)
+        problem = mismatch(value, hint, f"{path}.{name}")
+        if problem is not None:
+            raise JsonFormatError(problem)
         kwargs[name] = value
     try:
-        return cls(**kwargs)
-    except HostIrError as error:
+        node = cls(**kwargs)
+    except HostIrError as error:  # its own checks (a mesh's devices, a team's axes)
         raise JsonFormatError(f"{path}: {error}") from None
+    if cls is TensorValue:
+        _check_extents(node, path)
+    return node
+
+
+def _check_extents(value: TensorValue, path: str) -> None:
+    """Every extent of ``value``, in its shape and its sharding's parts, is a whole number
+    >= 0 (``hostir.extents.extent_problem``)."""
+    found = [(f"{path}.shape[{d}]", f"dim {d}", e) for d, e in enumerate(value.shape)]
+    for d, parts in enumerate(value.sharding.dims if value.sharding is not None else ()):
+        for k, part in enumerate(parts):
+            where = f"{path}.sharding.dims[{d}][{k}].extent"
+            found.append((where, f"dim {d}'s sharding", part.extent))
+    for where, dim, extent in found:
+        problem = extent_problem(extent)
+        if problem is not None:
+            raise JsonFormatError(f"{where}: {value.name} {dim}: {problem}")
 
 
 def _decode_enum(data: dict[str, Any], path: str) -> enum.Enum:
@@ -325,90 +368,6 @@ def _decode_enum(data: dict[str, Any], path: str) -> enum.Enum:
         raise JsonFormatError(
             f"{path}: {json.dumps(data['value'])} is not a {tag}; expected one of {choices}"
         ) from None
-
-
-# ----- fields and their types -----
-
-
-@cache
-def _fields_of(cls: type) -> tuple[tuple[str, Any], ...]:
-    """``(name, resolved annotation)`` of each constructor field of ``cls``, in order."""
-    hints = get_type_hints(cls)
-    return tuple((f.name, hints[f.name]) for f in fields(cls) if f.init)
-
-
-def _conforms(value: Any, hint: Any) -> bool:
-    """Whether ``value`` fits the annotation ``hint`` (bool is not an int here)."""
-    if hint is Instruction:
-        return is_instruction(value)
-    origin = get_origin(hint)
-    if origin in (Union, UnionType):
-        return any(_conforms(value, arg) for arg in get_args(hint))
-    if origin is tuple:
-        args = get_args(hint)
-        if not isinstance(value, tuple):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_conforms(item, args[0]) for item in value)
-        return len(args) == len(value) and all(map(_conforms, value, args))
-    if hint is NoneType:
-        return value is None
-    if hint in _PRIMITIVES:
-        return type(value) is hint
-    if hint is Any:
-        return True
-    return isinstance(value, hint)
-
-
-def _mismatch(value: Any, hint: Any, path: str) -> str | None:
-    """None if ``value`` fits ``hint``, else a message at the innermost misfit list item."""
-    if _conforms(value, hint):
-        return None
-    args = get_args(hint)
-    if get_origin(hint) is tuple and isinstance(value, tuple) and args[-1:] == (Ellipsis,):
-        for i, item in enumerate(value):
-            if not _conforms(item, args[0]):
-                return _mismatch(item, args[0], f"{path}[{i}]")
-    return f"{path}: expected {_describe_hint(hint)}, got {_describe_value(value)}"
-
-
-def _describe_hint(hint: Any) -> str:
-    origin = get_origin(hint)
-    if origin in (Union, UnionType):
-        args = get_args(hint)
-        named: dict[Any, str] = {}
-        for name, union in _NAMED_UNIONS:
-            members = get_args(union)
-            if all(member in args and member not in named for member in members):
-                named.update(dict.fromkeys(members, name))
-        labels = [named.get(arg) or _describe_hint(arg) for arg in args]
-        return " | ".join(dict.fromkeys(labels))  # in declaration order, each name once
-    if origin is tuple:
-        args = get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {_describe_hint(args[0])}"
-        return f"a list of {len(args)}: {', '.join(_describe_hint(a) for a in args)}"
-    if hint is NoneType:
-        return "null"
-    return getattr(hint, "__name__", str(hint))
-
-
-def _describe_value(value: Any) -> str:
-    if isinstance(value, enum.Enum):
-        return f"{type(value).__name__} {json.dumps(value.value)}"
-    if is_dataclass(value):
-        return type(value).__name__
-    if isinstance(value, tuple):
-        return f"a list of {len(value)}"
-    return _describe_json(value)
-
-
-def _describe_json(data: Any) -> str:
-    if data is None:
-        return "null"
-    if isinstance(data, dict | list):
-        return "an object" if isinstance(data, dict) else "a list"
-    return f"{type(data).__name__} {json.dumps(data)}"
 
 
 # ----- the envelope -----

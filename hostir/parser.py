@@ -6,6 +6,13 @@ line, ``parse_instruction`` per call through a table keyed by the keyword.
 Every error is a :class:`ParseError` with the ``line:col`` of the offending
 token. ``print(parse(text)) == text`` for printed programs, and
 ``parse(str(p)) == p``.
+
+What the text may hold is bounded, so that no input meets Python's recursion
+limit: loops nest at most ``MAX_LOOP_DEPTH`` (32) deep and a scalar expression at
+most ``MAX_SCALAR_DEPTH`` (100) operators deep (``hostir.verify``,
+``hostir.scalars``), an int has at most ``MAX_INT_DIGITS`` (4300) digits and a
+float is finite unless written ``inf`` or ``nan``; an extent is a whole number
+>= 0. Text past a limit is refused by name at its ``line:col``.
 """
 
 from __future__ import annotations
@@ -15,17 +22,40 @@ from typing import Any
 
 import lark
 
+from hostir.collector import collector_paused
 from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import ParseError, VerifyError
-from hostir.instruction_parsers import kind_of, parse_instruction, reduce_op
+from hostir.extents import extent_problem
+from hostir.instruction_parsers import integer, kind_of, parse_instruction, reduce_op
 from hostir.instructions import Allocate, Deallocate, ForLoop, Instruction
+from hostir.line_reader import read_tree
 from hostir.mesh import Mesh, MeshAxis
-from hostir.scalars import RANK, BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
+from hostir.scalars import (
+    MAX_SCALAR_DEPTH,
+    RANK,
+    RESERVED,
+    BinaryExpr,
+    Const,
+    MeshCoordinate,
+    Scalar,
+    ScalarOp,
+    Symbol,
+    leaves,
+)
 from hostir.sharding import PartialAxis, Sharding, ShardPart
+from hostir.text_values import (
+    CONSTANTS,
+    check_name,
+    fail,
+    read_dtype,
+    read_float,
+    read_mesh,
+    where,
+)
 from hostir.values import RequestValue, TensorValue
-from hostir.verify import verify
+from hostir.verify import MAX_LOOP_DEPTH, verify
 
 _GRAMMAR = lark.Lark(
     resources.files("hostir").joinpath("hostir.lark").read_text(),
@@ -48,12 +78,15 @@ def parse(text: str, *, verify_program: bool = True) -> HostIrContainer:
     ``line:col`` for text that does not parse, VerifyError with ``line:col`` (of the
     offending instruction) for a program that is not well formed. ``verify_program=False``
     reads text that need not be well formed (for tools that inspect it)."""
-    try:
-        tree = _GRAMMAR.parse(text)
-    except lark.UnexpectedInput as error:
-        raise _syntax_error(error, text) from None
-    builder = _Builder()
-    program = builder.program(tree)
+    if not isinstance(text, str):
+        raise ParseError(
+            f"expected host IR text (a str), got {type(text).__name__}"
+            + ("; decode bytes first" if isinstance(text, bytes | bytearray) else ""),
+            1,
+            1,
+        )
+    with collector_paused():
+        builder, program = _build(text)
     if not verify_program:
         return program
     try:
@@ -62,6 +95,26 @@ def parse(text: str, *, verify_program: bool = True) -> HostIrContainer:
         line, col = builder.positions.get(error.path, builder.end) if error.path else builder.end
         raise VerifyError(error.message, path=error.path, line=line, col=col) from None
     return program
+
+
+def _build(text: str) -> tuple[_Builder, HostIrContainer]:
+    """The program of ``text`` and the builder that read it (with its positions). The fast
+    line reader reads most text; where it is unsure, or the builder refuses what it read,
+    lark reads the text again, so every answer, and every error's ``line:col``, is the
+    one lark's tree gives."""
+    tree = read_tree(text)
+    if tree is not None:
+        builder = _Builder()
+        try:
+            return builder, builder.program(tree)
+        except ParseError:
+            pass  # lark's tree carries every position the message needs
+    try:
+        tree = _GRAMMAR.parse(text)
+    except lark.UnexpectedInput as error:
+        raise _syntax_error(error, text) from None
+    builder = _Builder()
+    return builder, builder.program(tree)
 
 
 def _syntax_error(error: lark.UnexpectedInput, text: str) -> ParseError:
@@ -73,19 +126,6 @@ def _syntax_error(error: lark.UnexpectedInput, text: str) -> ParseError:
     if isinstance(error, lark.UnexpectedCharacters):
         return ParseError(f"unexpected character {text[error.pos_in_stream]!r}", line, col)
     return ParseError("unexpected end of the text", line, col)
-
-
-def _where(node: Any) -> tuple[int, int]:
-    if isinstance(node, lark.Token):
-        return node.line or 1, node.column or 1
-    meta = getattr(node, "meta", None)
-    if meta is not None and not meta.empty:
-        return meta.line, meta.column
-    return 1, 1
-
-
-def _fail(node: Any, message: str) -> ParseError:
-    return ParseError(message, *_where(node))
 
 
 class _Builder:
@@ -117,7 +157,7 @@ class _Builder:
             self.path = (*prefix, len(body))
             instruction = self.statement(statement)
             if instruction is not None:
-                self.positions[self.path] = _where(statement)
+                self.positions[self.path] = where(statement)
                 body.append(instruction)
         self.path = prefix
         return body
@@ -129,13 +169,13 @@ class _Builder:
     def stmt_mesh_decl(self, tree: lark.Tree) -> None:
         name, nested, strides, offset = tree.children
         if name in self.meshes:
-            raise _fail(name, f"mesh {name} is declared twice")
+            raise fail(name, f"mesh {name} is declared twice")
         try:
-            self.meshes[str(name)] = _mesh(nested, strides, offset)
+            self.meshes[str(name)] = read_mesh(nested, strides, offset)
         except ParseError:
             raise
         except Exception as error:  # noqa: BLE001 - MeshError and shape errors alike
-            raise _fail(name, f"mesh {name}: {error}") from None
+            raise fail(name, f"mesh {name}: {error}") from None
 
     def stmt_input_decl(self, tree: lark.Tree) -> None:
         value = self.declaration(tree.children[0])
@@ -145,7 +185,7 @@ class _Builder:
     def stmt_output_decl(self, tree: lark.Tree) -> None:
         (name,) = tree.children
         if not self.outputs:
-            self.end = _where(tree)
+            self.end = where(tree)
         self.outputs.append(self.tensor(name))
 
     def stmt_allocate(self, tree: lark.Tree) -> Instruction:
@@ -160,7 +200,7 @@ class _Builder:
         (name,) = tree.children
         value = self.lookup(name)
         if not isinstance(value, RequestValue):
-            raise _fail(
+            raise fail(
                 name, f"wait {name}: {name} is {kind_of(value)}, not a communication request"
             )
         return Wait(request=value)
@@ -168,7 +208,10 @@ class _Builder:
     def stmt_for_loop(self, tree: lark.Tree) -> Instruction:
         name, start, stop, body = tree.children
         if str(name) in self.loop_indices:
-            raise _fail(name, f"loop index {name} is already used by an enclosing loop")
+            raise fail(name, f"loop index {name} is already used by an enclosing loop")
+        if len(self.loop_indices) >= MAX_LOOP_DEPTH:
+            raise fail(name, f"loops nest deeper than {MAX_LOOP_DEPTH}")
+        check_name(name, "a loop index")
         start_value, stop_value = self.scalar(start), self.scalar(stop)
         self.loop_indices.append(str(name))
         inner = self.statements(body)
@@ -186,68 +229,81 @@ class _Builder:
 
     def fail(self, node: Any, message: str) -> ParseError:
         """A ParseError at ``node``'s position."""
-        return _fail(node, message)
+        return fail(node, message)
 
     # ----- names -----
     def define(self, token: lark.Token, value: Any) -> None:
         if str(token) in self.values:
-            raise _fail(token, f"{token} is defined twice")
+            raise fail(token, f"{token} is defined twice")
         self.values[str(token)] = value
 
     def lookup(self, token: lark.Token) -> Any:
         if str(token) not in self.values:
-            raise _fail(token, f"{token} is not defined")
+            raise fail(token, f"{token} is not defined")
         return self.values[str(token)]
 
     def tensor(self, node: Any) -> TensorValue:
-        if not (isinstance(node, lark.Token) or getattr(node, "data", None) == "name"):
-            raise _fail(node, "expected a tensor name")
-        token = node if isinstance(node, lark.Token) else node.children[0]
+        if not (isinstance(node, str) or getattr(node, "data", None) == "name"):
+            raise fail(node, "expected a tensor name")
+        token = node if isinstance(node, str) else node.children[0]
         value = self.lookup(token)
         if not isinstance(value, TensorValue):
-            raise _fail(token, f"{token} is {kind_of(value)}, expected a tensor")
+            raise fail(token, f"{token} is {kind_of(value)}, expected a tensor")
         return value
 
     # ----- types -----
     def declaration(self, tree: lark.Tree) -> TensorValue | ScalarInput:
         if tree.data == "scalar_declaration":
             name, dtype = tree.children
-            return ScalarInput(name=str(name), dtype=_dtype(dtype))
+            check_name(name, "a scalar")
+            return ScalarInput(name=str(name), dtype=read_dtype(dtype))
         name, tensor_type = tree.children
         dtype_token, shape_tree, sharding_tree = tensor_type.children
         extents = [e for e in shape_tree.children if e is not None]
-        shape = tuple(self.scalar(e, extent=True) for e in extents)
-        sharding = self.sharding(sharding_tree, shape) if sharding_tree is not None else None
+        shape = tuple(self.extent(e, f"{name} dim {d}") for d, e in enumerate(extents))
+        sharding = self.sharding(sharding_tree, shape, name) if sharding_tree is not None else None
         return TensorValue(
-            name=str(name), dtype=_dtype(dtype_token), shape=shape, sharding=sharding
+            name=str(name), dtype=read_dtype(dtype_token), shape=shape, sharding=sharding
         )
 
-    def sharding(self, tree: lark.Tree, shape: tuple[Scalar, ...]) -> Sharding:
+    def sharding(self, tree: lark.Tree, shape: tuple[Scalar, ...], name: str) -> Sharding:
         mesh_name, dims_tree, partial_tree = tree.children
         mesh = self.mesh(mesh_name)
         dims = [(ShardPart(axis=None, extent=extent),) for extent in shape]
         for dim_tree in dims_tree.children if dims_tree is not None else []:
             index, *parts = dim_tree.children
-            if int(index) >= len(shape):
-                raise _fail(index, f"dim {index} is out of range for a {len(shape)}-d tensor")
-            dims[int(index)] = tuple(self.part(part, mesh) for part in parts)
+            dim = integer(self, index)
+            if dim >= len(shape):
+                raise fail(index, f"dim {index} is out of range for a {len(shape)}-d tensor")
+            what = f"{name} dim {dim}'s sharding"
+            dims[dim] = tuple(self.part(part, mesh, what) for part in parts)
         partial = []
         for axis_tree in partial_tree.children if partial_tree is not None else []:
             axis, op = axis_tree.children
             partial.append(PartialAxis(axis=self.mesh_axis(axis, mesh), op=reduce_op(self, op)))
         return Sharding(mesh=mesh, dims=tuple(dims), partial=tuple(partial))
 
-    def part(self, node: Any, mesh: Mesh) -> ShardPart:
+    def part(self, node: Any, mesh: Mesh, what: str) -> ShardPart:
         if getattr(node, "data", None) == "name" and str(node.children[0]) in ("x", "y", "z"):
             return ShardPart(
                 axis=self.mesh_axis(node.children[0], mesh),
                 extent=Const(value=mesh.axis_size(MeshAxis(str(node.children[0])))),
             )
-        return ShardPart(axis=None, extent=self.scalar(node, extent=True))
+        return ShardPart(axis=None, extent=self.extent(node, what))
+
+    def extent(self, node: Any, what: str) -> Scalar:
+        """An extent (``what`` names the tensor and dim): a whole number >= 0."""
+        extent = self.scalar(node, extent=True)
+        if type(extent) is Const and type(extent.value) is int and extent.value >= 0:
+            return extent  # the common case, without the general checks
+        problem = extent_problem(extent) or self.scalar_types(extent)
+        if problem is not None:
+            raise fail(node, f"{what}: {problem}")
+        return extent
 
     def mesh(self, token: lark.Token) -> Mesh:
         if str(token) not in self.meshes:
-            raise _fail(token, f"mesh {token} is not declared")
+            raise fail(token, f"mesh {token} is not declared")
         return self.meshes[str(token)]
 
     def mesh_axis(self, token: Any, mesh: Mesh) -> MeshAxis:
@@ -256,38 +312,56 @@ class _Builder:
             axis = MeshAxis(str(token))
             axis.dim(mesh.ndim)
         except Exception:  # noqa: BLE001 - unknown name or an axis the mesh lacks
-            raise _fail(token, f"{token} is not an axis of mesh {mesh}") from None
+            raise fail(token, f"{token} is not an axis of mesh {mesh}") from None
         return axis
 
     # ----- scalars -----
-    def scalar(self, node: Any, extent: bool = False) -> Scalar:
+    def scalar(self, node: Any, extent: bool = False, depth: int = 0) -> Scalar:
         kind = node.data if isinstance(node, lark.Tree) else None
+        if depth > MAX_SCALAR_DEPTH:
+            raise fail(node, f"the expression nests deeper than {MAX_SCALAR_DEPTH} operators")
         if kind == "int":
-            return Const(value=int(node.children[0]))
+            return Const(value=integer(self, node.children[0]))
         if kind == "float":
-            return Const(value=float(node.children[0]))
+            return Const(value=read_float(node.children[0]))
         if kind == "negative":
-            inner = self.scalar(node.children[0], extent)
+            inner = self.scalar(node.children[0], extent, depth + 1)
             if not isinstance(inner, Const):
-                raise _fail(node, "unary minus applies to numbers only")
+                raise fail(node, "unary minus applies to numbers only")
             return Const(value=-inner.value)
         if kind == "name":
             return self.symbol(node.children[0], extent)
         if kind in _SCALAR_OPS:
             lhs, rhs = node.children
             return BinaryExpr(
-                op=_SCALAR_OPS[kind], lhs=self.scalar(lhs, extent), rhs=self.scalar(rhs, extent)
+                op=_SCALAR_OPS[kind],
+                lhs=self.scalar(lhs, extent, depth + 1),
+                rhs=self.scalar(rhs, extent, depth + 1),
             )
         if kind == "apply" and str(node.children[0]) == "coord":
-            _, mesh_node, axis_node = node.children
-            mesh = self.mesh(mesh_node.children[0])
-            return MeshCoordinate(mesh=mesh, axis=self.mesh_axis(axis_node, mesh))
-        raise _fail(node, "expected a scalar expression")
+            return self.coordinate(node)
+        raise fail(node, "expected a scalar expression")
+
+    def coordinate(self, node: lark.Tree) -> MeshCoordinate:
+        """``coord(M0, x)``: this rank's coordinate on an axis of a mesh."""
+        arguments = node.children[1:]
+        if len(arguments) != 2 or any(getattr(a, "data", None) != "name" for a in arguments):
+            raise fail(node, "expected coord(mesh, axis), like coord(M0, x)")
+        mesh = self.mesh(arguments[0].children[0])
+        return MeshCoordinate(mesh=mesh, axis=self.mesh_axis(arguments[1], mesh))
+
+    def scalar_types(self, extent: Scalar) -> str | None:
+        """The problem with a scalar input of a type other than an int in ``extent``."""
+        for leaf in leaves(extent):
+            value = self.values.get(getattr(leaf, "name", None))
+            if isinstance(value, ScalarInput) and value.dtype not in (DType.INT64, DType.INT32):
+                return f"expected an integer, got {value.name}, a {value.dtype.value} scalar"
+        return None
 
     def symbol(self, token: lark.Token, extent: bool) -> Scalar:
         name = str(token)
-        if name in ("true", "false"):
-            return Const(value=name == "true")
+        if name in RESERVED:
+            return Const(value=CONSTANTS[name])
         known = name in self.loop_indices or name in self.extents or name == RANK
         value = self.values.get(name)
         if isinstance(value, ScalarInput):
@@ -296,7 +370,7 @@ class _Builder:
             self.extents.add(name)  # a symbolic extent, bound from the inputs at run time
             known = True
         if not known:
-            raise _fail(token, f"scalar {name} is not defined here")
+            raise fail(token, f"scalar {name} is not defined here")
         return Symbol(name=name)
 
     # ----- instructions -----
@@ -306,37 +380,3 @@ class _Builder:
         positional = [a.children[0] for a in arguments if a.data == "positional"]
         keywords = {str(a.children[0]): a.children[1] for a in arguments if a.data == "keyword"}
         return parse_instruction(self, name, positional, keywords, targets)
-
-
-def _mesh(nested: lark.Tree, strides: lark.Tree | None, offset: lark.Token | None) -> Mesh:
-    """``[2, 4] : [4, 1] + 8`` (a layout: shape, strides, offset) or ``[[0, 1], [3, 2]]``
-    (the devices themselves)."""
-    if strides is None:
-        devices, shape = _nested(nested)
-        return Mesh(devices=tuple(devices), shape=tuple(shape))
-    shape, shape_dims = _nested(nested)
-    stride_values, stride_dims = _nested(strides)
-    if len(shape_dims) != 1 or len(stride_dims) != 1:
-        raise _fail(nested, "a mesh layout is a flat list of sizes : a flat list of strides")
-    return Mesh(shape=tuple(shape), strides=tuple(stride_values), offset=int(offset or 0))
-
-
-def _nested(tree: lark.Tree) -> tuple[list[int], list[int]]:
-    items = [c for c in tree.children if c is not None]
-    if all(getattr(c, "data", None) == "device" for c in items):
-        return [int(c.children[0]) for c in items], [len(items)]
-    rows = [_nested(c) for c in items]
-    if (
-        any(getattr(c, "data", None) != "nested" for c in items)
-        or len({tuple(shape) for _, shape in rows}) != 1
-    ):
-        raise _fail(tree, "a mesh is a list of devices or of equally shaped lists")
-    return [d for devices, _ in rows for d in devices], [len(rows), *rows[0][1]]
-
-
-def _dtype(token: lark.Token) -> DType:
-    try:
-        return DType(str(token))
-    except ValueError:
-        known = ", ".join(d.value for d in DType)
-        raise _fail(token, f"unknown dtype {token}; expected one of {known}") from None

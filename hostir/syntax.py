@@ -97,12 +97,13 @@ def defined_fields(instruction: Any) -> list[str]:
     return names
 
 
-def written_fields(cls: type) -> list[str]:
+@cache
+def written_fields(cls: type) -> tuple[str, ...]:
     """The fields written ``name=value``: all but the positional ones, the results, the
-    ``op`` field that names the instruction, and ``preallocated``."""
+    ``op`` field that names the instruction, and ``preallocated`` (cached per class)."""
     declaration = declaration_of(cls)
     skip = {*declaration.positional, *cls.OUTS, "preallocated", declaration.op_field}
-    return [f.name for f in fields(cls) if f.name not in skip]
+    return tuple(f.name for f in fields(cls) if f.name not in skip)
 
 
 # ----- printing -----------------------------------------------------------------------

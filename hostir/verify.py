@@ -16,7 +16,18 @@ Checked in one pass over the program (linear in its size):
 - every output is written on every path: an ``allocate``d output needs a write
   (``out=`` into it or a ``shard_by_stream`` alias of it) that certainly runs; a
   loop whose range is constant and empty runs nothing (a loop with a symbolic
-  range counts as running: whether it does is only known at run time).
+  range counts as running: whether it does is only known at run time);
+- every scalar is one the text can write (:func:`hostir.scalars.scalar_problem`):
+  at most ``MAX_SCALAR_DEPTH`` (100) operators deep, constants that print, symbols
+  named like names; where an integer is meant (loop bounds, indices, roots, peers,
+  extents) it is one, never a float or a bool that ``int()`` would truncate; every
+  extent is a whole number >= 0 (:func:`hostir.extents.extent_problem`) and a mesh
+  axis part of a sharding has that axis's size;
+- loops nest at most :data:`MAX_LOOP_DEPTH` (32) deep.
+
+The limits keep every walk over a program (this one, which never recurses deeper
+than them, the printer, the JSON codec, the evaluator) far from Python's recursion
+limit: a deeper program is refused by name, never with a ``RecursionError``.
 
 A failure is a :class:`~hostir.errors.VerifyError` whose ``path`` holds the
 instruction's index in the body and in each enclosing loop body; ``parse`` turns
@@ -28,13 +39,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 from hostir.catalog import is_instruction
+from hostir.collector import collector_paused
 from hostir.communications import Wait
 from hostir.container import HostIrContainer, ScalarInput
 from hostir.dtypes import DType
 from hostir.errors import VerifyError
-from hostir.extents import Normal, differ, normal_form, times
+from hostir.extents import Normal, differ, extent_problem, normal_form, times
 from hostir.instructions import (
     Allocate,
     Deallocate,
@@ -46,21 +59,26 @@ from hostir.instructions import (
     keyword,
     used_values,
 )
-from hostir.scalars import Const, print_scalar
+from hostir.scalars import Const, Symbol, print_scalar, scalar_problem
 from hostir.sharding import Sharding
+from hostir.syntax import FieldKind, field_kinds
 from hostir.values import RequestValue, TensorValue
 from hostir.verify_communication import COMMUNICATION_RULES
 from hostir.verify_compute import COMPUTE_RULES
 
 Path = tuple[int, ...]
 
+MAX_LOOP_DEPTH = 32
+"""How deep loops may nest (programs lowered from fusions nest two or three)."""
+
 
 def verify(program: HostIrContainer) -> None:
     """Raises VerifyError (with ``path``) at the first thing that makes ``program``
     ill formed (see the module docstring)."""
-    walk = _Walk(program)
-    walk.body(program.body, ())
-    walk.finish()
+    with collector_paused():
+        walk = _Walk(program)
+        walk.body(program.body, ())
+        walk.finish()
 
 
 def verify_located(program: HostIrContainer) -> None:
@@ -81,7 +99,7 @@ verify_program = verify_located
 class _Scope:
     """What one body (the program's or a loop's) defined, and the requests it posted."""
 
-    defined: list[str] = field(default_factory=list)
+    defined: dict[str, None] = field(default_factory=dict)  # a dict: ordered, O(1) lookups
     posted: dict[str, Path] = field(default_factory=dict)
 
 
@@ -106,9 +124,13 @@ class _Walk:
             self.values[value.name] = value
             self.where[value.name] = ()
             if isinstance(value, ScalarInput):
+                problem = scalar_problem(Symbol(name=value.name))  # it is read as one
+                if problem is not None:
+                    raise VerifyError(f"input {value.name}: {problem}")
                 self.scalars[value.name] = _python_type(value.dtype)
-            else:
-                _check_sharding(value, ())
+        for value in program.inputs:  # once every scalar input's type is known
+            if isinstance(value, TensorValue):
+                self.check_tensor(value, ())
 
     # ----- bodies -----
     def body(self, body: Sequence[Instruction], prefix: Path) -> None:
@@ -119,6 +141,7 @@ class _Walk:
         if not is_instruction(instruction):
             name = type(instruction).__name__
             raise VerifyError(f"{name} is not a declared host IR instruction", path=path)
+        self.check_scalars(instruction, path)
         if isinstance(instruction, Deallocate):
             self.deallocate(instruction.tensor, path)
         for value in used_values(instruction):
@@ -147,6 +170,8 @@ class _Walk:
         name = loop.index.name
         if name in self.scalars or name in self.values:
             raise VerifyError(f"loop index {name} is already bound", path=path)
+        if len(self.scopes) > MAX_LOOP_DEPTH:
+            raise VerifyError(f"loops nest deeper than {MAX_LOOP_DEPTH}", path=path)
         start, stop = _constant(loop.start), _constant(loop.stop)
         runs = start is None or stop is None or stop > start
         self.scalars[name] = int
@@ -188,10 +213,10 @@ class _Walk:
                 path=path,
             )
         if isinstance(value, TensorValue):
-            _check_sharding(value, path)
+            self.check_tensor(value, path)
         self.values[name] = value
         self.where[name] = path
-        self.scopes[-1].defined.append(name)
+        self.scopes[-1].defined[name] = None
         if isinstance(value, RequestValue):
             self.scopes[-1].posted[name] = path
         if isinstance(instruction, Allocate):
@@ -248,6 +273,44 @@ class _Walk:
         target = instruction.out.name
         self.allocated.pop(self.aliases.get(target, target), None)
 
+    # ----- scalars and extents -----
+    def check_scalars(self, instruction: Instruction, path: Path) -> None:
+        """Every scalar field of ``instruction`` is a scalar the text can write; an integer
+        where one is meant (every field of kind SCALAR, a stream's index)."""
+        for name, kind in _scalar_fields(type(instruction)):
+            value = getattr(instruction, name)
+            if value is None or isinstance(value, TensorValue):
+                continue
+            if kind is FieldKind.STREAM:
+                name, value = f"{name}'s index", getattr(value, "index", None)
+                if value is None:
+                    continue
+            problem = scalar_problem(
+                value, integer=kind is not FieldKind.OPERAND, types=self.scalars
+            )
+            if problem is not None:
+                raise VerifyError(f"{keyword(instruction)}: {name}: {problem}", path=path)
+
+    def check_tensor(self, value: TensorValue, path: Path) -> None:
+        """Each extent of ``value`` (shape and sharding parts) is a whole number >= 0 over
+        integer symbols, and its sharding fits its shape."""
+        extents = [(f"dim {dim}", extent) for dim, extent in enumerate(value.shape)]
+        if value.sharding is not None:
+            extents += [
+                (f"dim {dim}'s sharding", part.extent)
+                for dim, parts in enumerate(value.sharding.dims)
+                for part in parts
+            ]
+        for where, extent in extents:
+            if type(extent) is Const and type(extent.value) is int and extent.value >= 0:
+                continue  # the common case, without the general walk
+            problem = extent_problem(extent) or scalar_problem(
+                extent, integer=True, types=self.scalars
+            )
+            if problem is not None:
+                raise VerifyError(f"{value.name} {where}: {problem}", path=path)
+        _check_sharding(value, path)
+
     # ----- rules -----
     def check_rules(self, instruction: Instruction, path: Path) -> None:
         rule = COMPUTE_RULES.get(type(instruction))
@@ -272,9 +335,17 @@ def _check_sharding(value: TensorValue, path: Path) -> None:
         )
     mesh = sharding.mesh
     for dim, (parts, extent) in enumerate(zip(sharding.dims, value.shape, strict=True)):
+        if len(parts) == 1 and parts[0].axis is None and parts[0].extent == extent:
+            continue  # a replicated dim: one local part, the whole extent
         total: Normal = normal_form(Const(value=1))
         for part in parts:
             size = Const(value=mesh.axis_size(part.axis)) if part.axis is not None else part.extent
+            if part.axis is not None and part.extent != size:
+                raise VerifyError(
+                    f"{value.name} dim {dim}: its part on mesh axis {part.axis.value} has extent"
+                    f" {print_scalar(part.extent)}, not the axis's size {size.value}",
+                    path=path,
+                )
             total = times(total, normal_form(size))
         if differ(total, normal_form(extent)):
             shown = ", ".join(
@@ -285,6 +356,14 @@ def _check_sharding(value: TensorValue, path: Path) -> None:
                 f" {print_scalar(extent)} on mesh {mesh}",
                 path=path,
             )
+
+
+@cache
+def _scalar_fields(cls: type) -> tuple[tuple[str, FieldKind], ...]:
+    """The fields of ``cls`` that hold scalars: SCALAR (integers), OPERAND (a tensor or
+    any scalar) and STREAM (whose index is an integer)."""
+    wanted = (FieldKind.SCALAR, FieldKind.OPERAND, FieldKind.STREAM)
+    return tuple((name, kind) for name, (kind, _, _) in field_kinds(cls).items() if kind in wanted)
 
 
 def _constant(scalar: object) -> int | None:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
-
 from frontend.fusion import Fusion
 from hostir import HostIrContainer
+from hostir.collector import collector_paused
 from hostir.verify import verify_program
 from lowering.check_resharding import check_resharding
 from lowering.check_symbols import check_symbols
@@ -19,7 +16,12 @@ from lowering.snapshot import snapshot_fusion
 
 
 def lower_fusion(fusion: Fusion) -> HostIrContainer:
-    """Lowers ``fusion`` to host IR; deterministic, no torch.distributed, no globals."""
+    """Lowers ``fusion`` to host IR; deterministic, no torch.distributed, no globals.
+
+    Python's cycle collector is paused meanwhile (hostir.collector): the passes and the
+    planner build many small frozen objects and no cycles, and the collector's scans of
+    them took 43% of lowering a 1000-op fusion (319 ms with it, 181 ms without) and
+    20-35% of planning the slowest 4096-device reshardings (benchmarks/plan_scale.py)."""
     with collector_paused():
         return _lower(fusion)
 
@@ -35,18 +37,3 @@ def _lower(fusion: Fusion) -> HostIrContainer:
     verify_program(program)  # the result is well formed
     return program
 
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off inside the block (lowering runs in one): the passes and
-    the planner build many small frozen objects and no cycles, and the collector's
-    repeated scans of them took 43% of lowering a 1000-op fusion (319 ms with it, 181 ms
-    without) and 20-35% of planning the slowest 4096-device reshardings
-    (benchmarks/plan_scale.py). Garbage in cycles, if any, is collected after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
+import random
+import re
 from collections.abc import Callable
 
 import pytest
@@ -33,6 +36,8 @@ from hostir import (
     Gather,
     GetCurrentStream,
     HostIrContainer,
+    HostIrError,
+    HostIrEvaluator,
     Linear,
     LocalShard,
     Matmul,
@@ -65,6 +70,7 @@ from hostir import (
     VerifyError,
     Wait,
     json_format,
+    parse,
 )
 from hostir.errors import JsonFormatError
 from hostir.round_trip import check_round_trip
@@ -358,7 +364,7 @@ def test_hand_built_program_round_trips():
 def test_node_tags_do_not_collide_with_field_names():
     """No IR class has a field named like the tags, so a tag is never mistaken for data."""
     for cls in json_format.NODE_CLASSES:
-        assert not {f.name for f in dataclasses.fields(cls)} & {"node", "enum"}, cls
+        assert not {f.name for f in dataclasses.fields(cls)} & {"node", "enum", "float"}, cls
 
 
 @pytest.mark.parametrize("value", [0, 1, -7, 2**40, 1.0, 0.0, 0.5, -2.5e-3, 1e300, True, False])
@@ -474,8 +480,8 @@ def test_unknown_node_and_enum_tags_are_refused():
 def test_untagged_objects_are_refused():
     message = _refusal(lambda d: d["program"]["body"][0]["out"].pop("node"))
     assert message == (
-        'program.body[0].out: an object needs a "node" or an "enum" tag, got keys \'name\','
-        " 'index'"
+        'program.body[0].out: an object needs a "node", an "enum" or a "float" tag, got keys'
+        " 'name', 'index'"
     )
 
 
@@ -579,3 +585,181 @@ def test_check_round_trip_checks_the_json_form(monkeypatch):
         check_round_trip(program)
     removed = [line[1:].strip() for line in str(info.value).splitlines() if line[:1] == "-"]
     assert '"node": "Wait",' in removed
+
+
+# ----- constants JSON has no number for, and documents that do not fit ----------------
+
+
+def _strict_json(text: str):
+    """``text`` read as standard JSON: bare NaN and Infinity refused."""
+
+    def refuse(name):
+        raise ValueError(f"not standard JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.inf, -math.inf, math.nan, 0.1, 1e300, -0.0, 2**63 - 1, -(2**63), 2**64, 2**100],
+    ids=repr,
+)
+def test_every_constant_round_trips_as_standard_json(value):
+    """Non-finite floats used to be written as bare NaN/Infinity (not JSON); they are
+    ``{"float": ...}`` objects now, and every constant reads back as itself."""
+    program = HostIrContainer(
+        inputs=(),
+        outputs=(),
+        body=(Binary(op=BinaryOpKind.MUL, out=tensor("o", 2), lhs=tensor("a", 2), rhs=c(value)),),
+    )
+    document = program.to_json()
+    rhs = _strict_json(document)["program"]["body"][0]["rhs"]["value"]
+    if isinstance(value, float) and not math.isfinite(value):
+        assert rhs == {"float": repr(value)}
+    decoded = round_trip(program)
+    assert decoded == program
+    assert type(decoded.body[0].rhs.value) is type(value)
+    assert repr(decoded.body[0].rhs.value) == repr(value)  # -0.0 keeps its sign
+
+
+def test_a_program_with_non_finite_constants_runs_the_same_after_json():
+    """Read back from JSON (verified), ``x * inf + nan`` computes what torch does."""
+    text = (
+        "%HostIrContainer {\n  input T0 : float32[4]\n  T1 : float32[4] = mul(T0, -inf)\n"
+        "  T2 : float32[4] = add(T1, nan)\n  T3 : float32[4] = add(T0, 1e+300)\n"
+        "  output T2\n  output T3\n}\n"
+    )
+    program = HostIrContainer.from_json(parse(text).to_json())
+    x = torch.randn(4)
+    got = HostIrEvaluator(program).run([x])
+    torch.testing.assert_close(got[0], x * -math.inf + math.nan, equal_nan=True)
+    torch.testing.assert_close(got[1], x + 1e300)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"format": "hostir", "version": NaN}', "the text is not standard JSON: NaN;"),
+        ('{"format": "hostir", "version": -Infinity}', "not standard JSON: -Infinity"),
+        ('{"format": "hostir", "version": 1e400}', "the number 1e400 does not fit a float64"),
+        ('{"format": "hostir", "version": ' + "9" * 4301 + "}", "at most 4300 digits, got 4301"),
+        ("[" * 100_000 + "]" * 100_000, "the JSON nests deeper than 196 levels"),
+        ('{"a": ' * 197 + "1" + "}" * 197, "the JSON nests deeper than 196 levels"),
+    ],
+    ids=["NaN", "-Infinity", "1e400", "huge int", "deep lists", "deep objects"],
+)
+def test_documents_json_cannot_carry_are_refused(text, message):
+    """Each used to be read (NaN, 1e400 as infinity) or to raise a bare ValueError or
+    RecursionError."""
+    with pytest.raises(JsonFormatError, match=re.escape(message)):
+        HostIrContainer.from_json(text)
+
+
+@pytest.mark.parametrize("document", [{}, None, 3, ["{}"]], ids=repr)
+def test_anything_but_text_or_bytes_is_refused(document):
+    """``HostIrContainer.from_json({})`` used to raise a TypeError from ``json.loads``."""
+    with pytest.raises(JsonFormatError, match=r"^expected the text of a JSON document \(str"):
+        HostIrContainer.from_json(document)
+
+
+def test_a_non_finite_float_object_must_be_one_of_three():
+    message = _refusal(
+        lambda d: d["program"]["body"][6].update(rhs={"node": "Const", "value": {"float": "+inf"}})
+    )
+    assert message.startswith('program.body[6].rhs.value: a non-finite float is {"float": "inf"}')
+
+
+_EXTENT_TEXT = (
+    "%HostIrContainer {\n  mesh M0 = [2] : [1]\n"
+    "  input T0 : float32[8, 3] @M0 {0: [x, 4]}\n  output T0\n}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("bad", "shown"),
+    [(8.5, "8.5"), ({"float": "nan"}, "nan"), ({"float": "inf"}, "inf"), (-8, "-8")]
+    + [(True, "true")],
+    ids=repr,
+)
+@pytest.mark.parametrize("where", ["shape", "sharding"])
+def test_extents_that_are_not_whole_numbers_are_refused(bad, shown, where):
+    """An extent of 8.5, NaN or infinity used to be read and truncated when run."""
+    document = json.loads(parse(_EXTENT_TEXT).to_json())
+    value = document["program"]["inputs"][0]
+    if where == "shape":
+        value["shape"][1]["value"] = bad
+        path, dim = "program.inputs[0].shape[1]", "T0 dim 1"
+    else:
+        value["sharding"]["dims"][0][1]["extent"]["value"] = bad
+        path, dim = "program.inputs[0].sharding.dims[0][1].extent", "T0 dim 0's sharding"
+    with pytest.raises(JsonFormatError) as info:
+        HostIrContainer.from_json(json.dumps(document))
+    assert str(info.value) == f"{path}: {dim}: an extent must be a whole number >= 0, got {shown}"
+
+
+def test_an_axis_part_must_have_its_axis_size():
+    """Text writes a mesh axis part by its name; a JSON one with another extent would
+    read back as a different program."""
+    document = json.loads(parse(_EXTENT_TEXT).to_json())
+    document["program"]["inputs"][0]["sharding"]["dims"][0][0]["extent"]["value"] = 3
+    with pytest.raises(JsonFormatError, match=r"T0 dim 0: its part on mesh axis x has extent 3"):
+        HostIrContainer.from_json(json.dumps(document))
+
+
+def test_deeply_nested_programs_are_refused_by_name():
+    """33 nested loops, or an expression 150 operators deep, are refused (by the verifier,
+    at their JSON path, or as too deeply nested), never with a RecursionError."""
+    body: tuple = ()
+    for k in reversed(range(33)):
+        body = (ForLoop(index=Symbol(name=f"i{k}"), start=c(0), stop=c(1), body=body),)
+    loops = HostIrContainer(inputs=(), outputs=(), body=body)
+    with pytest.raises(JsonFormatError, match=r"^program(\.body\[0\]){33}: loops nest deeper"):
+        HostIrContainer.from_json(loops.to_json())
+    stop = c(1)
+    for _ in range(150):
+        stop = BinaryExpr(op=ScalarOp.ADD, lhs=stop, rhs=c(1))
+    deep = HostIrContainer(
+        inputs=(),
+        outputs=(),
+        body=(ForLoop(index=Symbol(name="i"), start=c(0), stop=stop, body=()),),
+    )
+    with pytest.raises(JsonFormatError, match="nests deeper than"):
+        HostIrContainer.from_json(deep.to_json())
+
+
+_JUNK = [None, True, 0, -1, 2**70, 1.5, "x", [], {}, [[1]], {"node": "Const"}, {"float": "nan"}]
+_JUNK += [{"enum": "DType", "value": [1]}, {"node": ["x"]}, {"node": "Symbol", "name": "inf"}]
+_JUNK += [{"node": "Mesh", "shape": [2], "strides": [10**30], "offset": -5, "table": []}]
+_JUNK += [{"node": "Mesh", "devices": [0, 1]}, [[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]] * 10]
+
+
+def _paths(data, path=()):
+    yield path
+    if isinstance(data, dict | list):
+        for key, value in data.items() if isinstance(data, dict) else enumerate(data):
+            yield from _paths(value, (*path, key))
+
+
+def test_mangled_documents_raise_only_host_ir_errors():
+    """A field of the hand-built program's document (any depth) replaced by junk or
+    deleted, read as version 2 and 1: a program or a HostIrError, never a bare exception
+    (a version-1 mesh without its shape used to raise KeyError)."""
+    base = _document()
+    paths = [p for p in _paths(base) if p]
+    rng = random.Random(0)
+    for _ in range(100):
+        document, path = copy.deepcopy(base), rng.choice(paths)
+        parent = document
+        for key in path[:-1]:
+            parent = parent[key]
+        if rng.random() < 0.2:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = copy.deepcopy(rng.choice(_JUNK))
+        for version in (2, 1):
+            if isinstance(document, dict) and "version" in document:
+                document["version"] = version
+            try:
+                HostIrContainer.from_json(json.dumps(document))
+            except HostIrError:
+                pass

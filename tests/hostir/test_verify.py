@@ -11,18 +11,32 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import pytest
 import torch
 
 from hostir import (
+    Allocate,
+    BinaryExpr,
+    Const,
+    DType,
+    ForLoop,
     HostIrContainer,
     HostIrEvaluator,
+    ScalarInput,
+    ScalarOp,
+    Symbol,
+    TensorValue,
+    Unary,
+    UnaryOpKind,
     VerifyError,
     cli,
     parse,
 )
 from hostir.errors import JsonFormatError
+from hostir.verify import verify
+from tests.hostir.programs import c
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
@@ -140,6 +154,31 @@ FAULTS = {
         + "  output T0\n}\n",
         (6, 5),
         "a loop body deallocates T1, which it did not define",
+    ),
+    # Where an integer is meant, a float or a bool used to be truncated by int() when run.
+    "a fractional loop bound": (
+        HEAD + "  input T0 : float32[4] @M0\n  for j in range(0, 2.5) {\n  }\n  output T0\n}\n",
+        (4, 3),
+        "for: stop: expected an integer, got the constant 2.5",
+    ),
+    "a fractional chunk index": (
+        HEAD
+        + "  input T0 : float32[4] @M0\n"
+        + "  for j in range(0, 2) {\n"
+        + "    T1 : float32[2] @M0 = shard_by_stream(T0, axis=0, index=j * 0.5)\n"
+        + "  }\n"
+        + "  output T0\n}\n",
+        (5, 5),
+        "shard_by_stream: index: expected an integer, got the constant 0.5",
+    ),
+    "a root given as a bool": (
+        HEAD
+        + "  input T0 : float32[4] @M0\n"
+        + "  T1 : float32[4] @M0, R0 = Broadcast(T0, team=M0(x), root=true)\n"
+        + "  wait R0\n"
+        + "  output T1\n}\n",
+        (4, 3),
+        "Broadcast: root: expected an integer, got the constant true",
     ),
 }
 
@@ -260,3 +299,91 @@ def test_symbolic_extents_compare_in_their_normal_form():
 def _unverified(text: str) -> HostIrContainer:
     """The program ``text`` describes, read without the verifier."""
     return parse(text, verify_program=False)
+
+
+# ----- what text cannot write, and programs nested past the limits ----------------------
+
+
+def _loop_over(stop, body=()) -> ForLoop:
+    return ForLoop(index=Symbol(name="i"), start=Const(value=0), stop=stop, body=body)
+
+
+def _program(*body, inputs=()) -> HostIrContainer:
+    return HostIrContainer(inputs=inputs, outputs=(), body=body)
+
+
+@pytest.mark.parametrize(
+    ("stop", "message"),
+    [
+        (Symbol(name="inf"), "for: stop: a symbol is named 'inf', which reads as something"),
+        (Symbol(name="i 0"), "for: stop: a symbol is named 'i 0'"),
+        (Const(value="2"), "for: stop: a constant is an int, a float or a bool, got str"),
+        (Const(value=10**4300), "for: stop: an int constant has more than 4300 digits"),
+        (BinaryExpr(op=ScalarOp.MOD, lhs=Const(value=4), rhs=Const(value=0)), "by the constant 0"),
+        (2, "for: stop: expected a scalar (a constant, a symbol, coord(...) or arithmetic)"),
+    ],
+    ids=["reserved name", "not a name", "str", "huge int", "modulo 0", "bare int"],
+)
+def test_scalars_text_cannot_write_are_refused(stop, message):
+    """A program built in Python with these used to verify and then print text that reads
+    back as another program (``inf`` is a constant) or does not print at all."""
+    with pytest.raises(VerifyError, match=re.escape(message)):
+        verify(_program(_loop_over(stop)))
+
+
+def test_a_scalar_input_named_like_a_constant_is_refused():
+    """``input inf : float64`` would print text that reads ``inf`` as infinity."""
+    with pytest.raises(VerifyError, match="input inf: a symbol is named 'inf'"):
+        verify(_program(inputs=(ScalarInput(name="inf", dtype=DType.FLOAT64),)))
+
+
+def test_extents_of_python_built_tensors_are_whole_numbers():
+    x = TensorValue(name="T0", dtype=DType.FLOAT32, shape=(Const(value=4), Const(value=7.9)))
+    with pytest.raises(VerifyError, match=r"T0 dim 1: an extent must be a whole number >= 0"):
+        verify(_program(inputs=(x,)))
+
+
+def test_loops_nested_past_the_limit_are_refused_by_name():
+    """33 nested loops are refused at the 33rd; 2000 (which used to raise RecursionError)
+    too."""
+    for depth in (33, 2000):
+        body: tuple = ()
+        for k in reversed(range(depth)):
+            body = (ForLoop(index=Symbol(name=f"i{k}"), start=c(0), stop=c(1), body=body),)
+        with pytest.raises(VerifyError, match="loops nest deeper than 32") as info:
+            verify(_program(*body))
+        assert info.value.path == (0,) * 33
+
+
+def test_expressions_nested_past_the_limit_are_refused_by_name():
+    """A loop bound 100 operators deep verifies; 101, or 5000 (which the evaluator's and the
+    printer's recursive helpers could not take), is refused."""
+    for depth, ok in ((100, True), (101, False), (5000, False)):
+        stop: object = Const(value=1)
+        for _ in range(depth):
+            stop = BinaryExpr(op=ScalarOp.ADD, lhs=stop, rhs=Const(value=1))
+        if ok:
+            verify(_program(_loop_over(stop)))
+            continue
+        with pytest.raises(VerifyError, match="the expression nests deeper than 100 operators"):
+            verify(_program(_loop_over(stop)))
+
+
+def test_a_program_at_every_limit_prints_reads_back_and_runs():
+    """32 nested loops, the innermost one's bound 100 operators deep: the limits leave room
+    for the printer, the parser, the JSON codec (its nesting bound) and the evaluator, and
+    the program computes what torch does."""
+    stop: object = Const(value=1)
+    for _ in range(100):
+        stop = BinaryExpr(op=ScalarOp.ADD, lhs=stop, rhs=Const(value=0))
+    x, y = (TensorValue(name=n, dtype=DType.FLOAT32, shape=(Const(value=4),)) for n in "xy")
+    body: tuple = (Unary(op=UnaryOpKind.NEG, out=y, src=x, preallocated=True),)
+    for k in reversed(range(32)):
+        bound = stop if k == 31 else Const(value=1)
+        body = (ForLoop(index=Symbol(name=f"i{k}"), start=Const(value=0), stop=bound, body=body),)
+    program = HostIrContainer(inputs=(x,), outputs=(y,), body=(Allocate(out=y), *body))
+    assert parse(str(program)) == program
+    assert HostIrContainer.from_json(program.to_json()) == program
+    value = torch.randn(4)
+    (out,) = HostIrEvaluator(program).run([value])
+    torch.testing.assert_close(out, -value)
