@@ -14,9 +14,14 @@ rank reaches the same verdict:
   while building, lowering or validating, or the same ``ExtentError`` when
   ``fd.execute`` bound the inputs' extents (a split that does not divide the
   value a symbol is bound to), before running anything. A lowering consistency
-  check that fails (``check_resharding``) is a crash, not a refusal; so are ranks
-  that refuse differently (an ``ExtentError`` on some, a ``PeerFailureError``
-  naming them on others).
+  check that fails (``check_resharding``) is a crash, not a refusal. A refusal
+  that only some ranks can see (a split of an input only the ranks of its mesh
+  bind) is one too when every other rank raises a ``PeerFailureError`` carrying
+  that refusal's message, as the agreement makes them; ranks that refuse
+  differently otherwise are a crash. Inputs are sharded (``shard_tensor``, which
+  refuses a split that does not divide too) on every rank before any executes,
+  and a rank's refusal there is every rank's, as a user's script would stop
+  every rank before it runs.
 - ``wrong``: some rank's numbers, shape or dtype differ, or a rank holds an output
   it should not (or lacks one it should hold).
 - ``crash``: any other exception (``EvaluationError``s included: a program that
@@ -39,6 +44,7 @@ import torch.distributed as dist
 
 from frontend import FrontendError, shard_tensor
 from hostir import Deallocate, ExtentError, ForLoop, MeshError, TensorValue
+from hostir.errors import PeerFailureError
 from hostir.instructions import defined_values
 from hostir.sharding import Sharding
 from lowering import LoweringError
@@ -46,6 +52,9 @@ from tests.fuzz.case import Case, load, make_inputs
 
 OK, REFUSED, WRONG, CRASH = "ok", "refused", "wrong", "crash"
 STATUSES = (OK, REFUSED, WRONG, CRASH)
+PEER_REFUSED = "peer refused"
+"""A rank's PeerFailureError: another rank refused before communicating (not a status
+of a case: combine() turns it into ``refused`` when it carries that refusal)."""
 REFUSALS = (FrontendError, LoweringError, MeshError, ExtentError)
 INTERNAL = ("The resharding decomposition left",)
 """Messages of lowering's own consistency checks: a bug in an earlier pass, not a refusal."""
@@ -83,7 +92,7 @@ def tolerance(case: Case, dtype: torch.dtype) -> float:
 # One rank
 
 
-def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
+def run_on_rank(case: Case, rank: int, world_size: int = 1) -> tuple[RankResult, Any]:
     """Runs ``case`` as ``rank``; returns the result and the program (if lowered)."""
     try:
         namespace = load(case)
@@ -95,13 +104,17 @@ def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
     try:
         fd, tvs = namespace["define"]()
         local = _shard_inputs(fd, tvs, full, rank)
+    except Exception as error:
+        local, prepared = None, _refusal(error)
+    else:
+        prepared = RankResult(OK)
+    prepared = _first_failure(prepared, world_size)
+    if prepared.status != OK:
+        return prepared, _program(fd)
+    try:
         outputs = fd.execute(local)
-    except REFUSALS as error:
-        message = f"{type(error).__name__}: {error}"
-        status = CRASH if any(marker in message for marker in INTERNAL) else REFUSED
-        return RankResult(status, message), _program(fd)
-    except Exception:
-        return RankResult(CRASH, traceback.format_exc()), _program(fd)
+    except Exception as error:
+        return _refusal(error), _program(fd)
     program = fd.host_ir()
     unfreed = never_freed(program)
     if unfreed:
@@ -110,6 +123,30 @@ def run_on_rank(case: Case, rank: int) -> tuple[RankResult, Any]:
         return compare_outputs(case, fd, outputs, expected, rank), program
     except Exception:
         return RankResult(CRASH, "comparing: " + traceback.format_exc()), program
+
+
+def _refusal(error: Exception) -> RankResult:
+    """A rank's result for ``error``: a refusal, a peer's refusal, or a crash."""
+    message = f"{type(error).__name__}: {error}"
+    if isinstance(error, REFUSALS):
+        status = CRASH if any(marker in message for marker in INTERNAL) else REFUSED
+        return RankResult(status, message)
+    if isinstance(error, PeerFailureError):
+        return RankResult(PEER_REFUSED, message)
+    return RankResult(CRASH, "".join(traceback.format_exception(error)))
+
+
+def _first_failure(result: RankResult, world_size: int) -> RankResult:
+    """The first rank's failure to build and shard the case, on every rank (each rank
+    shards its own inputs: only some may refuse), or ``result`` if none failed."""
+    if world_size == 1:
+        return result
+    results: list[Any] = [None] * world_size
+    dist.all_gather_object(results, result)
+    for rank, seen in enumerate(results):
+        if seen.status != OK:
+            return seen if seen.status == REFUSED else RankResult(CRASH, f"rank {rank}: {seen}")
+    return result
 
 
 def never_freed(program) -> list[str]:
@@ -227,7 +264,7 @@ def _first_difference(out: torch.Tensor, piece: torch.Tensor) -> str:
 
 def run_case(case: Case, rank: int, world_size: int) -> Outcome:
     """Runs ``case`` on this rank and agrees with the others on the outcome."""
-    result, program = run_on_rank(case, rank)
+    result, program = run_on_rank(case, rank, world_size)
     results = [result]
     if world_size > 1:
         results = [None] * world_size
@@ -251,11 +288,21 @@ def combine(results: list[RankResult]) -> tuple[str, str]:
         if result.status == CRASH:
             return CRASH, f"rank {rank}: {result.message}"
     refusals = {same_on_every_rank(r.message) for r in results if r.status == REFUSED}
-    if refusals and (len(refusals) > 1 or any(r.status != REFUSED for r in results)):
+    peers = [r for r in results if r.status == PEER_REFUSED]
+    carried = len(refusals) == 1 and all(
+        same_on_every_rank(r.message).find(next(iter(refusals))[:300]) >= 0 for r in peers
+    )
+    if refusals and (
+        len(refusals) > 1
+        or not carried
+        or any(r.status not in (REFUSED, PEER_REFUSED) for r in results)
+    ):
         seen = "; ".join(f"rank {i}: {r.status} {r.message[:200]}" for i, r in enumerate(results))
         return CRASH, f"ranks disagree: {seen}"
     if refusals:
-        return REFUSED, results[0].message
+        return REFUSED, next(r.message for r in results if r.status == REFUSED)
+    if peers:  # every rank blames another: nobody refused by name
+        return CRASH, f"ranks disagree: only peer failures: {peers[0].message[:300]}"
     for result in results:
         if result.status == WRONG:
             return WRONG, result.message

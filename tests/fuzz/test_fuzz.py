@@ -136,3 +136,17 @@ def test_fixed_seed_fuzz_run(multidevice_test):
     assert not missing, f"no case that ran covers {missing}\n{summary_table(outcomes)}"
     extents = [o for o in outcomes if o.status == REFUSED and o.message.startswith("ExtentError")]
     assert extents, f"no case refused by the extent checks\n{refusal_report(outcomes)}"
+
+
+def test_a_refusal_some_ranks_see_is_refused_when_the_others_carry_it():
+    """Ranks outside an input's mesh cannot see its split refused; they raise the
+    agreement's PeerFailureError carrying the refusal. Anything else stays a crash."""
+    from tests.fuzz.run import CRASH, PEER_REFUSED, REFUSED, RankResult, combine
+
+    refusal = "ScheduleError: T2: outer_split of axis iS7{i0} by factor 2 does not divide"
+    carried = f"PeerFailureError: rank 1 failed before communicating; rank 1: {refusal}"
+    other = "PeerFailureError: rank 1 failed before communicating; rank 1: InputError: bad"
+    seen = [RankResult(PEER_REFUSED, carried), RankResult(REFUSED, refusal)]
+    assert combine(seen) == (REFUSED, refusal)
+    assert combine([RankResult(PEER_REFUSED, other), RankResult(REFUSED, refusal)])[0] == CRASH
+    assert combine([RankResult(PEER_REFUSED, carried)] * 2)[0] == CRASH
