@@ -14,13 +14,25 @@ Stream splits spread from producers on their own, whether or not a mesh does: an
 op's output without a stream split of its own takes its inputs' (same priority
 order), so consecutive ops over the same chunks share one loop, with or without a
 device mesh, as nvFuser propagates a stream schedule from its reference tensor.
+
+Last, a split must divide the extent of its dim wherever a constant fixes that extent:
+mapped dims and dims of one symbol are equal at run time, so a symbolic dim tied
+through an op to a constant dim (a linear's bias of size [2]) has that constant
+extent. A split of it by a factor that does not divide the constant (over 8 devices:
+2 // 8 = 0 rows each) is refused here by name, as the frontend refuses a split of a
+constant extent of the tensor's own, instead of lowering parts that do not make up
+the extent.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 
-from hostir import Linear, Matmul
+from hostir import Const, Linear, Matmul, Symbol
+from hostir.scalars import print_scalar, symbols_of
+from hostir.sharding import part_extents
 from lowering.errors import LoweringError
 from lowering.layouts import copy_parts, local_parts
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
@@ -44,7 +56,9 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
             " to them; set_device_mesh on them or on a connected tensor"
         )
     _streams_from_producers(fusion, tensors)
-    return dataclasses.replace(fusion, tensors=tuple(tensors[t.name] for t in fusion.tensors))
+    result = dataclasses.replace(fusion, tensors=tuple(tensors[t.name] for t in fusion.tensors))
+    check_tied_extents(result)
+    return result
 
 
 def _from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
@@ -158,3 +172,88 @@ def _inherit_stream(
             )
             return dataclasses.replace(target, axes=tuple(axes))
     return target
+
+
+# ---------------------------------------------------------------------------
+# Splits of extents that a constant fixes
+
+
+def check_tied_extents(fusion: LoweringFusion) -> None:
+    """Raises LoweringError if a sharded axis's parts do not make up its extent where a
+    constant fixes it (see the module docstring), naming the axis, its split, the mesh
+    and the constant; a user-scheduled tensor's split is named before one propagated
+    from it."""
+    find = _tie_axes(fusion)
+    known: dict[object, tuple[int, LoweringTensor, int]] = {}
+    for tensor in fusion.tensors:
+        for index, axis in enumerate(tensor.axes):
+            if isinstance(axis.extent, Const):
+                root = find((tensor.name, index))
+                known.setdefault(root, (int(axis.extent.value), tensor, index))
+    env = {name: known[find(name)][0] for name in _symbols(fusion) if find(name) in known}
+    for tensor in sorted(fusion.tensors, key=lambda t: not t.mesh_from_user):  # stable
+        for index in range(len(tensor.axes)):
+            root = find((tensor.name, index))
+            if tensor.mesh is not None and root in known:
+                _check_axis(tensor, index, known[root], env)
+
+
+def _tie_axes(fusion: LoweringFusion) -> Callable[[object], object]:
+    """The find function of a union-find over axes (tensor name, index) and symbol names:
+    mapped axes, and axes whose extent is one symbol, have equal extents at run time."""
+    parent: dict[object, object] = {}
+
+    def find(key: object) -> object:
+        parent.setdefault(key, key)
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    for op in fusion.ops:
+        for name, pairs in op.axis_maps:
+            for o, i in pairs:
+                parent[find((op.output, o))] = find((name, i))
+    for tensor in fusion.tensors:
+        for index, axis in enumerate(tensor.axes):
+            if isinstance(axis.extent, Symbol):
+                parent[find((tensor.name, index))] = find(axis.extent.name)
+    return find
+
+
+def _symbols(fusion: LoweringFusion) -> set[str]:
+    return {name for t in fusion.tensors for axis in t.axes for name in symbols_of(axis.extent)}
+
+
+def _check_axis(
+    tensor: LoweringTensor, index: int, known: tuple[int, LoweringTensor, int], env: dict
+) -> None:
+    axis = tensor.axes[index]
+    if not axis.mesh_axes():
+        return  # replicated: a local split does not change the layout
+    if any(symbols_of(p.extent) - env.keys() for p in axis.parts):
+        return  # a part depends on an extent that no constant fixes: checked when bound
+    value, source, source_index = known
+    extents = part_extents(axis.parts, tensor.mesh, env)
+    if math.prod(extents) == value:
+        return
+    shown = ", ".join(p.axis.value if p.axis else print_scalar(p.extent) for p in axis.parts)
+    sizes = ", ".join(f"{a.value}: {tensor.mesh.axis_size(a)}" for a in axis.mesh_axes())
+    symbolic = "" if isinstance(axis.extent, Const) else f" (extent {print_scalar(axis.extent)})"
+    fixed = f"{value}"
+    if symbolic:  # a constant extent of its own needs no source
+        fixed += f" (fixed by {_axis_name(source, source_index)}, a constant extent mapped to it)"
+    raise LoweringError(
+        f"{_axis_name(tensor, index)}{symbolic} is split [{shown}]"
+        f" on mesh {tensor.mesh} ({sizes} devices), which does not divide its extent {fixed}:"
+        f" the parts would be {extents} (uneven shards are not supported); split it by a"
+        f" factor that divides {value}, or leave it unsplit"
+    )
+
+
+def _axis_name(tensor: LoweringTensor, index: int) -> str:
+    """``T2 dim 0`` (the index among data dims), or ``T4 reduction axis 2`` (logical)."""
+    if tensor.axes[index].reduction:
+        return f"{tensor.name} reduction axis {index}"
+    dim = sum(1 for axis in tensor.axes[:index] if not axis.reduction)
+    return f"{tensor.name} dim {dim}"
