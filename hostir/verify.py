@@ -16,7 +16,11 @@ Checked in one pass over the program (linear in its size):
 - every output is written on every path: an ``allocate``d output needs a write
   (``out=`` into it or a ``shard_by_stream`` alias of it) that certainly runs; a
   loop whose range is constant and empty runs nothing (a loop with a symbolic
-  range counts as running: whether it does is only known at run time);
+  range counts as running here; whether it runs enough is checked when its
+  symbols are bound, :mod:`hostir.extent_checks`);
+- a collective in a swizzled loop sees the same chunk on every member of its
+  team (:mod:`hostir.verify_chunks`; only point-to-point exchanges may pair
+  different chunks);
 - every scalar is one the text can write (:func:`hostir.scalars.scalar_problem`):
   at most ``MAX_SCALAR_DEPTH`` (100) operators deep, constants that print, symbols
   named like names; where an integer is meant (loop bounds, indices, roots, peers,
@@ -63,6 +67,7 @@ from hostir.scalars import Const, Symbol, print_scalar, scalar_problem
 from hostir.sharding import Sharding
 from hostir.syntax import FieldKind, field_kinds
 from hostir.values import RequestValue, TensorValue
+from hostir.verify_chunks import check_chunk_uniformity
 from hostir.verify_communication import COMMUNICATION_RULES
 from hostir.verify_compute import COMPUTE_RULES
 
@@ -79,6 +84,7 @@ def verify(program: HostIrContainer) -> None:
         walk = _Walk(program)
         walk.body(program.body, ())
         walk.finish()
+        check_chunk_uniformity(program)  # collectives in swizzled loops see one chunk
 
 
 def verify_located(program: HostIrContainer) -> None:

@@ -15,10 +15,13 @@ chunks, the loop ``for j in range(0, count)``:
   iteration;
 - takes apart the planner's Allgather of a tensor read whole into a stream-
   split one (over one mesh axis or a flattened team): one Broadcast per
-  iteration (root ``j``), or, with the swizzle, one CollectivePermute per
-  iteration (receive from ``(r + j) % D``, send to ``(r - j) % D``; iteration 0
-  is a local copy); other resharding inside the loop is planned per chunk
-  (e.g. one Allreduce per iteration).
+  iteration (root: the chunk the iteration handles), or, with the swizzle, one
+  CollectivePermute per iteration (receive from ``(r + j) % D``, send to
+  ``(r - j) % D``; iteration 0 is a local copy); other resharding inside the
+  loop is planned per chunk (e.g. one Allreduce per iteration);
+- refuses, in a swizzled loop, any other communication over a team whose
+  members differ on the swizzled mesh axis: they hold different chunks in the
+  same iteration (``lowering/swizzle_teams.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from hostir import (
     Allgather,
     Allocate,
+    Binary,
     Broadcast,
     CollectivePermute,
     Const,
@@ -59,6 +63,7 @@ from lowering.emitter import Emitter, bind_values
 from lowering.errors import LoweringError
 from lowering.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
+from lowering.swizzle_teams import check_swizzled_communication
 
 MAIN = StreamValue(name="main")
 
@@ -138,17 +143,19 @@ class _Loop:
         # In definition order: iterating the set would order the allocations by string
         # hashes, which differ between processes (and ranks then run different programs).
         self.allocated = [op.output for op in ops if op.output in used_later]
+        self.swizzle: tuple[MeshAxis, Mesh] | None = None  # both set by _chunk_index
+        self.swizzled = ""  # the first tensor of the loop that is swizzled
         self.chunk = self._chunk_index()
         self.preallocated_views: set[str] = set()
-        self.remapped: set[str] = set()  # inputs read by the chunks of this loop's dim
+        self.remapped: dict[str, int] = {}  # inputs read by the chunks of this loop's dim
 
     def _chunk_index(self) -> Scalar:
-        names = self.defined | {n for op in self.ops for n in op.inputs}
-        swizzles = {
-            (split.swizzle, split.mesh)
-            for name in names
-            if (split := stream_split(self.tensors[name])) is not None and split.swizzle
-        }
+        names = [n for op in self.ops for n in (*op.inputs, op.output)]  # in order
+        swizzles: dict[tuple[MeshAxis, Mesh], str] = {}  # -> the first tensor swizzled so
+        for name in names:
+            split = stream_split(self.tensors[name])
+            if split is not None and split.swizzle:
+                swizzles.setdefault((split.swizzle, split.mesh), name)
         if len(swizzles) > 1:
             mixed = ", ".join(sorted(f"mesh_{axis.value} of {mesh}" for axis, mesh in swizzles))
             raise LoweringError(
@@ -156,7 +163,8 @@ class _Loop:
             )
         if not swizzles:
             return self.index
-        ((axis, mesh),) = swizzles
+        (((axis, mesh), self.swizzled),) = swizzles.items()
+        self.swizzle = (axis, mesh)
         return mod(add(self.index, MeshCoordinate(mesh=mesh, axis=axis)), self.count)
 
     def split_of(self, name: str) -> StreamSplit | None:
@@ -285,9 +293,22 @@ class _Loop:
         for o, i in pairs:
             if o == stream_axis and producer.axes[i].layout() == output.axes[o].layout():
                 dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
-                self.remapped.add(name)
+                self.remapped[name] = dim
                 return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
         return None
+
+    def _reads_remapped_chunk(self, op: LoweringOp, name: str, stream_axis: int) -> bool:
+        """Whether ``op`` reads ``name`` (whole before the loop, chunked for an earlier op
+        of the loop along data dim ``self.remapped[name]``) by that chunk: the chunked dim
+        maps to the output's stream axis, laid out alike. Otherwise ``op`` reads it whole:
+        ``sub(t0, t1)`` chunks ``t1``'s rows where ``t0``'s dim 1 is split, but
+        ``linear(t0, t1)`` reads ``t1``'s rows as the weight's (fuzz seed 301456)."""
+        producer, output = self.tensors[name], self.tensors[op.output]
+        for o, i in dict(op.axis_maps).get(name, ()):
+            dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
+            if dim == self.remapped[name] and not producer.axes[i].reduction:
+                return o == stream_axis and producer.axes[i].layout() == output.axes[o].layout()
+        return False
 
     def _check_same_chunks(
         self, op: LoweringOp, name: str, producer, output, stream_axis: int
@@ -324,6 +345,12 @@ class _Loop:
         for name in op.inputs:
             if name in chunks and name not in self.remapped:
                 self._check_same_chunks(op, name, self.tensors[name], output, stream_axis)
+        _check_repeated_operands(op)
+        whole = {
+            name: self.emitter.values[name]
+            for name in op.inputs
+            if name in self.remapped and not self._reads_remapped_chunk(op, name, stream_axis)
+        }
         preallocated = op.output in self.allocated or op.output in self.preallocated_views
         if op.output in self.preallocated_views:
             pass  # its chunk view was created by _reduce_in_place
@@ -332,10 +359,13 @@ class _Loop:
         else:
             split = self.split_of(op.output)
             chunks[op.output] = self._chunk(op.output, split)
-        values = collections.ChainMap(chunks, self.emitter.values)  # no copy per op
+        values = collections.ChainMap(whole, chunks, self.emitter.values)  # no copy per op
         if isinstance(op.instruction, Set) and op.inputs[0] not in chunks:
             return out + self._stream_allgather(op, values, preallocated)
-        return out + self.emitter.emit_op(op, values, preallocated)
+        emitted = self.emitter.emit_op(op, values, preallocated)
+        if self.swizzle is not None:  # its chunks differ between ranks in one iteration
+            check_swizzled_communication(op, emitted, self.swizzle, self.swizzled, self.count)
+        return out + emitted
 
     def _stream_allgather(
         self, op: LoweringOp, values: dict[str, TensorValue], preallocated: bool
@@ -374,7 +404,12 @@ class _Loop:
             "preallocated": preallocated,
         }
         if split.swizzle is None:
-            comm = Broadcast(**common, root=self.index)
+            # The root holds the chunk this iteration writes: chunk j, or in a loop that
+            # another tensor swizzles, (j + coordinate) % count, the same on the team's
+            # members unless the team spans the swizzled axis (then refused).
+            comm = Broadcast(**common, root=self.chunk)
+            if self.swizzle is not None:
+                check_swizzled_communication(op, [comm], self.swizzle, self.swizzled, self.count)
         else:
             me = MeshCoordinate(mesh=team.mesh, axis=split.swizzle)
             comm = CollectivePermute(
@@ -396,6 +431,22 @@ class _Loop:
                 f"{dst} is swizzled over mesh_{split.swizzle.value}, but {src} is sharded over"
                 f" {' and '.join(f'mesh_{a.value}' for a in team.axes)}; swizzle1d must name"
                 " the producer's mesh axis"
+            )
+
+
+def _check_repeated_operands(op: LoweringOp) -> None:
+    """A tensor read as two operands in different roles (``linear(t0, t0)``: rows of the
+    input, rows of the weight) cannot be read by one chunking in both: chunked (or not)
+    for one role, it is read wrongly in the other (fuzz seeds 430076 and 300376 at 8
+    ranks). Only an elementwise op's operands play one role."""
+    if isinstance(op.instruction, Binary):
+        return
+    for name in dict.fromkeys(op.inputs):
+        if op.inputs.count(name) > 1:
+            raise LoweringError(
+                f"{name} is read as {op.inputs.count(name)} operands of the op defining"
+                f" {op.output} in a stream loop: each operand needs its own chunks of {name};"
+                f" pass a copy for one of them (fd.ops.set({name}))"
             )
 
 

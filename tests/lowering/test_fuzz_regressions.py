@@ -538,3 +538,41 @@ def test_a_linear_into_a_strided_stream_chunk_of_a_3d_output(multidevice_test):
     assert any(
         line.strip().startswith("linear(") and ", out=" in line for line in loop.splitlines()
     )
+
+
+@pytest.mark.parametrize("split_dim", [0, 1])
+def test_one_tensor_as_two_operands_of_a_linear_in_a_stream_loop_is_refused(split_dim):
+    """linear(t0, t0) with the output split into stream chunks: the loop chunked t0 for
+    one role (or for none) and read it so in the other; the lowering's verifier refused
+    its own program (seeds 430076 and 300376 at 8 ranks)."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor((4, 4))
+        out = fd.ops.linear(t0, t0)
+        fd.add_output(out)
+    out.outer_split(split_dim, 2)
+    out.axis(split_dim).parallelize(ParallelType.stream)
+    with pytest.raises(
+        LoweringError,
+        match=r"T0 is read as 2 operands of the op defining T1 in a stream loop: each operand"
+        r" needs its own chunks of T0; pass a copy for one of them \(fd.ops.set\(T0\)\)",
+    ):
+        fd.host_ir()
+
+
+@pytest.mark.world_sizes(1)
+def test_a_chunk_one_op_of_a_loop_takes_is_read_whole_where_another_op_needs_it(
+    multidevice_test,
+):
+    """sub(t0, t1) reads t1's rows by the chunks of t0's split dim 1; linear(t0, t1) in the
+    same loop reads t1's rows as the weight's and needs it whole. It got the chunk: the
+    lowering's verifier refused its own program (seed 301456 at 8 ranks)."""
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor((-1, -1, -1)), fd.define_tensor((4, 8))
+        fd.add_output(fd.ops.sub(t0, t1))
+        fd.add_output(fd.ops.linear(t0, t1))
+    t0.outer_split(1, 2)
+    t0.axis(1).parallelize(ParallelType.stream)
+    generator = torch.Generator().manual_seed(301456)
+    a, b = torch.randn(2, 4, 8, generator=generator), torch.randn(4, 8, generator=generator)
+    expected = [a - b, torch.nn.functional.linear(a, b)]
+    run_against_torch(fd, multidevice_test, [a, b], expected)
