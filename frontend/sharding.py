@@ -19,6 +19,7 @@ from frontend.iter_domain import IterDomain, Swizzle1D, transforms_of
 from frontend.tensor_view import TensorView
 from hostir import (
     Const,
+    MeshError,
     PartialAxis,
     ReduceOp,
     Sharding,
@@ -169,7 +170,7 @@ def shard_tensor(
     sharding = tensor_sharding(tv)
     if sharding is None:
         return t
-    return slice_global_tensor(t, sharding, rank, env)
+    return _sliced(t, sharding, rank, env, tv.name)
 
 
 def _shard_by_value(t: torch.Tensor, value: TensorValue, rank: int) -> torch.Tensor | None:
@@ -183,4 +184,12 @@ def _shard_by_value(t: torch.Tensor, value: TensorValue, rank: int) -> torch.Ten
             env.setdefault(extent.name, size)
     if value.sharding is None:
         return t
-    return slice_global_tensor(t, value.sharding, rank, env)
+    return _sliced(t, value.sharding, rank, env, value.name)
+
+
+def _sliced(t: torch.Tensor, sharding: Sharding, rank: int, env: Env, name: str) -> torch.Tensor:
+    """``slice_global_tensor``, with a refusal naming the tensor ``name``."""
+    try:
+        return slice_global_tensor(t, sharding, rank, env)
+    except MeshError as error:
+        raise MeshError(f"shard_tensor: {name} {error}") from None
