@@ -8,7 +8,6 @@ signature and the program is run by ``hostir.HostIrEvaluator``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +49,7 @@ from hostir.pipelined_loops import (
 from hostir.program_info import check_meshes_fit
 from hostir.race_checker import RaceChecker, race_checking_enabled
 from hostir.round_trip import check_round_trip, round_trip_checking_enabled
+from hostir.settings import choice_setting
 from hostir.timeouts import collective_timeout
 
 
@@ -238,7 +238,7 @@ class FusionDefinition:
             self._validate(inputs, communicator.rank, program)
             self._programs[key[:2]] = program
         self._last_program = (key[0], program)
-        if "host_ir" in os.environ.get("HOSTIR_DUMP", "").split(",") and communicator.rank == 0:
+        if choice_setting("HOSTIR_DUMP", ("host_ir",)) and communicator.rank == 0:
             print(program, flush=True)
         # One evaluator per program and device: it prepares process groups only once.
         evaluator = self._evaluators.get(key)

@@ -141,3 +141,22 @@ def test_launcher_variables_are_refused_before_anything_waits(launcher, variable
     with pytest.raises(SettingError) as info:
         default_communicator()
     assert message in str(info.value)
+
+
+def test_hostir_dump_is_strict(monkeypatch, capsys):
+    """HOSTIR_DUMP=hostir (a typo) used to be ignored silently; host_ir prints the program."""
+    import torch
+
+    from frontend import FusionDefinition
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4,))
+        fd.add_output(fd.ops.relu(x))
+    a = torch.randn(4)
+    monkeypatch.setenv("HOSTIR_DUMP", "hostir")
+    with pytest.raises(SettingError, match=r"HOSTIR_DUMP='hostir': expected host_ir"):
+        fd.execute([a])
+    monkeypatch.setenv("HOSTIR_DUMP", "host_ir")
+    (out,) = fd.execute([a])
+    torch.testing.assert_close(out, a.relu())
+    assert "T1 : float32[4] = relu(T0)" in capsys.readouterr().out
