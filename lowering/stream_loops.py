@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 from hostir import (
@@ -148,6 +149,7 @@ class _Loop:
         self.chunk = self._chunk_index()
         self.preallocated_views: set[str] = set()
         self.remapped: dict[str, int] = {}  # inputs read by the chunks of this loop's dim
+        self.chunk_dims: dict[str, int] = {}  # the data dim each chunked tensor is chunked on
 
     def _chunk_index(self) -> Scalar:
         names = [n for op in self.ops for n in (*op.inputs, op.output)]  # in order
@@ -225,6 +227,7 @@ class _Loop:
                     " chunks; use fewer chunks or shard that dim over fewer devices"
                 )
         value = chunk_value(whole, split)
+        self.chunk_dims[name] = split.dim
         self.emitter.chunked.add(name)
         if value.name in self.emitter.chunk_names:
             value = dataclasses.replace(value, name=f"{value.name}{self.index.name[1:]}")
@@ -297,16 +300,67 @@ class _Loop:
                 return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
         return None
 
-    def _reads_remapped_chunk(self, op: LoweringOp, name: str, stream_axis: int) -> bool:
-        """Whether ``op`` reads ``name`` (whole before the loop, chunked for an earlier op
-        of the loop along data dim ``self.remapped[name]``) by that chunk: the chunked dim
-        maps to the output's stream axis, laid out alike. Otherwise ``op`` reads it whole:
-        ``sub(t0, t1)`` chunks ``t1``'s rows where ``t0``'s dim 1 is split, but
-        ``linear(t0, t1)`` reads ``t1``'s rows as the weight's (fuzz seed 301456)."""
+    def _read_whole(
+        self, op: LoweringOp, chunks: dict[str, TensorValue], stream_axis: int
+    ) -> tuple[dict[str, TensorValue], list[Instruction]]:
+        """What ``op`` reads instead of the chunks an earlier op of the loop took of its
+        inputs, where their chunked dim does not map to ``op``'s stream axis, and the
+        instructions that make it: another chunk (``sub(permute(t2), t2)`` reads ``t2``'s
+        rows for the permute, its columns for the sub: fuzz seed 500091) or the whole
+        tensor (``linear(t0, t1)`` after ``sub(t0, t1)`` chunked ``t1``'s rows, which the
+        linear reads as the weight's: seed 301456). A tensor the loop computes chunk by
+        chunk exists only as its chunks: reading it by another dim is refused."""
+        override: dict[str, TensorValue] = {}
+        emitted: list[Instruction] = []
+        for name in dict.fromkeys(op.inputs):
+            if name not in chunks or self._reads_chunk(op, name, stream_axis):
+                continue
+            if name in self.defined:
+                raise LoweringError(
+                    f"{name} is computed chunk by chunk on its dim {self.chunk_dims[name]} in"
+                    f" the stream loop over {sorted(self.defined)}, but the op defining"
+                    f" {op.output} reads it by another dim's chunks: split {op.output} (or"
+                    f" {name}) so that both are chunked on the dims the op maps to each other,"
+                    f" or compute {name} before the loop"
+                )
+            whole = self.emitter.values[name]
+            dim = self._dim_at_stream_axis(op, name, stream_axis)
+            if dim is None:
+                override[name] = whole
+                continue
+            mesh = self.tensors[name].mesh
+            split = StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=mesh)
+            value = chunk_value(whole, split)
+            value = dataclasses.replace(value, name=self._fresh_chunk_name(value.name))
+            override[name] = value
+            emitted.append(ShardByStream(out=value, src=whole, axis=dim, index=self.chunk))
+        return override, emitted
+
+    def _dim_at_stream_axis(self, op: LoweringOp, name: str, stream_axis: int) -> int | None:
+        """The data dim of ``name`` that ``op`` maps to its stream axis, laid out alike."""
         producer, output = self.tensors[name], self.tensors[op.output]
         for o, i in dict(op.axis_maps).get(name, ()):
+            if o == stream_axis and producer.axes[i].layout() == output.axes[o].layout():
+                return sum(1 for axis in producer.axes[:i] if not axis.reduction)
+        return None
+
+    def _fresh_chunk_name(self, name: str) -> str:
+        """``name`` with a suffix no chunk of the program has yet."""
+        for k in itertools.count(2):
+            candidate = f"{name}_{k}"
+            if candidate not in self.emitter.chunk_names:
+                self.emitter.chunk_names.add(candidate)
+                return candidate
+        raise AssertionError("unreachable")
+
+    def _reads_chunk(self, op: LoweringOp, name: str, stream_axis: int) -> bool:
+        """Whether ``op`` reads ``name``'s chunk as it is: the dim it is chunked on maps
+        to the output's stream axis, laid out alike."""
+        producer, output = self.tensors[name], self.tensors[op.output]
+        chunked = self.chunk_dims.get(name)
+        for o, i in dict(op.axis_maps).get(name, ()):
             dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
-            if dim == self.remapped[name] and not producer.axes[i].reduction:
+            if dim == chunked and not producer.axes[i].reduction:
                 return o == stream_axis and producer.axes[i].layout() == output.axes[o].layout()
         return False
 
@@ -346,11 +400,8 @@ class _Loop:
             if name in chunks and name not in self.remapped:
                 self._check_same_chunks(op, name, self.tensors[name], output, stream_axis)
         _check_repeated_operands(op)
-        whole = {
-            name: self.emitter.values[name]
-            for name in op.inputs
-            if name in self.remapped and not self._reads_remapped_chunk(op, name, stream_axis)
-        }
+        whole, rechunked = self._read_whole(op, chunks, stream_axis)
+        out.extend(rechunked)
         preallocated = op.output in self.allocated or op.output in self.preallocated_views
         if op.output in self.preallocated_views:
             pass  # its chunk view was created by _reduce_in_place

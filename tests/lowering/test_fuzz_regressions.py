@@ -576,3 +576,22 @@ def test_a_chunk_one_op_of_a_loop_takes_is_read_whole_where_another_op_needs_it(
     a, b = torch.randn(2, 4, 8, generator=generator), torch.randn(4, 8, generator=generator)
     expected = [a - b, torch.nn.functional.linear(a, b)]
     run_against_torch(fd, multidevice_test, [a, b], expected)
+
+
+@pytest.mark.world_sizes(1)
+def test_a_tensor_read_by_the_chunks_of_two_dims_in_one_loop(multidevice_test):
+    """sub(permute(t2), t2) with the permute split into stream chunks: the loop chunked t2's
+    rows for the permute and the sub read those rows where it needs t2's columns (fuzz seed
+    500091 at 8 ranks: the lowering's verifier refused its own program). The sub now gets
+    its own chunk of t2's columns."""
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor((4, 16)), fd.define_tensor((16, 4))
+        t2 = fd.ops.matmul(t0, t1)
+        t3 = fd.ops.permute(t2, [1, 0])
+        fd.add_output(fd.ops.sub(t3, t2))
+    t3.outer_split(1, 4)
+    t3.axis(1).parallelize(ParallelType.stream)
+    generator = torch.Generator().manual_seed(500091)
+    a, b = torch.randn(4, 16, generator=generator), torch.randn(16, 4, generator=generator)
+    product = a @ b
+    run_against_torch(fd, multidevice_test, [a, b], [product.T - product])
