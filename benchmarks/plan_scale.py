@@ -68,8 +68,8 @@ def _value(name: str, notation: str, mesh: Mesh, shape: tuple[int, ...]) -> Tens
 
 def plan_case(mesh_text: str, source: str, target: str) -> tuple[float, int, str]:
     """(seconds to plan and emit, characters of program text, explain's summary line)."""
-    from lowering.emit_resharding import emit_resharding
     from hostir.collector import collector_paused
+    from lowering.emit_resharding import emit_resharding
     from lowering.plan_resharding import plan_resharding
 
     mesh = _mesh(mesh_text)

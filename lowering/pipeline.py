@@ -36,4 +36,3 @@ def _lower(fusion: Fusion) -> HostIrContainer:
     program = insert_deallocations(program)  # free intermediates after their last use
     verify_program(program)  # the result is well formed
     return program
-

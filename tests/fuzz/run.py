@@ -145,7 +145,11 @@ def _first_failure(result: RankResult, world_size: int) -> RankResult:
     dist.all_gather_object(results, result)
     for rank, seen in enumerate(results):
         if seen.status != OK:
-            return seen if seen.status == REFUSED else RankResult(CRASH, f"rank {rank}: {seen.message}")
+            return (
+                seen
+                if seen.status == REFUSED
+                else RankResult(CRASH, f"rank {rank}: {seen.message}")
+            )
     return result
 
 
