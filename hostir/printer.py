@@ -49,6 +49,17 @@ class _MeshNames:
         return self.names.setdefault(mesh, f"M{len(self.names)}")
 
 
+def mesh_names(program: HostIrContainer) -> _MeshNames:
+    """The names ``print_program`` gives ``program``'s meshes (``M0``, ``M1``, ... by first
+    appearance), for messages and pictures that show its instructions."""
+    meshes = _MeshNames()
+    for value in program.inputs:
+        print_declaration(value, meshes)
+    for instruction in program.body:
+        print_instruction(instruction, meshes)
+    return meshes
+
+
 def print_program(program: HostIrContainer) -> str:
     """The text form of ``program``."""
     meshes = _MeshNames()

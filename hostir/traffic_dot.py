@@ -24,7 +24,7 @@ from hostir.dot_style import FONT
 from hostir.errors import HostIrError
 from hostir.exchanges import exchange
 from hostir.instructions import ForLoop, Instruction, keyword
-from hostir.printer import _MeshNames, print_declaration, print_instruction, print_team
+from hostir.printer import _MeshNames, mesh_names, print_instruction, print_team
 from hostir.traffic import communications
 
 ITERATION_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
@@ -53,7 +53,7 @@ def to_traffic_dot(
     itself (a CollectivePermute's local copy) is listed in the caption, not drawn.
     """
     index = _select(program, instruction_index)
-    meshes = _mesh_names(program)
+    meshes = mesh_names(program)
     steps = list(_communications((program.body[index],), {}))
     if not steps:
         raise HostIrError(
@@ -113,16 +113,6 @@ def _select(program: HostIrContainer, instruction_index: int | None) -> int:
             f"{len(program.body)} top-level instructions"
         )
     return instruction_index
-
-
-def _mesh_names(program: HostIrContainer) -> _MeshNames:
-    """Mesh names as the printer assigns them (``M0``, ``M1``, ... by first appearance)."""
-    meshes = _MeshNames()
-    for value in program.inputs:
-        print_declaration(value, meshes)
-    for instruction in program.body:
-        print_instruction(instruction, meshes)
-    return meshes
 
 
 def _communicates(instruction: Instruction) -> bool:

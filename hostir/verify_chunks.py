@@ -35,7 +35,7 @@ from hostir.communications import CollectivePermute, SendRecv
 from hostir.container import HostIrContainer
 from hostir.errors import VerifyError
 from hostir.instructions import ForLoop, Instruction, ShardByStream, keyword
-from hostir.printer import _MeshNames, print_declaration, print_instruction, print_team
+from hostir.printer import mesh_names, print_team
 from hostir.scalars import MeshCoordinate, Scalar, leaves, print_scalar, symbols_of
 from hostir.sharding import Mesh, MeshAxis
 from hostir.team import Team
@@ -171,7 +171,7 @@ class _Walk:
         origin: _Origin,
         coordinate: MeshCoordinate,
     ) -> str:
-        meshes = _mesh_names(self.program)
+        meshes = mesh_names(self.program)
         team = print_team(instruction.team, meshes)
         coord = print_scalar(coordinate, meshes.name)
         index = print_scalar(origin.index, meshes.name)
@@ -193,14 +193,3 @@ def _tensors(instruction: Instruction, names: tuple[str, ...]) -> list[TensorVal
 
 def _coordinate_key(coordinate: MeshCoordinate) -> tuple:
     return (coordinate.axis.value, str(coordinate.mesh))
-
-
-def _mesh_names(program: HostIrContainer) -> _MeshNames:
-    """Mesh names as the printer assigns them (``M0``, ``M1``, ... by first appearance);
-    computed only for a message."""
-    meshes = _MeshNames()
-    for value in program.inputs:
-        print_declaration(value, meshes)
-    for instruction in program.body:
-        print_instruction(instruction, meshes)
-    return meshes
