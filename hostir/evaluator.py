@@ -239,6 +239,8 @@ class HostIrEvaluator:
                 agree(communicator, self._facts(context, failure))
                 if failure is None:
                     self._agreed.add(signature)
+            elif failure is not None:  # no agreement this time: the peers learn it so
+                communicator.post_failure(f"{type(failure).__name__}: {failure}")
         if failure is not None:
             raise failure
         started = time.time()

@@ -17,6 +17,7 @@ import time
 import pytest
 import torch
 
+import hostir
 from frontend import FusionDefinition, ParallelType, shard_tensor
 from frontend.errors import DefinitionError
 from hostir import HostIrEvaluator, Listener, cli
@@ -413,3 +414,41 @@ def test_the_docs_show_the_catalog():
     start = text.index("<!-- catalog: generated")
     shown = text[text.index("\n", start) + 1 : text.index("<!-- end of catalog -->")]
     assert shown == catalog_table()
+
+
+LOOP_OVER_A_SCALAR = """%HostIrContainer {
+  mesh M0 = [2] : [1]
+  input n : int64
+  input T0 : float32[4, 4] @M0
+  allocate T1 : float32[4, 4] @M0
+  for j0 in range(0, n) {
+    T0_c : float32[2, 4] @M0 = shard_by_stream(T0, axis=0, index=j0)
+    T1_c : float32[2, 4] @M0 = shard_by_stream(T1, axis=0, index=j0)
+    relu(T0_c, out=T1_c)
+  }
+  T2 : float32[4, 4] @M0 partial{x: sum} = set(T1)
+  T3 : float32[4, 4] @M0, R0 = Allreduce(T2, team=M0(x), op=sum)
+  wait R0
+  output T3
+}
+"""
+
+
+@pytest.mark.world_sizes(2)
+def test_a_binding_refused_after_the_agreement_is_named_by_the_peers(multidevice_test):
+    """A scalar input is not part of the input signature, so a second run with the same
+    shapes starts without the agreement. Rank 1's loop bound n = 1 leaves half of T1
+    unwritten: it raises ExtentError before running, and its peer, already in the
+    Allreduce, names rank 1 and its error instead of only timing out."""
+    rank = multidevice_test.rank
+    evaluator = HostIrEvaluator(hostir.parse(LOOP_OVER_A_SCALAR))
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(rank))
+    xs = [torch.randn(4, 4, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    (out,) = evaluator.run([2, x], timeout=SHORT_TIMEOUT_S)
+    torch.testing.assert_close(out, sum(t.relu() for t in xs))
+    if rank == 1:
+        with pytest.raises(hostir.ExtentError, match=r"output|buffer T1 .* never written"):
+            evaluator.run([1, x], timeout=SHORT_TIMEOUT_S)
+        return
+    with pytest.raises(CommunicationError, match=r"rank 1 failed first: ExtentError: buffer T1"):
+        evaluator.run([2, x], timeout=SHORT_TIMEOUT_S)
