@@ -214,6 +214,35 @@ class MainStreams(Listener):
             self.seen.setdefault(name, []).append(torch.cuda.current_stream())
 
 
+def test_each_thread_of_a_pool_keeps_the_main_stream_its_run_started_on(monkeypatch):
+    """The stream pool's bookkeeping behind the CUDA test below, on any machine: torch's
+    current stream is per thread, so ``main`` is recorded per thread by ``start_run``; a
+    stand-in for ``torch.cuda.current_stream`` returns each thread's own marker. A pool
+    that kept one ``main`` for every thread (as it did) hands a thread another's."""
+    from hostir.stream_handlers import MAIN, StreamPool
+
+    current = threading.local()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current.stream)
+    pool = StreamPool(torch.device("cuda"), 2)
+    started, go = threading.Barrier(2), threading.Barrier(2)
+
+    def run(marker: str):
+        def call():
+            current.stream = marker
+            pool.start_run()
+            started.wait()  # both threads have started a run before either reads main
+            current.stream = f"{marker} (changed inside the run)"
+            go.wait()
+            return pool.get(MAIN)
+
+        return call
+
+    assert call_in_threads([run("stream of worker 0"), run("stream of worker 1")]) == [
+        "stream of worker 0",
+        "stream of worker 1",
+    ]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA streams")
 def test_main_is_the_stream_each_run_and_thread_starts_on():
     """``main`` used to be the stream of the first run that asked, for every later run and
