@@ -18,16 +18,15 @@ import torch
 
 from frontend.errors import DefinitionError, HostIrError, MeshError
 from frontend.types import DataType
+from hostir.dtypes import INT_RANGES as HOSTIR_INT_RANGES
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT_RANGES = {DataType(dtype): limits for dtype, limits in HOSTIR_INT_RANGES.items()}
+"""The values an integer dtype holds (hostir.dtypes.INT_RANGES); an int constant outside
+its range would wrap."""
+
+INT64_MIN, INT64_MAX = INT_RANGES[DataType.Int]
 """The range of an Int (int64) scalar, of an extent and of a Python int operand (torch
 converts a Python int to an int64 scalar)."""
-
-INT_RANGES = {
-    DataType.Int: (INT64_MIN, INT64_MAX),
-    DataType.Int32: (-(2**31), 2**31 - 1),
-}
-"""The values an integer dtype holds; an int constant outside its range would wrap."""
 
 MAX_EXTENT = INT64_MAX
 """The largest extent (of a dim, a new broadcast dim or a split factor): an int64."""

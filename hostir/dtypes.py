@@ -43,3 +43,10 @@ _TO_TORCH = {
     DType.INT32: torch.int32,
     DType.BOOL: torch.bool,
 }
+
+INT_RANGES: dict[DType, tuple[int, int]] = {
+    DType.INT64: (-(2**63), 2**63 - 1),
+    DType.INT32: (-(2**31), 2**31 - 1),
+}
+"""The values each integer dtype holds (lowest, highest): torch wraps an int outside
+around silently, so hostir refuses one."""

@@ -27,7 +27,7 @@ from hostir.communications import Wait
 from hostir.communicator import Communicator, default_communicator
 from hostir.compute import COMPUTE_HANDLERS
 from hostir.container import HostIrContainer, ScalarInput
-from hostir.dtypes import DType
+from hostir.dtypes import INT_RANGES, DType
 from hostir.errors import (
     CommunicationError,
     DisagreementError,
@@ -60,7 +60,7 @@ from hostir.run_arguments import (
     run_inputs,
 )
 from hostir.run_context import Listener, RunContext
-from hostir.run_guard import occupy_world, one_run_per_world
+from hostir.run_guard import occupying_world
 from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.sharding import Mesh
 from hostir.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool, stream_count
@@ -204,7 +204,6 @@ class HostIrEvaluator:
             self._stream_pools[device] = StreamPool(device, self.streams)
         return self._stream_pools[device]
 
-    @one_run_per_world
     def run(
         self, inputs: Sequence[Any], *, timeout: float | None = None
     ) -> list[torch.Tensor | None]:
@@ -222,7 +221,19 @@ class HostIrEvaluator:
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
         # Before anything communicates; left when the run ends, however it ends.
-        occupy_world(communicator, self.digest, self._listening if self.listeners else None)
+        alone = self._listening if self.listeners else None
+        with occupying_world(communicator, self.digest, alone):
+            return self._run(inputs, inputs_error, device, communicator, timeout)
+
+    def _run(
+        self,
+        inputs: list[Any],
+        inputs_error: HostIrError | None,
+        device: torch.device,
+        communicator: Communicator,
+        timeout: float | None,
+    ) -> list[torch.Tensor | None]:
+        """The run, once its world is held (see :meth:`run`)."""
         check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
         context = RunContext(self, self.program, communicator, device)
         context.pipelined = self.pipeline
@@ -592,12 +603,11 @@ def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float 
     if value.dtype in (DType.INT64, DType.INT32):
         if isinstance(given, float) and not given.is_integer():
             raise InputError(f"input {value.name} is an {value.dtype.value} scalar, got {given!r}")
-        bits = 64 if value.dtype is DType.INT64 else 32
-        if not -(2 ** (bits - 1)) <= int(given) < 2 ** (bits - 1):
-            # torch would wrap it around silently
+        low, high = INT_RANGES[value.dtype]
+        if not low <= int(given) <= high:
             raise InputError(
                 f"input {value.name} is an {value.dtype.value} scalar, got {given!r}, outside"
-                f" its range [-2**{bits - 1}, 2**{bits - 1} - 1]"
+                f" its range [{low}, {high}]"
             )
         return int(given)
     try:

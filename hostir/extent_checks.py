@@ -51,7 +51,7 @@ from hostir.scalars import (
     print_scalar,
     symbols_of,
 )
-from hostir.values import TensorValue
+from hostir.values import TensorValue, local_shape
 
 Env = Mapping[str, int | float | bool]
 
@@ -242,7 +242,7 @@ class ExtentChecks:
         value = buffer.value
         if not _holds(value, env) or not buffer.symbols() <= env.keys():
             return
-        shape = _local_shape(value, env)
+        shape = local_shape(value, env)
         depth = len(buffer.loops)
         for allocated in _iterations(buffer.loops, env, budget):
             boxes = []
@@ -307,18 +307,14 @@ class _Inexact(Exception):
 
 
 def _exact(expr: Scalar, env: Env) -> int | float | bool:
-    """``expr``'s value, raising _Inexact at a ``//`` that leaves a remainder."""
-    if isinstance(expr, BinaryExpr) and expr.op is ScalarOp.FLOORDIV:
-        lhs, rhs = _exact(expr.lhs, env), _exact(expr.rhs, env)
-        if rhs == 0 or lhs % rhs != 0:
-            raise _Inexact(expr.lhs, lhs, rhs)
-        return lhs // rhs
-    if isinstance(expr, BinaryExpr):
-        # Evaluate operands through _exact too: a division may sit below a product.
-        lhs, rhs = Const(value=_exact(expr.lhs, env)), Const(value=_exact(expr.rhs, env))
-        folded = BinaryExpr(op=expr.op, lhs=lhs, rhs=rhs)
-        return evaluate_scalar(folded, env)
-    return evaluate_scalar(expr, env)
+    """``expr``'s value, raising _Inexact at a ``//`` that leaves a remainder (a division
+    may sit anywhere in the expression: every one is checked)."""
+    if not isinstance(expr, BinaryExpr):
+        return evaluate_scalar(expr, env)
+    lhs, rhs = _exact(expr.lhs, env), _exact(expr.rhs, env)
+    if expr.op is ScalarOp.FLOORDIV and (rhs == 0 or lhs % rhs != 0):
+        raise _Inexact(expr.lhs, lhs, rhs)
+    return evaluate_scalar(BinaryExpr(op=expr.op, lhs=Const(value=lhs), rhs=Const(value=rhs)), env)
 
 
 def _split_name(divisor: int, value: TensorValue, dim: int, definer: Instruction | None) -> str:
@@ -375,22 +371,11 @@ def _holds(value: TensorValue, env: Env) -> bool:
     return value.sharding is None or value.sharding.mesh.contains(int(env[RANK]))
 
 
-def _local_shape(value: TensorValue, env: Env) -> list[int]:
-    if value.sharding is None:
-        return [int(evaluate_scalar(e, env)) for e in value.shape]
-    shape = []
-    for parts in value.sharding.dims:
-        shape.append(
-            math.prod(int(evaluate_scalar(p.extent, env)) for p in parts if p.axis is None)
-        )
-    return shape
-
-
 def _chunk_count(sbs: ShardByStream, env: Env) -> int | None:
     """How many chunks of ``sbs.out``'s size ``sbs.src`` holds along the axis (None: the
     source is empty there, and any index picks an empty chunk)."""
-    whole = _local_shape(sbs.src, env)[sbs.axis]
-    chunk = _local_shape(sbs.out, env)[sbs.axis]
+    whole = local_shape(sbs.src, env)[sbs.axis]
+    chunk = local_shape(sbs.out, env)[sbs.axis]
     if whole == 0:
         return None  # empty chunks of an empty tensor: every index reads nothing
     if chunk == 0 or whole % chunk != 0:
@@ -433,7 +418,7 @@ def _box(chain: Sequence[ShardByStream], shape: list[int], env: Env) -> tuple:
     """The region of the buffer (``shape``) that a write through ``chain`` covers."""
     box = [(0, n) for n in shape]
     for sbs in chain:
-        size = _local_shape(sbs.out, env)[sbs.axis]
+        size = local_shape(sbs.out, env)[sbs.axis]
         lo = box[sbs.axis][0] + int(evaluate_scalar(sbs.index, env)) * size
         box[sbs.axis] = (lo, lo + size)
     return tuple(box)

@@ -43,9 +43,11 @@ def checked_device(device: object) -> torch.device | None:
     try:
         found = torch.device(device)
     except RuntimeError as error:
+        said = _first_line(error)
+        if len(said) > 100:  # torch lists every device type it knows: the name says enough
+            said = "not a device type torch knows"
         raise SettingError(
-            f"device={device!r}: expected a device name like 'cpu' or 'cuda:0'"
-            f" ({_first_line(error)})"
+            f"device={device!r}: expected a device name like 'cpu' or 'cuda:0' ({said})"
         ) from None
     if found.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from hostir.instructions import Instruction
-from hostir.scalars import RANK, evaluate_scalar
-from hostir.sharding import local_extent
+from hostir.scalars import RANK
 from hostir.stream_handlers import MAIN, StreamPool
-from hostir.values import TensorValue
+from hostir.values import TensorValue, local_shape
 
 if TYPE_CHECKING:
     from hostir.communicator import Communicator
@@ -69,11 +68,7 @@ class RunContext:
         cached = self._shapes.get(id(value))
         if cached is not None and cached[0] is value:
             return cached[1]
-        if value.sharding is None:
-            shape = [int(evaluate_scalar(e, self.scalars)) for e in value.shape]
-        else:
-            mesh = value.sharding.mesh
-            shape = [local_extent(parts, mesh, self.scalars) for parts in value.sharding.dims]
+        shape = local_shape(value, self.scalars)
         self._shapes[id(value)] = (value, shape)
         return shape
 

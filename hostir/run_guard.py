@@ -23,14 +23,12 @@ Sequential calls from different threads are fine: the guard is free between runs
 A world of one rank has no collectives and no guard: there, threads may run
 programs at once (see ``HostIrEvaluator``).
 
-Which run holds the guard is kept per thread by :func:`one_run_per_world`, the
-decorator of ``HostIrEvaluator.run``: what a run entered (:func:`enter_for_run`)
-is left when the run returns or raises, whatever it raised.
+``HostIrEvaluator.run`` holds it with :func:`occupying_world`, which lets go
+when the run returns or raises, whatever it raised.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -129,88 +127,40 @@ class WorldGuard:
         )
 
 
-# -- Runs: what a run entered is left when it ends ------------------------------------
-
-_RUNS = threading.local()
+# -- Runs -------------------------------------------------------------------------------
 
 
-@dataclass
-class _Exit:
-    """What a run entered, with how to leave it: ``leave()`` returns the calls refused
-    meanwhile; ``tell`` posts the overlap to the other ranks."""
-
-    leave: Callable[[], list[str]]
-    what: str
-    where: str
-    tell: Callable[[str], None]
-
-
-def enter_for_run(guard: WorldGuard, what: str, where: str, tell: Callable[[str], None]) -> None:
-    """Enters ``guard`` until the enclosing :func:`one_run_per_world` call ends."""
-    guard.enter(what, where)
-    _RUNS.exits[-1].append(_Exit(guard.leave, what, where, tell))
-
-
-def hold_for_run(lock: threading.RLock) -> None:
-    """Acquires ``lock`` until the enclosing :func:`one_run_per_world` call ends (it
-    blocks: for state that runs may share in turn, never for a world's collectives)."""
-    lock.acquire()
-
-    def release() -> list[str]:
-        lock.release()
-        return []
-
-    _RUNS.exits[-1].append(_Exit(release, "", "", lambda message: None))
-
-
-def occupy_world(
+@contextmanager
+def occupying_world(
     communicator: Any, digest: Callable[[], str], alone: threading.RLock | None = None
-) -> None:
-    """What a run does before anything communicates: in a world of more than one rank,
-    enters its guard (naming the program by ``digest()``'s first 12 digits); in a world
-    of one, holds ``alone`` (a lock for state runs share in turn), if given."""
-    if communicator.world_size > 1:
-        what = f"program {digest()[:12]}"
-        tell = communicator.post_failure
-        enter_for_run(communicator.run_guard(), what, communicator.where(), tell)
-    elif alone is not None:
-        hold_for_run(alone)
-
-
-def one_run_per_world(run: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorates a run method: what the run entered is left however it ends, and a run
-    that returns after another thread's call was refused during it raises instead."""
-
-    @functools.wraps(run)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        stack = _RUNS.__dict__.setdefault("exits", [])
-        stack.append([])
-        try:
-            result = run(*args, **kwargs)
-        except BaseException:
-            _leave_all(stack.pop(), tell=False)  # the peers hear of the run's own error
-            raise
-        overlap = _leave_all(stack.pop())
-        if overlap is not None:
-            raise overlap
-        return result
-
-    return guarded
-
-
-def _leave_all(exits: list[_Exit], tell: bool = True) -> ConcurrentRunError | None:
-    """Leaves what a run entered, last first; the error for a run that overlapped (told to
-    the other ranks if ``tell``)."""
-    error = None
-    for entry in reversed(exits):
-        refused = entry.leave()
-        if refused and error is None:
-            error = ConcurrentRunError(
-                f"{entry.where}: {thread_name()} ran {entry.what} while"
-                f" {', '.join(refused)} tried to run on the same world and was refused; the"
-                " other ranks may have paired this run's collectives with that thread's, so"
-                f" its result is not returned. {ADVICE[0].upper()}{ADVICE[1:]}"
-            )
-            if tell:
-                entry.tell(f"ConcurrentRunError: {error}")
-    return error
+) -> Iterator[None]:
+    """Holds what a run holds while the ``with`` block runs, from before anything
+    communicates: in a world of more than one rank, its guard (naming the program by
+    ``digest()``'s first 12 digits); in a world of one, ``alone`` (a lock for state runs
+    share in turn; it blocks), if given. A block that ends normally after another
+    thread's call was refused during it raises ConcurrentRunError instead, told to the
+    other ranks; one that raises keeps its own error (the peers hear of that one)."""
+    if communicator.world_size == 1:
+        if alone is None:
+            yield
+            return
+        with alone:
+            yield
+        return
+    guard, what, where = communicator.run_guard(), f"program {digest()[:12]}", communicator.where()
+    guard.enter(what, where)
+    try:
+        yield
+    except BaseException:
+        guard.leave()
+        raise
+    refused = guard.leave()
+    if refused:
+        error = ConcurrentRunError(
+            f"{where}: {thread_name()} ran {what} while {', '.join(refused)} tried to run on"
+            " the same world and was refused; the other ranks may have paired this run's"
+            f" collectives with that thread's, so its result is not returned."
+            f" {ADVICE[0].upper()}{ADVICE[1:]}"
+        )
+        communicator.post_failure(f"ConcurrentRunError: {error}")
+        raise error

@@ -6,11 +6,12 @@ with the same name, type and sharding are the same value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hostir.dtypes import DType
-from hostir.scalars import Scalar
-from hostir.sharding import Sharding
+from hostir.scalars import Scalar, evaluate_scalar
+from hostir.sharding import Sharding, local_extent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +41,14 @@ class StreamValue:
 
     name: str = "stream"
     index: Scalar | None = None
+
+
+def local_shape(value: TensorValue, env: Mapping[str, int | float | bool]) -> list[int]:
+    """The shape of one device's shard of ``value``, its extents evaluated in ``env``."""
+    if value.sharding is None:
+        return [int(evaluate_scalar(extent, env)) for extent in value.shape]
+    mesh = value.sharding.mesh
+    return [local_extent(parts, mesh, env) for parts in value.sharding.dims]
 
 
 Value = TensorValue | StreamValue

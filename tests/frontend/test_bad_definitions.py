@@ -205,7 +205,12 @@ SHORT_TIMEOUT_S = 5.0
 
 BAD_EXECUTE = [
     ("inputs", {"inputs": None}, InputError, "execute: inputs must be a list or tuple"),
-    ("device", {"device": "banana"}, SettingError, "execute: device 'banana' is not a device"),
+    (
+        "device",
+        {"device": "banana"},
+        SettingError,
+        "execute: device='banana': expected a device name",
+    ),
     ("options", {"_enable_options": None}, DefinitionError, "execute: _enable_options must"),
 ]
 
