@@ -160,3 +160,53 @@ def test_hostir_dump_is_strict(monkeypatch, capsys):
     (out,) = fd.execute([a])
     torch.testing.assert_close(out, a.relu())
     assert "T1 : float32[4] = relu(T0)" in capsys.readouterr().out
+
+
+def environment_reads(tree) -> list[tuple[int, str]]:
+    """Where ``tree`` reads the environment: ``os.environ.get``, ``os.getenv``,
+    ``os.environ[...]`` and ``dict(os.environ)``, with their text (``setdefault`` writes)."""
+    import ast
+
+    found = []
+    for node in ast.walk(tree):
+        reads = (
+            isinstance(node, ast.Subscript)
+            and ast.unparse(node.value) == "os.environ"
+            or isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("os.environ.get", "os.getenv")
+            or isinstance(node, ast.Call)
+            and [ast.unparse(a) for a in node.args] == ["os.environ"]
+        )
+        if reads:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_every_environment_read_goes_through_the_settings_module():
+    """docs/reliability.md says every setting hostir reads goes through hostir/settings.py
+    (strict parsing, named errors): no other module of the three packages reads the
+    environment, but for the named reads below, which parse nothing."""
+    import ast
+    import pathlib
+
+    allowed = {
+        ("hostir/world.py", "os.environ['MASTER_ADDR']"),  # a host name, shown in a message
+        ("hostir/world.py", "os.environ['MASTER_PORT']"),  # checked by settings before
+        ("hostir/launcher.py", "dict(os.environ)"),  # the environment of the ranks it starts
+    }
+    root = pathlib.Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("hostir", "lowering", "frontend"):
+        for path in sorted((root / package).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name == "hostir/settings.py":
+                continue
+            for line, text in environment_reads(ast.parse(path.read_text())):
+                if (name, text) not in allowed:
+                    found.append(f"{name}:{line}: {text}")
+    assert not found, "environment read outside hostir/settings.py:\n" + "\n".join(found)
+    sample = ast.parse("import os\nx = os.environ.get('A')\ny = os.environ['B']\n")
+    assert [text for _, text in environment_reads(sample)] == [
+        "os.environ.get('A')",
+        "os.environ['B']",
+    ]
