@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir import evaluator as evaluator_module
+from hostir.run import evaluator as evaluator_module
 
 
 def row_parallel(d: int) -> tuple[FusionDefinition, list]:

@@ -59,7 +59,7 @@ import torch.distributed as dist
 
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir.communicator import CompletedWork
+from hostir.comm.communicator import CompletedWork
 
 SIZES = {
     # name: (tokens per rank, hidden); tokens = tokens per rank * d
@@ -524,7 +524,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
-        from hostir import launcher  # no launcher: start the ranks ourselves
+        from hostir.comm import launcher  # no launcher: start the ranks ourselves
 
         os.environ[SELF_LAUNCHED] = "1"
         return launcher.launch(sys.argv[0], args.nproc, list(argv))

@@ -5,7 +5,7 @@ Builds programs of about 10^3, 10^4 and 10^5 instructions by repeating the body 
 its ``wait``, stream loops with bodies, deallocations) with its values renamed per
 copy, and prints, as a Markdown table, the median time of ``--repeat`` runs to parse
 the text (``hostir.parse(text, verify_program=False)``), to verify the program
-(``hostir.verify.verify``) and to do both (``hostir.parse(text)``), and the first two
+(``hostir.check.verify.verify``) and to do both (``hostir.parse(text)``), and the first two
 per instruction (flat per-instruction times mean linear scaling). The load average is
 printed before and after: on a shared machine, other work inflates the times.
 
@@ -25,7 +25,7 @@ import statistics
 import time
 
 import hostir
-from hostir.verify import verify
+from hostir.check.verify import verify
 
 SOURCE = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "every_instruction.hir"
 SHARED = {"T0", "T1", "s0"}  # the inputs every copy reads

@@ -6,7 +6,7 @@ Two tables, printed as Markdown:
   each pair of distributions, the time to plan the resharding of one tensor and
   emit its host IR (``plan_resharding`` + ``emit_resharding``, caches cleared
   first, with Python's cycle collector paused as lowering runs them:
-  ``hostir.collector.collector_paused``), the length of the program's text,
+  ``hostir.check.collector.collector_paused``), the length of the program's text,
   and what ``explain`` reports (collectives, peak temporaries against the
   bound). Medians of ``--repeat``
   runs. A case that takes longer than ``--limit`` seconds is stopped and shown as
@@ -68,7 +68,7 @@ def _value(name: str, notation: str, mesh: Mesh, shape: tuple[int, ...]) -> Tens
 
 def plan_case(mesh_text: str, source: str, target: str) -> tuple[float, int, str]:
     """(seconds to plan and emit, characters of program text, explain's summary line)."""
-    from hostir.collector import collector_paused
+    from hostir.check.collector import collector_paused
     from lowering.emit_resharding import emit_resharding
     from lowering.plan_resharding import plan_resharding
 

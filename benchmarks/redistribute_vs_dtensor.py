@@ -765,7 +765,7 @@ def _quiet() -> None:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if "RANK" not in os.environ:
-        from hostir import launcher  # no launcher: start the ranks ourselves
+        from hostir.comm import launcher  # no launcher: start the ranks ourselves
 
         return launcher.launch(sys.argv[0], args.nproc, list(argv))
     torch.set_num_threads(args.threads)

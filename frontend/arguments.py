@@ -18,10 +18,10 @@ import torch
 
 from frontend.errors import DefinitionError, HostIrError, MeshError
 from frontend.types import DataType
-from hostir.dtypes import INT_RANGES as HOSTIR_INT_RANGES
+from hostir.ir.dtypes import INT_RANGES as HOSTIR_INT_RANGES
 
 INT_RANGES = {DataType(dtype): limits for dtype, limits in HOSTIR_INT_RANGES.items()}
-"""The values an integer dtype holds (hostir.dtypes.INT_RANGES); an int constant outside
+"""The values an integer dtype holds (hostir.ir.dtypes.INT_RANGES); an int constant outside
 its range would wrap."""
 
 INT64_MIN, INT64_MAX = INT_RANGES[DataType.Int]

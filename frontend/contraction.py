@@ -6,7 +6,7 @@ from frontend.errors import OperandError
 from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
 from hostir import Const
-from hostir.scalars import print_scalar
+from hostir.ir.scalars import print_scalar
 
 AxisPairs = list[tuple[IterDomain, IterDomain]]
 

@@ -38,19 +38,19 @@ from frontend.sharding import validate_schedule
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
-from hostir.agreement import RankFacts, agree
+from hostir.comm.agreement import RankFacts, agree
+from hostir.comm.timeouts import collective_timeout
 from hostir.errors import HostIrError, SettingError
-from hostir.inputs import bind_input_tensor
-from hostir.pipelined_loops import (
+from hostir.ir.program_info import check_meshes_fit
+from hostir.run.inputs import bind_input_tensor
+from hostir.run.pipelined_loops import (
     check_same_outputs,
     has_pipelined_loop,
     pipeline_checking_enabled,
 )
-from hostir.program_info import check_meshes_fit
-from hostir.race_checker import RaceChecker, race_checking_enabled
-from hostir.round_trip import check_round_trip, round_trip_checking_enabled
+from hostir.run.race_checker import RaceChecker, race_checking_enabled
 from hostir.settings import choice_setting
-from hostir.timeouts import collective_timeout
+from hostir.text.round_trip import check_round_trip, round_trip_checking_enabled
 
 
 class FusionDefinition:

@@ -17,7 +17,7 @@ from frontend.arguments import MAX_EXTENT, is_int, shown
 from frontend.errors import HostIrError, ScheduleError
 from frontend.types import ParallelType
 from hostir import Const, Scalar
-from hostir.scalars import floordiv, print_scalar
+from hostir.ir.scalars import floordiv, print_scalar
 
 if TYPE_CHECKING:
     from frontend.tensor_view import TensorView

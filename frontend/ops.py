@@ -35,7 +35,7 @@ from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import BinaryOpKind, Const, Scalar, UnaryOpKind
-from hostir.scalars import print_scalar
+from hostir.ir.scalars import print_scalar
 
 if TYPE_CHECKING:
     from frontend.fusion import Fusion

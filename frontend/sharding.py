@@ -28,8 +28,8 @@ from hostir import (
     TensorValue,
     slice_global_tensor,
 )
-from hostir.scalars import evaluate_scalar, print_scalar, symbols_of
-from hostir.sharding import canonical_parts
+from hostir.ir.scalars import evaluate_scalar, print_scalar, symbols_of
+from hostir.ir.sharding import canonical_parts
 
 Env = Mapping[str, int | float | bool]
 

@@ -5,7 +5,25 @@ A program (:class:`HostIrContainer`) can be printed, run and inspected
 without the fusion it came from.
 """
 
-from hostir.communications import (
+from hostir.comm.communicator import (
+    Communicator,
+    LocalCommunicator,
+    TorchCommunicator,
+    default_communicator,
+)
+from hostir.errors import (
+    CommunicationError,
+    ConcurrentRunError,
+    EvaluationError,
+    ExtentError,
+    HostIrError,
+    InputError,
+    MeshError,
+    ParseError,
+    RaceError,
+    VerifyError,
+)
+from hostir.ir.communications import (
     COLLECTIVES,
     ROOTED,
     Allgather,
@@ -22,29 +40,9 @@ from hostir.communications import (
     SendRecv,
     Wait,
 )
-from hostir.communicator import (
-    Communicator,
-    LocalCommunicator,
-    TorchCommunicator,
-    default_communicator,
-)
-from hostir.container import HostIrContainer, ScalarInput
-from hostir.dot import to_dot
-from hostir.dtypes import DType
-from hostir.errors import (
-    CommunicationError,
-    ConcurrentRunError,
-    EvaluationError,
-    ExtentError,
-    HostIrError,
-    InputError,
-    MeshError,
-    ParseError,
-    RaceError,
-    VerifyError,
-)
-from hostir.evaluator import HostIrEvaluator
-from hostir.instructions import (
+from hostir.ir.container import HostIrContainer, ScalarInput
+from hostir.ir.dtypes import DType
+from hostir.ir.instructions import (
     COMPUTE,
     INSTRUCTIONS,
     Allocate,
@@ -64,12 +62,8 @@ from hostir.instructions import (
     Unary,
     UnaryOpKind,
 )
-from hostir.parser import parse
-from hostir.printer import print_program
-from hostir.race_checker import RaceChecker
-from hostir.run_context import Listener, RunContext
-from hostir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
-from hostir.sharding import (
+from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, ScalarOp, Symbol
+from hostir.ir.sharding import (
     Mesh,
     MeshAxis,
     PartialAxis,
@@ -78,10 +72,16 @@ from hostir.sharding import (
     ShardPart,
     slice_global_tensor,
 )
-from hostir.streams import GetCurrentStream, SetCurrentStream, Synchronize
-from hostir.team import Team
-from hostir.traffic_dot import to_traffic_dot
-from hostir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.streams import GetCurrentStream, SetCurrentStream, Synchronize
+from hostir.ir.team import Team
+from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.run.evaluator import HostIrEvaluator
+from hostir.run.race_checker import RaceChecker
+from hostir.run.run_context import Listener, RunContext
+from hostir.text.parser import parse
+from hostir.text.printer import print_program
+from hostir.viz.dot import to_dot
+from hostir.viz.traffic_dot import to_traffic_dot
 
 __all__ = [
     "COLLECTIVES",

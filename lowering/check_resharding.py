@@ -10,8 +10,8 @@ ReshardingError naming the expression, the tensors and both shardings if not.
 from __future__ import annotations
 
 from hostir import Set
-from hostir.instructions import keyword
-from hostir.printer import _MeshNames, print_sharding
+from hostir.ir.instructions import keyword
+from hostir.text.printer import _MeshNames, print_sharding
 from lowering.errors import ReshardingError
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 

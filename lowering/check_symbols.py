@@ -12,9 +12,9 @@ LoweringError naming the tensor, the symbol and the ranks that lack it.
 from __future__ import annotations
 
 from hostir import HostIrContainer, Symbol, TensorValue
-from hostir.instructions import defined_values
-from hostir.program_info import walk_instructions
-from hostir.scalars import symbols_of
+from hostir.ir.instructions import defined_values
+from hostir.ir.program_info import walk_instructions
+from hostir.ir.scalars import symbols_of
 from lowering.errors import LoweringError
 
 EVERY_RANK = None

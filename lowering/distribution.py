@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostir import Const, Mesh, MeshAxis, PartialAxis, ReduceOp, Sharding, ShardPart
-from hostir.scalars import Scalar, as_scalar, floordiv
-from hostir.sharding import print_sharding_dims
+from hostir.ir.scalars import Scalar, as_scalar, floordiv
+from hostir.ir.sharding import print_sharding_dims
 from lowering.dtensor_placements import (
     as_mesh,
     axes_of_placements,

@@ -9,8 +9,8 @@ loop (``lowering/stream_loops.py``).
 from __future__ import annotations
 
 from hostir import HostIrContainer
-from hostir.catalog import keyword
-from hostir.instructions import Instruction
+from hostir.ir.catalog import keyword
+from hostir.ir.instructions import Instruction
 from lowering.emitter import Emitter
 from lowering.errors import LoweringError
 from lowering.snapshot import LoweringFusion

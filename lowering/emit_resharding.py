@@ -14,10 +14,10 @@ import dataclasses
 from collections.abc import Iterator
 
 from hostir import Set, ShardByStream, TensorValue
-from hostir.communications import Wait
-from hostir.instructions import Allocate, Instruction
-from hostir.scalars import Const
-from hostir.values import RequestValue
+from hostir.ir.communications import Wait
+from hostir.ir.instructions import Allocate, Instruction
+from hostir.ir.scalars import Const
+from hostir.ir.values import RequestValue
 from lowering.plan_resharding import Plan, Step
 
 

@@ -1,10 +1,10 @@
 """What an AllToAllV step of a plan costs a rank: elements received and temporaries.
 
 Both follow from each rank's part of the exchange, as
-``hostir.blocks.member_exchange`` computes it at run time, and its rounds
-(``hostir.blocks.exchange_rounds``): the same pure functions, on the plan's
+``hostir.analysis.blocks.member_exchange`` computes it at run time, and its rounds
+(``hostir.analysis.blocks.exchange_rounds``): the same pure functions, on the plan's
 concrete shape, maximised over the ranks of the mesh. The temporaries are the
-handler's buffers in its largest round (``hostir.blocks.call_buffers``), which
+handler's buffers in its largest round (``hostir.analysis.blocks.call_buffers``), which
 the rounds keep within max(in, out).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 
 from hostir import AllToAllV, Sharding
-from hostir.blocks import (
+from hostir.analysis.blocks import (
     ROUNDS_LIMIT,
     Operand,
     block_box,
@@ -25,10 +25,10 @@ from hostir.blocks import (
     rounds_needed,
     volume,
 )
+from hostir.analysis.exchanges import busiest_received
 from hostir.errors import HostIrError
-from hostir.exchanges import busiest_received
-from hostir.scalars import Const, Scalar, add
-from hostir.team import Team
+from hostir.ir.scalars import Const, Scalar, add
+from hostir.ir.team import Team
 from lowering.plan import Plan, local_elements
 
 
@@ -42,7 +42,7 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
 def _of_exchange(
     measure, before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
 ):
-    """``measure`` (``hostir.blocks.member_profiles``: the distinct rank profiles, each
+    """``measure`` (``hostir.analysis.blocks.member_profiles``: the distinct rank profiles, each
     computed once; ``most_received``: from block boxes alone) of the AllToAllV from
     ``before`` to ``after``; None if the shape is symbolic or the exchange cannot be
     formed. Cached: the rounds, the cost and memory models and ``explain`` ask alike."""
@@ -64,7 +64,7 @@ def exchange_rounds_for(
     exact: bool = True,
 ) -> int | None:
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
-    buffers pass ``allowance`` elements (``hostir.blocks.rounds_needed``); None for one
+    buffers pass ``allowance`` elements (``hostir.analysis.blocks.rounds_needed``); None for one
     call (or a symbolic shape). Not ``exact``: no more than it is, from one rank's
     pieces (``busiest_member_profile``), or, for a reducing exchange, none (partial sums
     always arrive in a buffer: at least the most received over the allowance)."""
@@ -84,7 +84,7 @@ def exchange_rounds_for(
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
     """The most elements of packing and receive buffers any rank holds in one round of
-    step ``k`` (``hostir.blocks.exchange_rounds``; the whole input and output when the
+    step ``k`` (``hostir.analysis.blocks.exchange_rounds``; the whole input and output when the
     exchange cannot be computed: symbolic shapes)."""
     step, reduced = plan.steps[k], plan.steps[k].get("op") is not None
     key = (plan.before(k), step.after, step.team, plan.shape, reduced)
@@ -98,7 +98,7 @@ def exchange_temporaries(plan: Plan, k: int) -> Scalar:
 
 def step_received(plan: Plan, k: int) -> int | None:
     """Elements the busiest rank receives in step ``k``, from the exchange function of its
-    instruction (``hostir.exchanges``) in one group of its team (the planner's groups are
+    instruction (``hostir.analysis.exchanges``) in one group of its team (the planner's groups are
     alike); for an AllToAllV, from block boxes alone (``most_received``: the pieces its
     exchange function lists, not listed). None for symbolic extents."""
     step = plan.steps[k]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from hostir.printer import _MeshNames, print_sharding, print_team
-from hostir.scalars import Const, Scalar, print_scalar
+from hostir.ir.scalars import Const, Scalar, print_scalar
+from hostir.text.printer import _MeshNames, print_sharding, print_team
 from lowering.exchange_cost import (
     received_in_all,
     received_lower_bound,

@@ -26,7 +26,7 @@ from hostir import (
     TensorValue,
     Wait,
 )
-from hostir.instructions import Instruction, defined_values, used_values
+from hostir.ir.instructions import Instruction, defined_values, used_values
 
 
 def insert_deallocations(program: HostIrContainer) -> HostIrContainer:

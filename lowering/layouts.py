@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 from hostir import Const, Mesh, ShardPart
-from hostir.scalars import floordiv
+from hostir.ir.scalars import floordiv
 from lowering.snapshot import AxisLayout, LoweringTensor
 
 

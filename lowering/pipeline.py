@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from frontend.fusion import Fusion
 from hostir import HostIrContainer
-from hostir.collector import collector_paused
-from hostir.verify import verify_program
+from hostir.check.collector import collector_paused
+from hostir.check.verify import verify_program
 from lowering.check_resharding import check_resharding
 from lowering.check_symbols import check_symbols
 from lowering.decompose_resharding import decompose_resharding
@@ -18,7 +18,7 @@ from lowering.snapshot import snapshot_fusion
 def lower_fusion(fusion: Fusion) -> HostIrContainer:
     """Lowers ``fusion`` to host IR; deterministic, no torch.distributed, no globals.
 
-    Python's cycle collector is paused meanwhile (hostir.collector): the passes and the
+    Python's cycle collector is paused meanwhile (hostir.check.collector): the passes and the
     planner build many small frozen objects and no cycles, and the collector's scans of
     them took 43% of lowering a 1000-op fusion (319 ms with it, 181 ms without) and
     20-35% of planning the slowest 4096-device reshardings (benchmarks/plan_scale.py)."""

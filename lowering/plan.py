@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hostir import Allgather, Allreduce, Const, DType, SendRecv, Sharding, TensorValue
-from hostir.catalog import declaration_of
-from hostir.printer import _MeshNames, print_sharding
-from hostir.scalars import Scalar, floordiv, mul
-from hostir.team import Team
-from hostir.values import RequestValue
+from hostir.ir.catalog import declaration_of
+from hostir.ir.scalars import Scalar, floordiv, mul
+from hostir.ir.team import Team
+from hostir.ir.values import RequestValue
+from hostir.text.printer import _MeshNames, print_sharding
 from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
 

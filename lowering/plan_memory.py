@@ -1,7 +1,7 @@
 """``plan_memory``: the temporaries a resharding plan holds per rank, step by step.
 
 Intermediates between steps and the handlers' packing and receive buffers (as
-each handler declares them, ``hostir.communication_handlers.handler_buffers``),
+each handler declares them, ``hostir.run.communication_handlers.handler_buffers``),
 besides the input and the output, against SPEC §6's bound; the backend's own
 staging apart. docs/design.md ("The memory bound of SPEC §6 ...") says why.
 """
@@ -9,8 +9,8 @@ staging apart. docs/design.md ("The memory bound of SPEC §6 ...") says why.
 from __future__ import annotations
 
 from hostir import AllToAllV
-from hostir.communication_handlers import gloo_staging, handler_buffers
-from hostir.scalars import Const, Scalar, add
+from hostir.ir.scalars import Const, Scalar, add
+from hostir.run.communication_handlers import gloo_staging, handler_buffers
 from lowering.exchange_cost import exchange_temporaries
 from lowering.plan import Plan, local_elements
 
@@ -79,7 +79,7 @@ def _slot_contiguity(plan: Plan, head: int) -> list[bool]:
 
 def step_staging(plan: Plan) -> list[Scalar]:
     """Per step, the elements gloo stages inside the collective (not the plan's own; not in
-    the bound; ``hostir.communication_handlers.gloo_staging``)."""
+    the bound; ``hostir.run.communication_handlers.gloo_staging``)."""
     return [
         gloo_staging(
             plan.instruction(k),

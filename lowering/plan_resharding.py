@@ -26,7 +26,7 @@ from hostir import (
     Set,
     TensorValue,
 )
-from hostir.team import Team
+from hostir.ir.team import Team
 from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
 from lowering.plan import Plan, Planner, Step

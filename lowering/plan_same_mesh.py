@@ -31,9 +31,9 @@ from hostir import (
     ReduceOp,
     ReduceScatter,
 )
-from hostir.communications import LocalShard
-from hostir.scalars import Const, Scalar, sub
-from hostir.team import Team
+from hostir.ir.communications import LocalShard
+from hostir.ir.scalars import Const, Scalar, sub
+from hostir.ir.team import Team
 from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
 from lowering.exchange_cost import exchange_rounds_for, step_received

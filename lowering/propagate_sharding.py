@@ -31,8 +31,8 @@ import math
 from collections.abc import Callable
 
 from hostir import Const, Linear, Matmul, Symbol
-from hostir.scalars import print_scalar, symbols_of
-from hostir.sharding import part_extents
+from hostir.ir.scalars import print_scalar, symbols_of
+from hostir.ir.sharding import part_extents
 from lowering.errors import LoweringError
 from lowering.layouts import copy_parts, local_parts
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor

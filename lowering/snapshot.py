@@ -42,8 +42,8 @@ from hostir import (
     TensorValue,
     Unary,
 )
-from hostir.instructions import Instruction
-from hostir.sharding import normalized
+from hostir.ir.instructions import Instruction
+from hostir.ir.sharding import normalized
 from lowering.errors import LoweringError
 
 

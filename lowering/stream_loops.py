@@ -55,11 +55,11 @@ from hostir import (
     TensorValue,
     Wait,
 )
-from hostir.instructions import Instruction
-from hostir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
+from hostir.ir.instructions import Instruction
+from hostir.ir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
+from hostir.ir.sharding import normalized
+from hostir.ir.team import Team
 from hostir.settings import count_setting
-from hostir.sharding import normalized
-from hostir.team import Team
 from lowering.emitter import Emitter, bind_values
 from lowering.errors import LoweringError
 from lowering.plan_resharding import plan_resharding
@@ -512,7 +512,7 @@ buffering, 0 for loops without stages (each chunk waits before the next starts).
 
 
 def _pipelined(body: list[Instruction]) -> list[Instruction]:
-    """``body`` in two stages (``hostir.pipelined_loops``): the second starts at the first
+    """``body`` in two stages (``hostir.run.pipelined_loops``): the second starts at the first
     ``wait``, so a chunk's first communication is in flight while the next chunk is
     computed and is waited for right before its result is used. Unchanged without a
     wait (nothing to overlap) or at depth 0."""

@@ -9,7 +9,7 @@ members share their ``mesh_p`` coordinate. Any other communication in the loop
 (an Allreduce of partial sums over ``mesh_p``, a ReduceScatter, an Allgather,
 a Broadcast, ...) would combine unrelated chunks: a wrong result without an
 error (fuzz seed 6025 at 8 ranks). The lowering refuses it by name;
-``hostir.verify_chunks`` refuses the same in any program.
+``hostir.check.verify_chunks`` refuses the same in any program.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hostir import Mesh, MeshAxis
-from hostir.catalog import COMMUNICATING, declaration_of
-from hostir.instructions import Instruction, keyword
-from hostir.verify_chunks import team_splits_coordinate
+from hostir.check.verify_chunks import team_splits_coordinate
+from hostir.ir.catalog import COMMUNICATING, declaration_of
+from hostir.ir.instructions import Instruction, keyword
 from lowering.errors import LoweringError
 from lowering.snapshot import LoweringOp
 

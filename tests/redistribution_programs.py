@@ -22,7 +22,7 @@ import torch
 
 from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, TensorView
 from hostir import HostIrContainer, Mesh, MeshAxis, Sum, TensorValue, slice_global_tensor
-from hostir.instructions import Deallocate
+from hostir.ir.instructions import Deallocate
 from lowering.errors import ReshardingError
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ import hostir
 from frontend import FusionDefinition, ParallelType, shard_tensor
 from frontend.errors import DefinitionError
 from hostir import HostIrEvaluator, Listener, cli
+from hostir.comm.timeouts import DEFAULT_TIMEOUT_S, collective_timeout
 from hostir.errors import (
     CommunicationError,
     DisagreementError,
@@ -29,7 +30,6 @@ from hostir.errors import (
     PeerFailureError,
     SettingError,
 )
-from hostir.timeouts import DEFAULT_TIMEOUT_S, collective_timeout
 from tests.child_runs import Python, Run
 from tests.fault_catalog import (
     CATALOG,

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hostir import cli, launcher
+from hostir import cli
+from hostir.comm import launcher
 from tests.child_runs import Python, Run, child_environment
 from tests.multidevice import MultiDeviceTest, launched_by_torchrun
 

@@ -17,7 +17,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DYNAMIC = {"import_module", "__import__", "find_spec", "spec_from_file_location", "iter_modules"}
 """Calls that import (or find) a module named by a value."""
-USER_SCRIPTS = {"hostir/scripts.py": {"spec_from_file_location"}}
+USER_SCRIPTS = {"hostir/cli/scripts.py": {"spec_from_file_location"}}
 """Where hostir imports by path on purpose: the user's SCRIPT files (``hostir dump``)."""
 
 

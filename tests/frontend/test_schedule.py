@@ -27,7 +27,7 @@ from frontend import (
     tensor_sharding,
 )
 from hostir import Const
-from hostir.scalars import evaluate_scalar
+from hostir.ir.scalars import evaluate_scalar
 
 X = ParallelType.mesh_x
 Y = ParallelType.mesh_y

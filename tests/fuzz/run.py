@@ -45,8 +45,8 @@ import torch.distributed as dist
 from frontend import FrontendError, shard_tensor
 from hostir import Deallocate, ExtentError, ForLoop, MeshError, TensorValue
 from hostir.errors import PeerFailureError
-from hostir.instructions import defined_values
-from hostir.sharding import Sharding
+from hostir.ir.instructions import defined_values
+from hostir.ir.sharding import Sharding
 from lowering import LoweringError
 from tests.fuzz.case import Case, load, make_inputs
 

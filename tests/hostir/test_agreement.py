@@ -1,4 +1,4 @@
-"""The agreement's comparison (hostir.agreement), without ranks: what every rank raises
+"""The agreement's comparison (hostir.comm.agreement), without ranks: what every rank raises
 for the facts every rank sent. (Through real ranks: tests/test_faults.py and
 tests/hostir/test_communicator.py.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostir.agreement import MAGIC, BoundExtent, RankFacts, agree, encode, judge
+from hostir.comm.agreement import MAGIC, BoundExtent, RankFacts, agree, encode, judge
 from hostir.errors import CommunicationError, DisagreementError, PeerFailureError
 
 DIGEST = "a" * 64

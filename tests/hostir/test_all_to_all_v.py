@@ -38,10 +38,10 @@ from hostir import (
     to_dot,
     to_traffic_dot,
 )
-from hostir.all_to_all_v import _flat_run
-from hostir.blocks import Operand, block_box, group_pieces, member_exchange, round_buffers
+from hostir.analysis.blocks import Operand, block_box, group_pieces, member_exchange, round_buffers
+from hostir.check.verify import verify
 from hostir.errors import HostIrError
-from hostir.verify import verify
+from hostir.run.all_to_all_v import _flat_run
 
 MESHES = {
     "1": Mesh(devices=(0,), shape=(1,)),
@@ -176,7 +176,7 @@ def test_four_ranks(multidevice_test, name, preallocated):
 def test_rounds_give_the_same_bits(multidevice_test, name):
     """``rounds=k`` makes k alltoallv calls (one per round, each moving a slab of every
     piece) and ends with exactly the bits of one call, partial sums included."""
-    from hostir.torch_communicator import TorchCommunicator
+    from hostir.comm.torch_communicator import TorchCommunicator
 
     calls = []
 
@@ -204,7 +204,7 @@ def test_rounds_share_one_workspace_of_the_modelled_size(multidevice_test, name)
     buffers of their own per round would briefly coexist, as gloo's worker thread drops a
     finished call's buffers after the caller's wait returns. Its size is exactly what the
     planner's memory model counts (``round_buffers``), and the bits are the reference's."""
-    from hostir.torch_communicator import TorchCommunicator
+    from hostir.comm.torch_communicator import TorchCommunicator
 
     storages = []
 
@@ -270,7 +270,7 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     """The send buffer is a view of src when the pieces are consecutive row slabs (the kept
     slab passing through the call when it lies between two sent ones); the receive buffer is
     a view of out when the received pieces are."""
-    from hostir.torch_communicator import TorchCommunicator
+    from hostir.comm.torch_communicator import TorchCommunicator
 
     seen = []
 

@@ -33,8 +33,8 @@ from hostir import (
     TensorValue,
     Wait,
 )
-from hostir.sharding import Mesh
-from hostir.team import Team
+from hostir.ir.sharding import Mesh
+from hostir.ir.team import Team
 
 MESH = Mesh(devices=(0, 1, 2, 3), shape=(2, 2))
 ROWS, COLS = 4, 6

@@ -17,12 +17,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hostir import torch_communicator
-from hostir.agreement import BoundExtent, RankFacts, agree
-from hostir.communicator import Communicator, LocalCommunicator
+from hostir.comm import torch_communicator
+from hostir.comm.agreement import BoundExtent, RankFacts, agree
+from hostir.comm.communicator import Communicator, LocalCommunicator
+from hostir.comm.torch_communicator import TorchCommunicator
 from hostir.errors import CommunicationError, DisagreementError, PeerFailureError
-from hostir.sharding import ReduceOp
-from hostir.torch_communicator import TorchCommunicator
+from hostir.ir.sharding import ReduceOp
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SHAPE = (2, 3)
@@ -264,7 +264,7 @@ def test_collectives_overlap_and_fill_strided_buffers(multidevice_test):
 def test_prepare_creates_each_group_once(multidevice_test):
     """Groups are cached by their members in team order (one torch group per order, so no
     collective reorders data); our own world group comes first (hostir never communicates
-    on the default group, see hostir/torch_communicator.py)."""
+    on the default group, see hostir/comm/torch_communicator.py)."""
     comm = make_communicator(multidevice_test)
     groups = all_groups(comm.world_size)
     if comm.world_size == 1:
@@ -288,7 +288,7 @@ def test_prepare_creates_each_group_once(multidevice_test):
 
 def test_whole_outputs_land_in_strided_views(multidevice_test):
     """Broadcast, scatter and send_recv receive into a strided ``out`` as given (their
-    handlers pass ``out`` as it is: hostir.handler_common.landing); the communicator
+    handlers pass ``out`` as it is: hostir.run.handler_common.landing); the communicator
     receives into a contiguous buffer and copies it back at wait."""
     comm = make_communicator(multidevice_test)
     size, rank = comm.world_size, comm.rank

@@ -16,7 +16,7 @@ import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType
 from hostir import ForLoop, HostIrContainer, HostIrError, parse, to_dot, to_traffic_dot
-from hostir.communications import COLLECTIVES
+from hostir.ir.communications import COLLECTIVES
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz's dot is missing")
 

@@ -35,9 +35,9 @@ from hostir import (
     UnaryOpKind,
     VerifyError,
 )
-from hostir.evaluator import HANDLERS
-from hostir.instructions import keyword
-from hostir.scalars import add, floordiv, mod, mul, sub
+from hostir.ir.instructions import keyword
+from hostir.ir.scalars import add, floordiv, mod, mul, sub
+from hostir.run.evaluator import HANDLERS
 from tests.hostir.programs import block_sharded, c, tensor
 
 
@@ -45,11 +45,11 @@ def test_every_instruction_has_a_keyword_handler_printer_parser_and_json_tag():
     """Catalog completeness: each declared class is known to every table that is not derived
     from its declaration (its handler, its verifier rule); its keywords find it, its
     statements have their parser, and the JSON codec knows its tag."""
-    from hostir.catalog import Kind, by_keyword, declaration_of, instruction_classes
-    from hostir.json_format import node_class
-    from hostir.parser import _Builder
-    from hostir.verify_communication import COMMUNICATION_RULES
-    from hostir.verify_compute import COMPUTE_RULES
+    from hostir.check.verify_communication import COMMUNICATION_RULES
+    from hostir.check.verify_compute import COMPUTE_RULES
+    from hostir.ir.catalog import Kind, by_keyword, declaration_of, instruction_classes
+    from hostir.text.json_format import node_class
+    from hostir.text.parser import _Builder
 
     statements = {"allocate": "allocate", "deallocate": "deallocate", "wait": "wait"}
     statements["for"] = "for_loop"

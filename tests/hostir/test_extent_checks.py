@@ -1,4 +1,4 @@
-"""Extents are checked when the inputs bind their symbols (hostir.extent_checks): a split
+"""Extents are checked when the inputs bind their symbols (hostir.check.extent_checks): a split
 that does not divide, a loop too short for the chunks it writes, a chunk index out of
 range are named errors on every rank, never an output returned unwritten."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hostir
-import hostir.extent_checks
+import hostir.check.extent_checks
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import ExtentError, HostIrEvaluator
 
@@ -101,7 +101,7 @@ def test_chunk_indices_out_of_range_are_named(read, write, shown):
 
 
 def test_indices_past_the_enumeration_budget_are_checked_as_the_loop_runs(monkeypatch):
-    monkeypatch.setattr(hostir.extent_checks, "MAX_ENUMERATED_ITERATIONS", 0)
+    monkeypatch.setattr(hostir.check.extent_checks, "MAX_ENUMERATED_ITERATIONS", 0)
     with pytest.raises(ExtentError, match=r"shard_by_stream defining T0_c: index -1 is out of"):
         HostIrEvaluator(chunked_relu(read="j0 - 1")).run([random(4, 4)])
     x = random(4, 4)

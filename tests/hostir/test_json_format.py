@@ -69,11 +69,11 @@ from hostir import (
     UnaryOpKind,
     VerifyError,
     Wait,
-    json_format,
     parse,
 )
 from hostir.errors import JsonFormatError
-from hostir.round_trip import check_round_trip
+from hostir.text import json_format
+from hostir.text.round_trip import check_round_trip
 from tests.hostir.programs import c, tensor
 
 # ----- programs -----

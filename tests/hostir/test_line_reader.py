@@ -1,4 +1,4 @@
-"""The fast line reader (hostir.line_reader) builds exactly lark's tree, or leaves the text
+"""The fast line reader (hostir.text.line_reader) builds exactly lark's tree, or leaves the text
 to lark: on the test programs, on the broken programs of the parser and verifier tests,
 and on random edits of them."""
 
@@ -11,8 +11,8 @@ import lark
 import pytest
 
 from hostir import ParseError, parse
-from hostir import parser as parser_module
-from hostir.line_reader import read_tree
+from hostir.text import parser as parser_module
+from hostir.text.line_reader import read_tree
 from tests.hostir.test_parser import BROKEN
 from tests.hostir.test_verify import FAULTS
 

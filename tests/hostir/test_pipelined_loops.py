@@ -14,10 +14,10 @@ import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import ForLoop, HostIrEvaluator, Listener, RaceChecker, parse
+from hostir.analysis.traffic import count_traffic, traffic_report
 from hostir.errors import EvaluationError, SettingError, VerifyError
-from hostir.instructions import keyword
-from hostir.pipelined_loops import check_same_outputs
-from hostir.traffic import count_traffic, traffic_report
+from hostir.ir.instructions import keyword
+from hostir.run.pipelined_loops import check_same_outputs
 
 CHUNKED = """%HostIrContainer {
   input T0 : float32[6, 4]

@@ -40,8 +40,8 @@ from hostir import (
     Wait,
 )
 from hostir.errors import EvaluationError, RaceError
-from hostir.race_checker import RaceChecker, race_checking_enabled
-from hostir.scalars import mod
+from hostir.ir.scalars import mod
+from hostir.run.race_checker import RaceChecker, race_checking_enabled
 from tests.hostir.programs import c, tensor
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -407,7 +407,7 @@ def test_regions_overlap_and_contain_exactly_or_conservatively():
     """Random views of one buffer (slices, steps, transposes): overlap is never missed,
     and exact for views without steps (slices of one layout, like stream chunks along
     any axis); containment is never claimed wrongly."""
-    from hostir.race_checker import _contains, _overlap, _region
+    from hostir.run.race_checker import _contains, _overlap, _region
 
     generator = torch.Generator().manual_seed(0)
     base = torch.zeros(6, 8, 4)

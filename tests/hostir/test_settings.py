@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 
 from hostir import default_communicator
+from hostir.comm.timeouts import MAX_TIMEOUT_S, collective_timeout
 from hostir.errors import SettingError
-from hostir.pipelined_loops import pipeline_checking_enabled
-from hostir.race_checker import race_checking_enabled
-from hostir.round_trip import round_trip_checking_enabled
-from hostir.stream_handlers import MAX_STREAMS, stream_count
-from hostir.timeouts import MAX_TIMEOUT_S, collective_timeout
+from hostir.run.pipelined_loops import pipeline_checking_enabled
+from hostir.run.race_checker import race_checking_enabled
+from hostir.run.stream_handlers import MAX_STREAMS, stream_count
+from hostir.text.round_trip import round_trip_checking_enabled
 
 LAUNCHER_VARIABLES = (
     "RANK",
@@ -190,9 +190,9 @@ def test_every_environment_read_goes_through_the_settings_module():
     import pathlib
 
     allowed = {
-        ("hostir/world.py", "os.environ['MASTER_ADDR']"),  # a host name, shown in a message
-        ("hostir/world.py", "os.environ['MASTER_PORT']"),  # checked by settings before
-        ("hostir/launcher.py", "dict(os.environ)"),  # the environment of the ranks it starts
+        ("hostir/comm/world.py", "os.environ['MASTER_ADDR']"),  # a host name, shown in a message
+        ("hostir/comm/world.py", "os.environ['MASTER_PORT']"),  # checked by settings before
+        ("hostir/comm/launcher.py", "dict(os.environ)"),  # the environment of the ranks it starts
     }
     root = pathlib.Path(__file__).resolve().parents[2]
     found = []

@@ -1,4 +1,4 @@
-"""Threads: one thread at a time communicates on a world (hostir.run_guard).
+"""Threads: one thread at a time communicates on a world (hostir.comm.run_guard).
 
 torch.distributed pairs collectives across ranks by their order, not by thread: two
 threads of one rank running programs on the same world at once returned wrong numbers
@@ -16,10 +16,10 @@ import torch
 
 from frontend import shard_tensor
 from hostir import Communicator, ConcurrentRunError, HostIrEvaluator, Listener
+from hostir.comm.run_guard import WorldGuard
 from hostir.errors import EvaluationError
-from hostir.run_guard import WorldGuard
-from hostir.sharding import ReduceOp
-from hostir.streams import SetCurrentStream
+from hostir.ir.sharding import ReduceOp
+from hostir.ir.streams import SetCurrentStream
 from tests.fault_catalog import full_inputs, local_inputs, row_parallel
 from tests.hostir.test_race_checker import _stream_loop_program
 
@@ -219,7 +219,7 @@ def test_each_thread_of_a_pool_keeps_the_main_stream_its_run_started_on(monkeypa
     current stream is per thread, so ``main`` is recorded per thread by ``start_run``; a
     stand-in for ``torch.cuda.current_stream`` returns each thread's own marker. A pool
     that kept one ``main`` for every thread (as it did) hands a thread another's."""
-    from hostir.stream_handlers import MAIN, StreamPool
+    from hostir.run.stream_handlers import MAIN, StreamPool
 
     current = threading.local()
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current.stream)

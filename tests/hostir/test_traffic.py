@@ -1,4 +1,4 @@
-"""Static traffic (hostir.traffic, hostir traffic): the bytes each rank receives in every
+"""Static traffic (hostir.analysis.traffic, hostir traffic): the bytes each rank receives in every
 collective, from the exchange functions, against what the collective's definition says
 each rank must receive; programs on up to 4096 ranks."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import hostir
-from hostir.traffic import count_traffic
+from hostir.analysis.traffic import count_traffic
 
 N = 4
 ROWS, COLS = 4 * N, 3  # float32: a block of 4 rows is 48 B
@@ -97,8 +97,8 @@ def test_each_collective_receives_what_its_definition_says(name):
 
 
 def test_every_collective_class_has_an_exchange_function():
-    from hostir.catalog import COMMUNICATING, classes_of_kind
-    from hostir.exchanges import EXCHANGES
+    from hostir.analysis.exchanges import EXCHANGES
+    from hostir.ir.catalog import COMMUNICATING, classes_of_kind
 
     communicating = {cls for kind in COMMUNICATING for cls in classes_of_kind(kind)}
     assert communicating <= set(EXCHANGES)

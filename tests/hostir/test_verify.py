@@ -1,4 +1,4 @@
-"""The verifier (hostir.verify): ill-formed programs are refused before anything runs them,
+"""The verifier (hostir.check.verify): ill-formed programs are refused before anything runs them,
 from text (``line:col``), JSON (the JSON path), Python (the instruction) and ``hostir check``.
 
 Each fault of the Reliability issue has its program here; each used to be accepted (and
@@ -34,8 +34,8 @@ from hostir import (
     cli,
     parse,
 )
+from hostir.check.verify import verify
 from hostir.errors import JsonFormatError
-from hostir.verify import verify
 from tests.hostir.programs import c
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"

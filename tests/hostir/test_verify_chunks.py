@@ -1,4 +1,4 @@
-"""check_chunk_uniformity (hostir.verify_chunks): in a loop whose chunks rotate with the
+"""check_chunk_uniformity (hostir.check.verify_chunks): in a loop whose chunks rotate with the
 rank (a swizzled ``shard_by_stream`` index, ``(j + coord(M, a)) % S``), a collective over
 a team spanning mesh axis ``a`` would mix different chunks of its members (fuzz seed 6025
 at 8 ranks: a wrong result, no error). Programs are written by hand and parsed without
@@ -11,8 +11,8 @@ import pathlib
 import pytest
 
 from hostir import Mesh, MeshAxis, VerifyError, parse
-from hostir.team import Team
-from hostir.verify_chunks import check_chunk_uniformity, team_splits_coordinate
+from hostir.check.verify_chunks import check_chunk_uniformity, team_splits_coordinate
+from hostir.ir.team import Team
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 

@@ -16,7 +16,7 @@ import torch
 
 from frontend import shard_tensor
 from hostir import DType, Mesh, SendRecv, TensorValue
-from hostir.scalars import Const
+from hostir.ir.scalars import Const
 from lowering.distribution import Distribution, parse_notation
 from lowering.plan import local_elements
 from lowering.plan_memory import memory_bound, peak_temporaries, step_temporaries

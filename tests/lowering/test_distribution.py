@@ -12,7 +12,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import Mesh, MeshAxis, PartialAxis, ReduceOp, Symbol, slice_global_tensor
-from hostir.sharding import ShardPart, normalized
+from hostir.ir.sharding import ShardPart, normalized
 from lowering import ReshardingError
 from lowering.distribution import Distribution, mesh_axis_of_dim, parse_notation
 from tests.redistribution_programs import fusion_for, program_for, reference_local

@@ -1,7 +1,7 @@
 """The planner costs an AllToAllV from one rank per class of ranks with equal profiles
-(``hostir.blocks.member_profiles``) and takes the most received from block boxes alone
-(``hostir.blocks.most_received``), and bounds an exchange's rounds from below by the
-busiest rank's profile (``hostir.blocks.busiest_member_profile``): its profile must be
+(``hostir.analysis.blocks.member_profiles``) and takes the most received from block boxes alone
+(``hostir.analysis.blocks.most_received``), and bounds an exchange's rounds from below by the
+busiest rank's profile (``hostir.analysis.blocks.busiest_member_profile``): its profile must be
 that rank's, and the most received its. All must match what every rank's own exchange says:
 checked here on every rank of every exchange between the sweep's distributions, over
 every team of mesh axes, with nesting orders other than the mesh's among them."""
@@ -14,7 +14,7 @@ import math
 import pytest
 
 from hostir import Mesh
-from hostir.blocks import (
+from hostir.analysis.blocks import (
     Operand,
     busiest_member_profile,
     member_exchange,
@@ -24,7 +24,7 @@ from hostir.blocks import (
     volume,
 )
 from hostir.errors import HostIrError
-from hostir.team import Team
+from hostir.ir.team import Team
 from lowering.distribution import parse_notation
 
 ORDERS = {2: ["S0S0[1,0]", "S1S1[1,0]"], 3: ["S0S0S0[2,1,0]", "S0S0S0[1,0,2]", "S1S1S1[2,0,1]"]}

@@ -12,9 +12,9 @@ import torch
 
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir.catalog import COMMUNICATING, Kind, declaration_of
-from hostir.instructions import keyword
-from hostir.program_info import walk_instructions
+from hostir.ir.catalog import COMMUNICATING, Kind, declaration_of
+from hostir.ir.instructions import keyword
+from hostir.ir.program_info import walk_instructions
 from lowering import LoweringError
 from tests.child_runs import child_environment
 from tests.fuzz.run import never_freed

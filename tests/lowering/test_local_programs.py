@@ -13,7 +13,7 @@ import torch
 
 from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import HostIrContainer
-from hostir.instructions import COMPUTE, Allocate, Deallocate
+from hostir.ir.instructions import COMPUTE, Allocate, Deallocate
 
 LOCAL_INSTRUCTIONS = COMPUTE | {Allocate, Deallocate}
 

@@ -23,8 +23,8 @@ from hostir import (
     ReduceScatter,
     TensorValue,
 )
-from hostir.communications import LocalShard
-from hostir.sharding import Mesh, PartialAxis, Sharding, ShardPart
+from hostir.ir.communications import LocalShard
+from hostir.ir.sharding import Mesh, PartialAxis, Sharding, ShardPart
 from lowering.plan_resharding import plan_resharding
 
 X, Y, Z = ParallelType.mesh_x, ParallelType.mesh_y, ParallelType.mesh_z
@@ -436,7 +436,7 @@ def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_t
     contiguous memory). The model counts that copy, exactly what the handler allocates;
     the result is the reference's."""
     from hostir import HostIrEvaluator
-    from hostir.torch_communicator import TorchCommunicator
+    from hostir.comm.torch_communicator import TorchCommunicator
     from lowering.distribution import parse_notation
     from lowering.plan_memory import memory_bound, step_temporaries
     from tests.redistribution_programs import fusion_for, program_for, reference_local

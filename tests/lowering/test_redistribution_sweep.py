@@ -18,9 +18,9 @@ import torch
 
 from frontend import shard_tensor
 from hostir import DType, Mesh, TensorValue
-from hostir.container import HostIrContainer
-from hostir.scalars import Const
-from hostir.traffic import count_traffic
+from hostir.analysis.traffic import count_traffic
+from hostir.ir.container import HostIrContainer
+from hostir.ir.scalars import Const
 from lowering.distribution import parse_notation
 from lowering.emit_resharding import emit_resharding
 from lowering.exchange_cost import received_in_all, received_lower_bound, step_received

@@ -1,0 +1,555 @@
+"""Communicators: the evaluator's only door to other ranks.
+
+The evaluator talks to other ranks through a :class:`Communicator`, so tests
+and simulations can substitute their own. :func:`~hostir.comm.world.default_communicator`
+(also importable from here) finds the world.
+
+Every collective takes this rank's local buffers and a *group*: a tuple of
+global ranks in team order (``(3, 1, 0, 2)``, or a column-major walk of a
+mesh); positions (roots, senders, chunk indices) are indices into that tuple.
+Only members of a group call a collective on it. Each collective returns a
+:class:`Work` whose ``wait()`` puts the results in place.
+
+The public methods of :class:`Communicator` check their arguments and handle
+groups of one rank themselves, as plain copies, so a one-rank group never needs
+``torch.distributed``. Larger groups go to the ``_``-prefixed hooks that a
+subclass (:class:`~hostir.comm.torch_communicator.TorchCommunicator`) implements.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from hostir.comm.rank_text import describe_group
+from hostir.comm.run_guard import WorldGuard
+from hostir.comm.timeouts import collective_timeout
+from hostir.errors import CommunicationError
+from hostir.ir.sharding import ReduceOp
+
+Group = tuple[int, ...]
+"""Global ranks in team order."""
+
+
+class Work(abc.ABC):
+    """A communication in flight: ``wait()`` returns once this rank's results are in place."""
+
+    @abc.abstractmethod
+    def wait(self) -> None:
+        """Blocks until the communication is done and its outputs are written."""
+
+
+class CompletedWork(Work):
+    """Work that was finished when issued (local copies, ranks with nothing to do)."""
+
+    def wait(self) -> None:
+        """Nothing to wait for."""
+
+
+DONE = CompletedWork()
+
+
+class Communicator:
+    """This process's place in the world (its rank, the number of ranks) and its collectives.
+
+    The base class can talk to no other rank: it serves groups of one rank and
+    raises :class:`CommunicationError` for anything larger. A stand-in for one
+    rank of a larger world (a simulation, a test) also answers the agreement's
+    ``_exchange_codes`` as if every rank sent the same.
+    """
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout = collective_timeout()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
+
+    # -- One thread at a time (hostir.comm.run_guard) ----------------------------------------
+
+    def run_guard(self) -> WorldGuard:
+        """The guard of this communicator's world: one per communicator here, one per
+        process for TorchCommunicator (every instance talks on the default group)."""
+        guard = self.__dict__.get("_run_guard")
+        return guard if guard is not None else self.__dict__.setdefault("_run_guard", WorldGuard())
+
+    def where(self) -> str:
+        """``rank 0 of 2``: this rank in its world, for messages."""
+        return f"rank {self.rank} of {self.world_size}"
+
+    @contextmanager
+    def _guarded(self, what: str) -> Iterator[None]:
+        """Holds the world's guard for a synchronous step (nothing to hold for one rank)."""
+        if self.world_size == 1:
+            yield
+            return
+        with self.run_guard().holding(what, self.where()):
+            yield
+
+    # -- Set-up -----------------------------------------------------------------
+
+    def prepare(self, groups: Sequence[Sequence[int]]) -> None:
+        """Creates the process groups of ``groups`` ahead of their first collective.
+
+        Every rank calls this with the same list in the same order, including
+        the groups it is not a member of: creating a group is itself collective.
+        Groups already known create nothing.
+        """
+        checked = [_check_members(group, self.world_size, "prepare") for group in groups]
+        with self._guarded("creating process groups"):
+            self._prepare([group for group in checked if len(group) > 1])
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        """How long each later collective may wait for its peers before it fails."""
+        if timeout != self.timeout:
+            self.timeout = timeout
+            self._apply_timeout(timeout)
+
+    # -- Agreement (hostir.comm.agreement) ----------------------------------------------
+
+    def exchange_codes(self, codes: Sequence[int]) -> list[list[int]]:
+        """Every rank's ``codes`` (int64s, the same count on every rank), in rank order.
+
+        Called by every rank of the world before a program's first collective, on a
+        process group of its own (so that a rank still in an earlier program's
+        collectives cannot mix its messages with this one).
+        """
+        if self.world_size == 1:
+            return [list(codes)]
+        with self._guarded("the agreement"):
+            return self._exchange_codes(list(codes))
+
+    def exchange_objects(self, obj: Any) -> list[Any]:
+        """Every rank's picklable ``obj``, in rank order (the agreement's detailed step)."""
+        if self.world_size == 1:
+            return [obj]
+        with self._guarded("the agreement"):
+            return self._exchange_objects(obj)
+
+    # -- Collectives --------------------------------------------------------------
+
+    def allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
+        """``out[p]`` becomes ``inp`` of member ``p``; ``out`` is ``[len(group), *inp.shape]``
+        (any strides: a strided ``out`` receives in place, without a staging copy of ours)."""
+        team = self._team(group, "allgather")
+        _expect(
+            out, (len(team), *inp.shape), inp.dtype, f"allgather over {describe_group(team)}", "out"
+        )
+        if len(team) == 1:
+            out[0].copy_(inp)
+            return DONE
+        return self._post("allgather", team, self._allgather, out, inp, team)
+
+    def reduce_scatter(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int], op: ReduceOp
+    ) -> Work:
+        """Member ``p`` gets the ``op``-reduction over all members of their ``inp[p]``
+        (``inp`` may be strided: the chunks are then handed over without a packing copy)."""
+        team = self._team(group, "reduce_scatter")
+        _expect(
+            inp,
+            (len(team), *out.shape),
+            out.dtype,
+            f"reduce_scatter over {describe_group(team)}",
+            "inp",
+        )
+        if len(team) == 1:
+            out.copy_(inp[0])
+            return DONE
+        return self._post("reduce_scatter", team, self._reduce_scatter, out, inp, team, op)
+
+    def allreduce(self, tensor: torch.Tensor, group: Sequence[int], op: ReduceOp) -> Work:
+        """Replaces ``tensor`` on every member by the ``op``-reduction over the members."""
+        team = self._team(group, "allreduce")
+        if len(team) == 1:
+            return DONE
+        return self._post("allreduce", team, self._allreduce, tensor, team, op)
+
+    def broadcast(self, tensor: torch.Tensor, group: Sequence[int], root: int) -> Work:
+        """Overwrites ``tensor`` on every member with that of the member at position ``root``."""
+        team = self._team(group, "broadcast")
+        _check_position(team, root, "root", "broadcast")
+        if len(team) == 1:
+            return DONE
+        return self._post("broadcast", team, self._broadcast, tensor, team, root)
+
+    def reduce(self, tensor: torch.Tensor, group: Sequence[int], root: int, op: ReduceOp) -> Work:
+        """Reduces ``tensor`` in place onto position ``root``; other members get scratch."""
+        team = self._team(group, "reduce")
+        _check_position(team, root, "root", "reduce")
+        if len(team) == 1:
+            return DONE
+        return self._post("reduce", team, self._reduce, tensor, team, root, op)
+
+    def gather(
+        self, out: torch.Tensor | None, inp: torch.Tensor, group: Sequence[int], root: int
+    ) -> Work:
+        """On ``root``, ``out[p]`` becomes ``inp`` of member ``p``; ``out`` is None elsewhere."""
+        team = self._team(group, "gather")
+        _check_position(team, root, "root", "gather")
+        if self.rank == team[root]:
+            _expect(
+                out,
+                (len(team), *inp.shape),
+                inp.dtype,
+                f"gather over {describe_group(team)}",
+                "out",
+            )
+        if len(team) == 1:
+            out[0].copy_(inp)
+            return DONE
+        return self._post("gather", team, self._gather, out, inp, team, root)
+
+    def scatter(
+        self, out: torch.Tensor, inp: torch.Tensor | None, group: Sequence[int], root: int
+    ) -> Work:
+        """Member ``p`` receives ``inp[p]`` of ``root`` into ``out``; ``inp`` is None elsewhere."""
+        team = self._team(group, "scatter")
+        _check_position(team, root, "root", "scatter")
+        if self.rank == team[root]:
+            _expect(
+                inp,
+                (len(team), *out.shape),
+                out.dtype,
+                f"scatter over {describe_group(team)}",
+                "inp",
+            )
+        if len(team) == 1:
+            out.copy_(inp[0])
+            return DONE
+        return self._post("scatter", team, self._scatter, out, inp, team, root)
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
+        """Member ``p`` sends ``inp[q]`` to member ``q``, whose ``out[p]`` receives it."""
+        team = self._team(group, "all_to_all")
+        if inp.ndim == 0 or inp.shape[0] != len(team):
+            raise CommunicationError(
+                f"all_to_all over {describe_group(team)}: inp has shape {list(inp.shape)}, expected"
+                f" {len(team)} chunks along dim 0"
+            )
+        _expect(out, tuple(inp.shape), inp.dtype, f"all_to_all over {describe_group(team)}", "out")
+        if len(team) == 1:
+            out.copy_(inp)
+            return DONE
+        return self._post("all_to_all", team, self._all_to_all, out, inp, team)
+
+    def all_to_all_v(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        out_splits: Sequence[int],
+        in_splits: Sequence[int],
+        group: Sequence[int],
+    ) -> Work:
+        """MPI's alltoallv on flat buffers: member ``p`` sends the ``in_splits[q]`` elements
+        of ``inp`` after the first ``sum(in_splits[:q])`` to member ``q``, and receives
+        ``out_splits[q]`` elements from member ``q`` at offset ``sum(out_splits[:q])`` of
+        ``out``. Counts are per member in group order; a member's ``in_splits[q]`` must be
+        member ``q``'s ``out_splits[p]``. ``out`` and ``inp`` are 1-d contiguous tensors."""
+        team = self._team(group, "all_to_all_v")
+        where = f"all_to_all_v over {describe_group(team)}"
+        _expect(inp, None, None, where, "inp")
+        _expect(out, None, inp.dtype, where, "out")
+        for name, tensor, splits in (("inp", inp, in_splits), ("out", out, out_splits)):
+            if tensor.ndim != 1 or not tensor.is_contiguous():
+                raise CommunicationError(
+                    f"{where}: {name} must be a flat contiguous tensor, got shape"
+                    f" {list(tensor.shape)} with strides {list(tensor.stride())}"
+                )
+            if len(splits) != len(team) or any(int(n) < 0 for n in splits):
+                raise CommunicationError(
+                    f"{where}: {name} splits {list(splits)} must be {len(team)} counts >= 0"
+                )
+            if sum(splits) != tensor.numel():
+                raise CommunicationError(
+                    f"{where}: {name} splits {list(splits)} add up to {sum(splits)}, but {name}"
+                    f" has {tensor.numel()} elements"
+                )
+        if len(team) == 1:
+            if out.numel() != inp.numel():
+                raise CommunicationError(
+                    f"{where}: a rank alone sends itself {inp.numel()} elements, but expects"
+                    f" {out.numel()}"
+                )
+            out.copy_(inp)
+            return DONE
+        out_counts, in_counts = [int(n) for n in out_splits], [int(n) for n in in_splits]
+        return self._post(
+            "all_to_all_v", team, self._all_to_all_v, out, inp, out_counts, in_counts, team
+        )
+
+    def send_recv(
+        self,
+        out: torch.Tensor | None,
+        inp: torch.Tensor | None,
+        group: Sequence[int],
+        sender: int,
+        receiver: int,
+    ) -> Work:
+        """The member at ``sender`` sends ``inp`` into ``out`` of the member at ``receiver``.
+
+        ``out`` may be None on the sender and ``inp`` on the receiver; members
+        that are neither do nothing. ``sender == receiver`` is a local copy.
+        """
+        team = self._team(group, "send_recv")
+        _check_position(team, sender, "sender", "send_recv")
+        _check_position(team, receiver, "receiver", "send_recv")
+        where = f"send_recv over {describe_group(team)} from position {sender} to {receiver}"
+        if self.rank == team[sender]:
+            _expect(inp, None, None, where, "inp")
+        if self.rank == team[receiver]:
+            _expect(out, None if inp is None else tuple(inp.shape), None, where, "out")
+        if sender == receiver:
+            if self.rank == team[sender]:
+                out.copy_(inp)
+            return DONE
+        if self.rank not in (team[sender], team[receiver]):
+            return DONE
+        return self._post("send_recv", team, self._send_recv, out, inp, team, sender, receiver)
+
+    def permute(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        group: Sequence[int],
+        send_to: int,
+        recv_from: int,
+    ) -> Work:
+        """Sends ``inp`` to the member at ``send_to`` while receiving ``out`` from the
+        member at ``recv_from`` (one step of a collective permute; every member calls
+        it with its own peers). Both peers this rank is a local copy."""
+        team = self._team(group, "permute")
+        _check_position(team, send_to, "send_to", "permute")
+        _check_position(team, recv_from, "recv_from", "permute")
+        where = (
+            f"permute over {describe_group(team)} sending to {send_to}, receiving from {recv_from}"
+        )
+        _expect(inp, None, None, where, "inp")
+        _expect(out, tuple(inp.shape), inp.dtype, where, "out")
+        me = team.index(self.rank)
+        if (send_to == me) != (recv_from == me):
+            raise CommunicationError(f"{where}: a rank that keeps its data must also send none")
+        if send_to == me:
+            out.copy_(inp)
+            return DONE
+        return self._post("permute", team, self._permute, out, inp, team, send_to, recv_from)
+
+    # -- Hooks: groups of more than one rank, arguments already checked -------------
+
+    def _permute(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int
+    ) -> Work:
+        raise self._cannot_reach("permute", group)
+
+    def _prepare(self, groups: list[Group]) -> None:
+        if groups:
+            raise self._cannot_reach("prepare", groups[0])
+
+    def _exchange_codes(self, codes: list[int]) -> list[list[int]]:
+        raise self._cannot_reach("exchange_codes", tuple(range(self.world_size)))
+
+    def _exchange_objects(self, obj: Any) -> list[Any]:
+        raise self._cannot_reach("exchange_objects", tuple(range(self.world_size)))
+
+    def _apply_timeout(self, timeout: datetime.timedelta) -> None:
+        """Hands a new timeout to the backend's groups (nothing to do without a backend)."""
+
+    def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
+        raise self._cannot_reach("allgather", group)
+
+    def _reduce_scatter(
+        self, out: torch.Tensor, inp: torch.Tensor, group: Group, op: ReduceOp
+    ) -> Work:
+        raise self._cannot_reach("reduce_scatter", group)
+
+    def _allreduce(self, tensor: torch.Tensor, group: Group, op: ReduceOp) -> Work:
+        raise self._cannot_reach("allreduce", group)
+
+    def _broadcast(self, tensor: torch.Tensor, group: Group, root: int) -> Work:
+        raise self._cannot_reach("broadcast", group)
+
+    def _reduce(self, tensor: torch.Tensor, group: Group, root: int, op: ReduceOp) -> Work:
+        raise self._cannot_reach("reduce", group)
+
+    def _gather(self, out: torch.Tensor | None, inp: torch.Tensor, group: Group, root: int) -> Work:
+        raise self._cannot_reach("gather", group)
+
+    def _scatter(
+        self, out: torch.Tensor, inp: torch.Tensor | None, group: Group, root: int
+    ) -> Work:
+        raise self._cannot_reach("scatter", group)
+
+    def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
+        raise self._cannot_reach("all_to_all", group)
+
+    def _all_to_all_v(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        out_splits: list[int],
+        in_splits: list[int],
+        group: Group,
+    ) -> Work:
+        raise self._cannot_reach("all_to_all_v", group)
+
+    def _send_recv(
+        self,
+        out: torch.Tensor | None,
+        inp: torch.Tensor | None,
+        group: Group,
+        sender: int,
+        receiver: int,
+    ) -> Work:
+        raise self._cannot_reach("send_recv", group)
+
+    # -- Helpers --------------------------------------------------------------------
+
+    def _team(self, group: Sequence[int], what: str) -> Group:
+        """``group`` as a checked tuple of which this rank is a member."""
+        team = _check_members(group, self.world_size, what)
+        if self.rank not in team:
+            raise CommunicationError(
+                f"{what}: rank {self.rank} is not a member of group {describe_group(team)}"
+            )
+        return team
+
+    def _post(self, what: str, team: Group, hook: Callable[..., Work], *args: Any) -> Work:
+        """``hook(*args)``, with a backend error raised while posting made a
+        CommunicationError naming the collective, its group and this rank. Refused while
+        another thread runs a program on this world (hostir.comm.run_guard)."""
+        guard = self.run_guard()
+        if guard.held_elsewhere():  # the message is built only when it is needed
+            guard.check(f"{what} over {describe_group(team)}", self.where())
+        try:
+            return hook(*args)
+        except CommunicationError:
+            raise
+        except (RuntimeError, ValueError) as error:
+            raise self._backend_error(f"{what} over {describe_group(team)}", error) from error
+
+    def _backend_error(self, where: str, error: BaseException) -> CommunicationError:
+        """The CommunicationError for a backend error raised by ``where`` on this rank."""
+        return backend_failure(where, self.rank, error, self.timeout)
+
+    # -- Failure notices (best effort: they name the rank behind a peer's error) ---------
+
+    def post_failure(self, message: str) -> None:
+        """Tells the other ranks, where this communicator can, that this rank failed with
+        ``message`` (they name it in their own communication errors)."""
+
+    def failures_since(self, moment: float) -> list[tuple[int, str]]:
+        """(rank, message) of the failures other ranks posted at or after ``moment``
+        (``time.time()``), where this communicator can know them."""
+        return []
+
+    def _cannot_reach(self, what: str, group: Group) -> CommunicationError:
+        return CommunicationError(
+            f"{what} over group {describe_group(group)}: {self!r} cannot reach other ranks"
+            " (use TorchCommunicator, or a communicator that simulates them)"
+        )
+
+
+class LocalCommunicator(Communicator):
+    """A world of one process (rank 0 of 1): every group is ``(0,)``, every collective a copy."""
+
+    def __init__(self) -> None:
+        super().__init__(rank=0, world_size=1)
+
+
+def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
+    """``group`` as a tuple after checking it is non-empty, duplicate-free and in the world."""
+    team = tuple(int(r) for r in group)
+    if not team:
+        raise CommunicationError(f"{what}: the group is empty")
+    if len(set(team)) != len(team):
+        raise CommunicationError(f"{what}: group {describe_group(team)} lists a rank twice")
+    outside = [r for r in team if not 0 <= r < world_size]
+    if outside:
+        raise CommunicationError(
+            f"{what}: group {describe_group(team)} names rank {outside[0]}, but the world has"
+            f" {world_size} ranks"
+        )
+    return team
+
+
+def _check_position(team: Group, position: int, name: str, what: str) -> None:
+    if not 0 <= position < len(team):
+        raise CommunicationError(
+            f"{what} over {describe_group(team)}: {name} position {position} is outside"
+            f" 0..{len(team) - 1}"
+        )
+
+
+def _expect(
+    tensor: Any,
+    shape: tuple[int, ...] | None,
+    dtype: torch.dtype | None,
+    where: str,
+    name: str,
+) -> None:
+    """Raises unless ``tensor`` is a tensor of ``shape`` and ``dtype`` (None: any)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise CommunicationError(f"{where}: {name} must be a tensor on this rank, got {tensor!r}")
+    if shape is not None and tuple(tensor.shape) != shape:
+        raise CommunicationError(
+            f"{where}: {name} has shape {list(tensor.shape)}, expected {list(shape)}"
+        )
+    if dtype is not None and tensor.dtype != dtype:
+        raise CommunicationError(f"{where}: {name} has dtype {tensor.dtype}, expected {dtype}")
+
+
+def backend_failure(
+    where: str, rank: int, error: BaseException, timeout: datetime.timedelta
+) -> CommunicationError:
+    """The CommunicationError for a backend (gloo/NCCL) error raised by ``where`` on
+    ``rank``: what most likely happened, then the backend's own first line."""
+    text = str(error)
+    lowered = text.lower()
+    if "timed out" in lowered or "timeout" in lowered:
+        reason = (
+            f"no answer from its peers within {timeout.total_seconds():g} s (the collective"
+            " timeout: HOSTIR_TIMEOUT or execute(timeout=)); a peer is stalled, far slower,"
+            " or waiting in another collective"
+        )
+    elif any(word in lowered for word in ("closed", "reset by peer", "broken pipe", "abort")):
+        reason = "a peer closed its connection: it failed or exited (see that rank's error)"
+    else:
+        reason = "the backend reported an error"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if len(first) > 240:
+        first = first[:240] + "..."
+    return CommunicationError(f"{where} failed on rank {rank}: {reason} [{first}]")
+
+
+_WORLD_NAMES = (
+    "BACKEND_VARIABLE",
+    "chosen_backend",
+    "default_communicator",
+    "init_process_group_from_env",
+    "launcher_rank_and_size",
+)
+"""Names of :mod:`hostir.comm.world` (finding the world) also read from here."""
+
+
+def __getattr__(name: str) -> Any:
+    """Re-exports ``TorchCommunicator`` and :mod:`hostir.comm.world`'s names, imported on first
+    use.
+
+    Both modules import this one; importing them lazily keeps either import order
+    working.
+    """
+    if name == "TorchCommunicator":
+        from hostir.comm.torch_communicator import TorchCommunicator
+
+        return TorchCommunicator
+    if name in _WORLD_NAMES:
+        import hostir.comm.world
+
+        return getattr(hostir.comm.world, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,122 @@
+"""Finding the world: the communicator ``execute`` and ``HostIrEvaluator`` use.
+
+:func:`default_communicator` follows SPEC section 5: use the default
+``torch.distributed`` group; if none exists and a launcher's variables are set
+(torchrun's or Open MPI's, checked by :func:`hostir.settings.launcher_world`
+before anything waits for a peer), create one; otherwise the world is this
+process. Its names are also importable from :mod:`hostir.comm.communicator`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hostir.comm.communicator import Communicator, LocalCommunicator, backend_failure
+from hostir.comm.timeouts import collective_timeout
+from hostir.errors import SettingError
+from hostir.settings import LauncherWorld, choice_setting, launcher_world
+
+BACKEND_VARIABLE = "HOSTIR_BACKEND"
+"""The backend a launcher-made default group uses: ``gloo`` or ``nccl`` (set by
+``hostir run --backend``); unset: nccl for CUDA tensors, gloo otherwise."""
+
+
+def launcher_rank_and_size() -> tuple[int, int] | None:
+    """(rank, world size) from torchrun's or Open MPI's variables, if set; SettingError
+    naming the variable for values that cannot be (hostir.settings.launcher_world)."""
+    world = launcher_world()
+    return None if world is None else (world.rank, world.world_size)
+
+
+def init_process_group_from_env(use_cuda: bool) -> bool:
+    """Creates the default process group from launcher variables; False if none are set.
+
+    The backend is ``HOSTIR_BACKEND`` if set (``hostir run --backend``), else nccl
+    for CUDA tensors and gloo otherwise. Under Open MPI the rendezvous address
+    defaults to this host.
+    """
+    found = launcher_world()  # every variable checked before anything waits for a peer
+    if found is None:
+        return False
+    rank, world_size = found.rank, found.world_size
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    backend = chosen_backend(use_cuda)
+    timeout = collective_timeout()
+    if backend == "nccl":
+        _use_local_device(found)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+    except (RuntimeError, ValueError) as error:
+        where = (
+            f"joining the process group ({backend}, rank {rank} of {world_size}, rendezvous at"
+            f" {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']})"
+        )
+        raise backend_failure(where, rank, error, timeout) from error
+    # The group is ours: end it before the interpreter does. Left to interpreter teardown,
+    # gloo's threads are sometimes destroyed while joinable, which aborts the process
+    # ("terminate called without an active exception") after a successful run.
+    atexit.register(_destroy_default_group, dist.group.WORLD)
+    return True
+
+
+def _destroy_default_group(world: Any) -> None:
+    """Destroys the default group made by :func:`init_process_group_from_env`, if it is
+    still the current one."""
+    if dist.is_initialized() and dist.group.WORLD is world:
+        dist.destroy_process_group()
+
+
+def _use_local_device(world: LauncherWorld) -> None:
+    """Makes this rank's CUDA device current: the one of its local rank."""
+    count = torch.cuda.device_count()
+    if world.local_rank >= count:
+        raise SettingError(
+            f"local rank {world.local_rank} ({world.source}'s variables) needs CUDA device"
+            f" {world.local_rank}, but this machine has {count}: start at most {count} ranks"
+            " per machine with nccl"
+        )
+    torch.cuda.set_device(world.local_rank)
+
+
+def chosen_backend(use_cuda: bool) -> str:
+    """``HOSTIR_BACKEND`` if set, else nccl for CUDA tensors (where CUDA exists), else gloo."""
+    asked = choice_setting(BACKEND_VARIABLE, ("gloo", "nccl"))
+    if asked is None:
+        return "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
+    if asked == "nccl" and not torch.cuda.is_available():
+        raise SettingError(
+            f"{BACKEND_VARIABLE}=nccl: nccl needs CUDA, and this machine has no CUDA device"
+            " (use gloo)"
+        )
+    return asked
+
+
+_DEFAULT: dict[str, Any] = {"group": None, "communicator": None}
+"""The communicator made for the current default process group, reused across calls so
+programs prepare (and check) once per group, not once per execute."""
+
+
+_DEFAULT_LOCK = threading.Lock()
+"""Two threads asking at once create the default group once."""
+
+
+def default_communicator(use_cuda: bool = False) -> Communicator:
+    """The communicator ``execute`` uses: the default group, made from env if needed."""
+    if not dist.is_available():
+        return LocalCommunicator()
+    with _DEFAULT_LOCK:
+        if not (dist.is_initialized() or init_process_group_from_env(use_cuda)):
+            return LocalCommunicator()
+        from hostir.comm.torch_communicator import TorchCommunicator
+
+        world = dist.group.WORLD
+        if _DEFAULT["group"] is not world:
+            _DEFAULT["group"], _DEFAULT["communicator"] = world, TorchCommunicator()
+        return _DEFAULT["communicator"]

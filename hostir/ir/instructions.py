@@ -1,0 +1,252 @@
+"""The host IR instruction catalog.
+
+Instructions hold data only. Each class states once which fields it defines
+(``OUTS``) and which it reads (``INS``); generic def/use walks read those.
+Printing, evaluating and verifying live in tables keyed by class elsewhere.
+
+A compute instruction normally *defines* its ``out``. With ``preallocated``
+set, ``out`` was created before (by ``Allocate`` or ``ShardByStream``) and the
+compute writes into it (torch's ``out=``): then ``out`` is read, not defined.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from hostir.ir.catalog import Instruction, Kind, classes_of_kind, declare, instruction_classes
+from hostir.ir.catalog import keyword as keyword
+from hostir.ir.scalars import Scalar, Symbol
+from hostir.ir.values import RequestValue, TensorValue
+
+Operand = TensorValue | Scalar
+
+
+class UnaryOpKind(enum.Enum):
+    """Elementwise one-operand ops; the value is the keyword."""
+
+    NEG = "neg"
+    RELU = "relu"
+
+
+class BinaryOpKind(enum.Enum):
+    """Elementwise two-operand ops; the value is the keyword."""
+
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+
+
+@declare(kind=Kind.MEMORY, keyword="allocate")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allocate:
+    """Create an uninitialised local buffer for ``out`` (its local shard shape)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ()
+    out: TensorValue
+
+
+@declare(kind=Kind.MEMORY, keyword="deallocate")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deallocate:
+    """Release the buffer bound to ``tensor``; later uses are errors."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ("tensor",)
+    tensor: TensorValue
+
+
+@declare(kind=Kind.COMPUTE, keyword="set", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Set:
+    """``out = src.clone()``: a copy (a resharding point in the fusion)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unary:
+    """``out = op(src)`` elementwise."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    op: UnaryOpKind
+    out: TensorValue
+    src: TensorValue
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("lhs", "rhs"))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Binary:
+    """``out = op(lhs, rhs)`` elementwise; an operand may be a scalar."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
+    op: BinaryOpKind
+    out: TensorValue
+    lhs: Operand
+    rhs: Operand
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, keyword="cast", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cast:
+    """``out = src.to(out.dtype)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, keyword="sum", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sum:
+    """``out = src.sum(dims, keepdim)`` over local data (a partial sum if sharded)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    dims: tuple[int, ...]
+    keepdim: bool = False
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, keyword="linear", positional=("input", "weight"))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Linear:
+    """``out = torch.nn.functional.linear(input, weight, bias)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
+    out: TensorValue
+    input: TensorValue
+    weight: TensorValue
+    bias: TensorValue | None = None
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, keyword="matmul", positional=("lhs", "rhs"))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Matmul:
+    """``out = torch.matmul(lhs, rhs)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
+    out: TensorValue
+    lhs: TensorValue
+    rhs: TensorValue
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, keyword="broadcast_in_dim", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BroadcastInDim:
+    """``out``: ``src`` with its dim ``i`` placed at ``broadcast_dims[i]``, expanded."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    broadcast_dims: tuple[int, ...]
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, keyword="permute", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Permute:
+    """``out = src.permute(dims)``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    out: TensorValue
+    src: TensorValue
+    dims: tuple[int, ...]
+    preallocated: bool = False
+
+
+@declare(kind=Kind.MEMORY, keyword="shard_by_stream", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardByStream:
+    """``out`` aliases chunk ``index`` of ``src`` split evenly along ``axis``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src", "index")
+    out: TensorValue
+    src: TensorValue
+    axis: int
+    index: Scalar
+
+
+@declare(kind=Kind.CONTROL, keyword="for")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForLoop:
+    """Run ``body`` with ``index`` bound to ``start, start+1, ..., stop-1``."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ("start", "stop")
+    index: Symbol
+    start: Scalar
+    stop: Scalar
+    body: tuple[Instruction, ...]
+
+
+@declare(kind=Kind.CONTROL, keyword="pipeline_stage")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineStage:
+    """Ends a stage of the enclosing loop's body and starts the next, which runs ``depth``
+    iterations behind: the loop is software-pipelined (see :mod:`hostir.run.pipelined_loops`).
+    Typically the first stage computes a chunk and posts its communication, the next
+    waits for it and uses it, so a chunk's communication runs while the next chunk is
+    computed."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ()
+    INS: ClassVar[tuple[str, ...]] = ()
+    depth: int = 1
+
+
+# The communication and stream instructions live in their own modules; importing them
+# here declares them, so that importing this module gives the whole built-in catalog.
+import hostir.ir.communications  # noqa: E402, F401 - after the local classes on purpose
+import hostir.ir.streams  # noqa: E402, F401
+
+COMPUTE = classes_of_kind(Kind.COMPUTE)
+"""Instructions that run a torch op and may write into a preallocated ``out``."""
+
+INSTRUCTIONS: tuple[type, ...] = instruction_classes()
+"""The built-in catalog (``hostir.ir.catalog.instruction_classes()`` also lists classes
+declared later, from outside the package)."""
+
+
+def defined_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
+    """The values ``instruction`` defines (not counting loop bodies)."""
+    names = list(instruction.OUTS)
+    if getattr(instruction, "preallocated", False):
+        names.remove("out")
+    return [getattr(instruction, name) for name in names]
+
+
+def used_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
+    """The tensors and requests ``instruction`` reads or writes without defining them."""
+    names = list(instruction.INS)
+    if getattr(instruction, "preallocated", False):
+        names.append("out")
+    used = [getattr(instruction, name) for name in names]
+    return [v for v in used if isinstance(v, TensorValue | RequestValue)]
+
+
+def field_names(cls: type) -> list[str]:
+    """The dataclass field names of an instruction class, in order."""
+    return [f.name for f in fields(cls)]

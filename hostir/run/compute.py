@@ -1,0 +1,150 @@
+"""Evaluator handlers for compute instructions: one torch call each.
+
+A handler receives the instruction, its resolved operands (tensors and
+evaluated scalars, keyed by field name) and the local shape of ``out``, and
+returns the local result. With ``preallocated`` set, ``operands["out"]`` is the
+buffer to write, and the handler writes into it (torch ``out=`` where the op
+has one, ``copy_`` otherwise).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hostir.ir.instructions import (
+    Binary,
+    BinaryOpKind,
+    BroadcastInDim,
+    Cast,
+    Linear,
+    Matmul,
+    Permute,
+    Set,
+    Sum,
+    Unary,
+    UnaryOpKind,
+)
+
+Operands = dict[str, Any]
+
+
+def _into(instruction: Any, operands: Operands, result: torch.Tensor) -> torch.Tensor:
+    """Returns ``result``, or copies it into the preallocated ``out`` buffer."""
+    if not instruction.preallocated:
+        return result
+    out = operands["out"]
+    out.copy_(result)
+    return out
+
+
+def run_set(instruction: Set, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``set``: a copy of the source."""
+    if instruction.preallocated:
+        return operands["out"].copy_(operands["src"])
+    return operands["src"].clone()
+
+
+_UNARY: dict[UnaryOpKind, Callable[[torch.Tensor], torch.Tensor]] = {
+    UnaryOpKind.NEG: torch.neg,
+    UnaryOpKind.RELU: torch.relu,
+}
+
+
+def run_unary(instruction: Unary, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``neg``/``relu``."""
+    return _into(instruction, operands, _UNARY[instruction.op](operands["src"]))
+
+
+_BINARY: dict[BinaryOpKind, Callable[[Any, Any], torch.Tensor]] = {
+    BinaryOpKind.ADD: operator.add,
+    BinaryOpKind.SUB: operator.sub,
+    BinaryOpKind.MUL: operator.mul,
+    BinaryOpKind.DIV: operator.truediv,
+}
+
+
+def run_binary(instruction: Binary, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``add``/``sub``/``mul``/``div`` with torch broadcasting and type promotion."""
+    result = _BINARY[instruction.op](operands["lhs"], operands["rhs"])
+    return _into(instruction, operands, result)
+
+
+def run_cast(instruction: Cast, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``cast`` to the output's dtype."""
+    result = operands["src"].to(instruction.out.dtype.to_torch())
+    return _into(instruction, operands, result)
+
+
+def run_sum(instruction: Sum, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``sum`` over ``dims`` of the local data."""
+    src = operands["src"]
+    dtype = instruction.out.dtype.to_torch()
+    if instruction.preallocated:
+        return torch.sum(
+            src, instruction.dims, instruction.keepdim, dtype=dtype, out=operands["out"]
+        )
+    return torch.sum(src, instruction.dims, instruction.keepdim, dtype=dtype)
+
+
+def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``linear``: ``input @ weight.T (+ bias)``; writes with ``matmul(out=)`` if preallocated."""
+    inp, weight, bias = operands["input"], operands["weight"], operands.get("bias")
+    if not instruction.preallocated:
+        return torch.nn.functional.linear(inp, weight, bias)
+    out = _matmul_into(inp, weight.t(), operands["out"])
+    if bias is not None:
+        out.add_(bias)
+    return out
+
+
+def run_matmul(instruction: Matmul, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``matmul`` with torch's batching rules."""
+    if instruction.preallocated:
+        return _matmul_into(operands["lhs"], operands["rhs"], operands["out"])
+    return torch.matmul(operands["lhs"], operands["rhs"])
+
+
+def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul(a, b)`` written into ``out``. torch folds a batched product into one
+    2-d product and reshapes ``out=`` to match, which a strided view cannot take (a stream
+    chunk of a dim inside a 3-d output): such an ``out`` gets a copy of the result. So does
+    a product with a 1-d operand: torch computes it as a 2-d product and resizes ``out=``
+    to that (a deprecated resize that keeps the storage only while the sizes agree)."""
+    if out.is_contiguous() and a.dim() > 1 and b.dim() > 1:
+        return torch.matmul(a, b, out=out)
+    return out.copy_(torch.matmul(a, b))
+
+
+def run_broadcast_in_dim(
+    instruction: BroadcastInDim, operands: Operands, out_shape: list[int]
+) -> torch.Tensor:
+    """``broadcast_in_dim``: place source dims, then expand to the local output shape."""
+    src = operands["src"]
+    view = [1] * len(out_shape)
+    for src_dim, out_dim in enumerate(instruction.broadcast_dims):
+        view[out_dim] = src.shape[src_dim]
+    result = src.reshape(view).expand(out_shape)
+    return _into(instruction, operands, result)
+
+
+def run_permute(instruction: Permute, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``permute`` (a view unless written into a preallocated buffer)."""
+    return _into(instruction, operands, operands["src"].permute(instruction.dims))
+
+
+COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {
+    Set: run_set,
+    Unary: run_unary,
+    Binary: run_binary,
+    Cast: run_cast,
+    Sum: run_sum,
+    Linear: run_linear,
+    Matmul: run_matmul,
+    BroadcastInDim: run_broadcast_in_dim,
+    Permute: run_permute,
+}
+"""One handler per compute instruction class."""
