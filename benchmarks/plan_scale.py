@@ -35,7 +35,7 @@ import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType
 from hostir import Const, DType, Mesh, TensorValue
-from lowering.distribution import parse_notation
+from lowering.redistribution.distribution import parse_notation
 
 MESHES = ("16x16", "32x32", "16x16x16", "32x32x4", "64x64", "8x8x64")
 PAIRS = {
@@ -70,7 +70,7 @@ def plan_case(mesh_text: str, source: str, target: str) -> tuple[float, int, str
     """(seconds to plan and emit, characters of program text, explain's summary line)."""
     from hostir.check.collector import collector_paused
     from lowering.emit_resharding import emit_resharding
-    from lowering.plan_resharding import plan_resharding
+    from lowering.redistribution.plan_resharding import plan_resharding
 
     mesh = _mesh(mesh_text)
     shape = (4 * len(mesh.devices), 4 * len(mesh.devices))  # every dim divides over any axes

@@ -1,7 +1,7 @@
 """Redistribution against DTensor: our resharding programs and ``DTensor.redistribute``.
 
 For each mesh and each ``source -> target`` case (compact notation of
-``lowering.distribution``: one placement per mesh dim, outer first, ``S<d>``
+``lowering.redistribution.distribution``: one placement per mesh dim, outer first, ``S<d>``
 shard, ``R`` replicate, ``P`` partial sum, ``[m,..]`` a non-default shard
 order), both sides redistribute the same local data in the same process:
 
@@ -120,7 +120,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import hostir
 from frontend import FusionDefinition, shard_tensor
 from hostir import COLLECTIVES, HostIrEvaluator, Mesh
-from lowering.distribution import parse_notation
+from lowering.redistribution.distribution import parse_notation
 
 # The resharding fusions and programs are test builders (tests/), not library code.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

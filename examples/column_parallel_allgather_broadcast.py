@@ -21,7 +21,16 @@ from __future__ import annotations
 import sys
 
 # The script's own folder is on sys.path, however it is launched.
-from column_parallel_allgather_permute import main
+from column_parallel_allgather_permute import define, main
+
+from frontend import FusionDefinition
+
+
+def fusion(world_size: int = 4) -> FusionDefinition:
+    """What ``hostir dump``, ``viz`` and ``traffic`` lower (docs/cli.md): the unswizzled
+    fusion for ``world_size`` ranks, not run; 4 by default, as in the run above."""
+    return define(world_size, swizzle=False)[0]
+
 
 if __name__ == "__main__":
     sys.exit(main(swizzle=False))

@@ -43,6 +43,12 @@ def define(d: int) -> tuple[FusionDefinition, list]:
     return fd, [x, w1, b1, w2, b2]
 
 
+def fusion(world_size: int = 4) -> FusionDefinition:
+    """What ``hostir dump``, ``viz`` and ``traffic`` lower (docs/cli.md): the scheduled
+    fusion for ``world_size`` ranks, not run; 4 by default, as in the run above."""
+    return define(world_size)[0]
+
+
 def main() -> int:
     """Runs the example on this rank; returns the exit status."""
     world = default_communicator()  # joins the launcher's process group, if any

@@ -20,7 +20,7 @@ from frontend.fusion import Fusion
 from frontend.types import DataType
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import SettingError
-from hostir.run.run_arguments import checked_device
+from hostir.run.arguments import checked_device
 
 ENABLE_OPTIONS = {
     "host_ir_lowering": "always on: every fusion is lowered to a host IR program",

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from frontend.iter_domain import IterDomain
-from frontend.tensor_view import TensorView
+from frontend.tensor_view import TensorView, ValueOwner
 from frontend.types import DataType
 from hostir import BinaryOpKind, UnaryOpKind
-
-if TYPE_CHECKING:
-    from frontend.fusion import Fusion
 
 
 @dataclass(eq=False)
@@ -28,7 +24,7 @@ class ScalarVal:
     name: str
     dtype: DataType
     value: int | float | bool | None = None
-    fusion: Fusion | None = field(default=None, repr=False)
+    fusion: ValueOwner | None = field(default=None, repr=False)
     """The fusion that defined it (set by ``Fusion.new_scalar``)."""
 
     def is_input(self) -> bool:

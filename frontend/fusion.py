@@ -23,7 +23,8 @@ class Fusion:
     symbolic extents ``i0, ...`` in creation order. ``finished`` is set when the
     definition ends (the ``with`` block exits, or the first ``execute``): no tensor
     or op can be added after that. ``number`` tells fusions apart in messages (names
-    such as ``T0`` repeat in every fusion); each tensor and scalar knows its fusion.
+    such as ``T0`` repeat in every fusion); each tensor and scalar knows its fusion (as a
+    ``tensor_view.ValueOwner``), and each tensor the expressions defining and using it.
     """
 
     def __init__(self) -> None:

@@ -38,16 +38,13 @@ from frontend.sharding import validate_schedule
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
+from hostir.analysis.pipeline_stages import has_pipelined_loop
 from hostir.comm.agreement import RankFacts, agree
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
 from hostir.run.inputs import bind_input_tensor
-from hostir.run.pipelined_loops import (
-    check_same_outputs,
-    has_pipelined_loop,
-    pipeline_checking_enabled,
-)
+from hostir.run.pipelined_loops import check_same_outputs, pipeline_checking_enabled
 from hostir.run.race_checker import RaceChecker, race_checking_enabled
 from hostir.settings import choice_setting
 from hostir.text.round_trip import check_round_trip, round_trip_checking_enabled
@@ -259,7 +256,10 @@ class FusionDefinition:
             )
 
     def _lower(self) -> HostIrContainer:
-        from lowering import lower_fusion  # only execute reaches into lowering
+        """A fresh lowering of the fusion to a host IR program (``execute``, ``host_ir``)."""
+        # The frontend's one reach into lowering (SPEC section 2), late because lowering
+        # imports frontend: at module level the import would close a circle between them.
+        from lowering import lower_fusion
 
         self.lowering_count += 1
         program = lower_fusion(self._fusion)

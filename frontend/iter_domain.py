@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from frontend.arguments import MAX_EXTENT, is_int, shown
 from frontend.errors import HostIrError, ScheduleError
@@ -19,10 +19,19 @@ from frontend.types import ParallelType
 from hostir import Const, Scalar
 from hostir.ir.scalars import floordiv, print_scalar
 
-if TYPE_CHECKING:
-    from frontend.tensor_view import TensorView
-
 _ids = itertools.count()
+
+
+class AxisOwner(Protocol):
+    """The tensor holding an axis (a ``TensorView``), as the axis sees it.
+
+    Declared here rather than imported: tensor_view imports this module, so naming
+    ``TensorView`` here would close an import circle.
+    """
+
+    def axis_parallelized(self) -> None:
+        """Records that one of its axes changed parallel type; raises a ``HostIrError`` if
+        the tensor refuses the change (the axis then takes its previous type back)."""
 
 
 class IterType(enum.Enum):
@@ -48,7 +57,7 @@ class IterDomain:
         self.definition = definition
         self.use: Split | Swizzle1D | None = None
         self.number = next(_ids)
-        self.owner: TensorView | None = None  # set by the TensorView holding this axis
+        self.owner: AxisOwner | None = None  # set by the TensorView holding this axis
 
     def parallelize(self, parallel_type: ParallelType) -> None:
         """Runs this axis over a mesh axis, as a stream loop, or serially."""
@@ -58,10 +67,8 @@ class IterDomain:
             )
         previous, self.parallel_type = self.parallel_type, parallel_type
         if self.owner is not None:
-            self.owner.schedule_clock.tick()
-        if self.owner is not None and self.owner.device_mesh is not None:
             try:
-                self.owner.check_mesh_axes()
+                self.owner.axis_parallelized()
             except HostIrError:
                 self.parallel_type = previous  # a refused parallelization leaves no trace
                 raise

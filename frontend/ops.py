@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -31,14 +31,12 @@ from frontend.exprs import (
     SumOp,
     UnaryOp,
 )
+from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import BinaryOpKind, Const, Scalar, UnaryOpKind
 from hostir.ir.scalars import print_scalar
-
-if TYPE_CHECKING:
-    from frontend.fusion import Fusion
 
 _PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
 

@@ -10,7 +10,7 @@ loop domain and refer to its axes by index.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from frontend.arguments import as_list, check_bool, contiguity_flags, is_int, shown
 from frontend.errors import MeshError, ScheduleError
@@ -20,9 +20,31 @@ from frontend.schedule_clock import ScheduleClock
 from frontend.types import DataType, ParallelType
 from hostir import Const
 
-if TYPE_CHECKING:
-    from frontend.exprs import Expr
-    from frontend.fusion import Fusion
+# What a tensor knows of the fusion around it, declared here rather than imported: the
+# modules defining ``Fusion`` and ``Expr`` import this one, so naming them here would close
+# an import circle.
+
+
+class ValueOwner(Protocol):
+    """The fusion a tensor or scalar belongs to (a ``Fusion``), as the value sees it."""
+
+    number: int
+    """Tells fusions apart in messages."""
+
+    def describe(self) -> str:
+        """``fusion #2 (inputs T0, T1)``: which fusion, in a message."""
+
+
+class TensorExpr(Protocol):
+    """An expression that defines or uses a tensor (an ``exprs.Expr``), as the tensor sees it."""
+
+    output: TensorView
+
+    def inputs(self) -> list[Any]:
+        """Operands in order (tensors, scalars and Python numbers)."""
+
+    def describe(self) -> str:
+        """``T2 = linear(T0, T1)``-style text."""
 
 
 class TensorView:
@@ -39,10 +61,10 @@ class TensorView:
         self.stride_order: list[int] | None = None
         self.device_mesh: DeviceMesh | None = None
         self.mesh_set_by_user = False
-        self.definition: Expr | None = None
-        self.uses: list[Expr] = []
+        self.definition: TensorExpr | None = None
+        self.uses: list[TensorExpr] = []
         self.schedule_clock = ScheduleClock()  # the fusion's, once the fusion holds it
-        self.fusion: Fusion | None = None  # set by the fusion that creates it
+        self.fusion: ValueOwner | None = None  # set by the fusion that creates it
         for axis in self._logical:
             axis.owner = self
 
@@ -175,6 +197,13 @@ class TensorView:
         self.allocation_contiguity = contiguity
         self.schedule_clock.tick()
         return self
+
+    def axis_parallelized(self) -> None:
+        """Records that one of its loop axes changed parallel type (``IterDomain.parallelize``
+        calls it); raises if the tensor's mesh does not fit the change."""
+        self.schedule_clock.tick()
+        if self.device_mesh is not None:
+            self.check_mesh_axes()
 
     # ----- queries -----
     def device_axes(self) -> dict[ParallelType, IterDomain]:

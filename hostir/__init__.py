@@ -5,12 +5,9 @@ A program (:class:`HostIrContainer`) can be printed, run and inspected
 without the fusion it came from.
 """
 
-from hostir.comm.communicator import (
-    Communicator,
-    LocalCommunicator,
-    TorchCommunicator,
-    default_communicator,
-)
+from hostir.comm.communicator import Communicator, LocalCommunicator
+from hostir.comm.torch_communicator import TorchCommunicator
+from hostir.comm.world import default_communicator
 from hostir.errors import (
     CommunicationError,
     ConcurrentRunError,
@@ -75,9 +72,9 @@ from hostir.ir.sharding import (
 from hostir.ir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.ir.team import Team
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.run.context import Listener, RunContext
 from hostir.run.evaluator import HostIrEvaluator
 from hostir.run.race_checker import RaceChecker
-from hostir.run.run_context import Listener, RunContext
 from hostir.text.parser import parse
 from hostir.text.printer import print_program
 from hostir.viz.dot import to_dot

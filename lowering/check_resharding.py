@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from hostir import Set
 from hostir.ir.instructions import keyword
-from hostir.text.printer import _MeshNames, print_sharding
+from hostir.ir.mesh_names import MeshNames
+from hostir.text.printer import print_sharding
 from lowering.errors import ReshardingError
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
@@ -20,7 +21,7 @@ def _describe(tensor: LoweringTensor) -> str:
     value = tensor.value()
     if value.sharding is None:
         return f"{tensor.name} (no mesh)"
-    return f"{tensor.name} {print_sharding(value.sharding, _MeshNames())} on {value.sharding.mesh}"
+    return f"{tensor.name} {print_sharding(value.sharding, MeshNames())} on {value.sharding.mesh}"
 
 
 def _fail(op: LoweringOp, producer: LoweringTensor, consumer: LoweringTensor, why: str) -> None:

@@ -2,9 +2,9 @@
 shows a redistribution plan and its cost.
 
 ``hostir plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR`` prints
-``Plan.explain()`` for resharding a tensor of that shape between the two
+``ExplainedPlan.explain()`` for resharding a tensor of that shape between the two
 distributions (notation: one placement per mesh dim, outer first — ``S<d>``,
-``R``, ``P``; see ``lowering.distribution.parse_notation``). The command belongs
+``R``, ``P``; see ``lowering.redistribution.distribution.parse_notation``). The command belongs
 to ``lowering``: this package declares it (``add_plan_command``) and registers it
 with the ``hostir`` command line through the ``hostir.commands`` entry point
 (pyproject.toml), so ``hostir`` never imports ``lowering``.
@@ -18,9 +18,9 @@ import math
 from hostir import Const, DType, Mesh, TensorValue
 from hostir.errors import SettingError
 from hostir.settings import parse_count
-from lowering.distribution import parse_notation
 from lowering.errors import ReshardingError
-from lowering.plan_resharding import plan_resharding
+from lowering.redistribution.distribution import parse_notation
+from lowering.redistribution.plan_resharding import plan_resharding
 
 MAX_PLAN_DEVICES = 1 << 16
 """The largest mesh ``plan`` takes (65,536 devices): planning holds a mesh's device list,

@@ -18,7 +18,7 @@ from hostir.ir.communications import Wait
 from hostir.ir.instructions import Allocate, Instruction
 from hostir.ir.scalars import Const
 from hostir.ir.values import RequestValue
-from lowering.plan_resharding import Plan, Step
+from lowering.redistribution.plan_resharding import Plan, Step
 
 
 def emit_resharding(

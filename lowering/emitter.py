@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from hostir import Set, TensorValue
 from hostir.ir.instructions import Instruction
 from lowering.emit_resharding import emit_resharding
-from lowering.plan_resharding import plan_resharding
+from lowering.redistribution.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringFusion, LoweringOp
 
 

@@ -62,7 +62,7 @@ from hostir.ir.team import Team
 from hostir.settings import count_setting
 from lowering.emitter import Emitter, bind_values
 from lowering.errors import LoweringError
-from lowering.plan_resharding import plan_resharding
+from lowering.redistribution.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 from lowering.swizzle_teams import check_swizzled_communication
 

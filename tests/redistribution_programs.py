@@ -26,7 +26,7 @@ from hostir.ir.instructions import Deallocate
 from lowering.errors import ReshardingError
 
 if TYPE_CHECKING:
-    from lowering.distribution import Distribution
+    from lowering.redistribution.distribution import Distribution
 
 
 def fusion_for(

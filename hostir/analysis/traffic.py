@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import torch
 
 from hostir.analysis.exchanges import exchange
+from hostir.analysis.pipeline_stages import in_flight, is_pipelined
 from hostir.errors import HostIrError
 from hostir.ir.catalog import COMMUNICATING, declaration_of, keyword
 from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import ForLoop, Instruction
 from hostir.ir.scalars import evaluate_scalar
-from hostir.run.pipelined_loops import in_flight, is_pipelined
 
 
 def communications(
@@ -169,7 +169,10 @@ def traffic_report(traffic: Traffic) -> str:
         lines.append(f"busiest link: rank {source} -> rank {destination}, {_bytes(most)}")
     else:
         lines.append("busiest link: none (no rank sends to another)")
-    lines.append("per communication (the most bytes one rank receives, over its iterations):")
+    if not traffic.by_communication:
+        lines.append("per communication: none (the program has no communication)")
+    else:
+        lines.append("per communication (the most bytes one rank receives, over its iterations):")
     for path, (text, count, most_received) in traffic.by_communication.items():
         times = f", {count} iterations" if count > 1 else ""
         lines.append(f"  {path} {text}: {_bytes(most_received)} per iteration at most{times}")

@@ -55,6 +55,7 @@ from hostir.ir.communications import Wait
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import Normal, differ, extent_problem, normal_form, times
+from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -69,7 +70,6 @@ from hostir.ir.instructions import (
 from hostir.ir.scalars import Const, Symbol, print_scalar, scalar_problem
 from hostir.ir.sharding import Sharding
 from hostir.ir.values import RequestValue, TensorValue
-from hostir.text.syntax import FieldKind, field_kinds
 
 Path = tuple[int, ...]
 

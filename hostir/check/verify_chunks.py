@@ -35,11 +35,11 @@ from hostir.ir.catalog import Kind, declaration_of
 from hostir.ir.communications import CollectivePermute, SendRecv
 from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import ForLoop, Instruction, ShardByStream, keyword
+from hostir.ir.mesh_names import mesh_names
 from hostir.ir.scalars import MeshCoordinate, Scalar, leaves, print_scalar, symbols_of
 from hostir.ir.sharding import Mesh, MeshAxis
-from hostir.ir.team import Team
+from hostir.ir.team import Team, print_team
 from hostir.ir.values import TensorValue
-from hostir.text.printer import mesh_names, print_team
 
 Path = tuple[int, ...]
 Coordinates = frozenset[MeshCoordinate]
@@ -172,7 +172,7 @@ class _Walk:
         coordinate: MeshCoordinate,
     ) -> str:
         meshes = mesh_names(self.program)
-        team = print_team(instruction.team, meshes)
+        team = print_team(instruction.team, meshes.name)
         coord = print_scalar(coordinate, meshes.name)
         index = print_scalar(origin.index, meshes.name)
         via = "" if origin.source == value.name else f" (computed from {origin.source})"

@@ -25,6 +25,7 @@ from typing import NoReturn
 
 import torch
 
+from hostir.check.verify import verify_located
 from hostir.cli import scripts
 from hostir.cli.arguments import (
     in_range,
@@ -33,6 +34,7 @@ from hostir.cli.arguments import (
     traffic_world,
     world_size_option,
 )
+from hostir.cli.scripts import ScriptError
 from hostir.comm import launcher
 from hostir.errors import HostIrError, ParseError, SettingError, VerifyError
 from hostir.ir.container import HostIrContainer
@@ -196,35 +198,31 @@ def render(graph, fmt: str) -> bytes:
 
 
 def add_check_command(subparsers: argparse._SubParsersAction) -> None:
-    """``check FILE.hir [--world-size N]``: parse and verify host IR text."""
+    """``check SCRIPT|FILE.hir [--world-size N]``: parse (or lower) and verify a program."""
     parser = subparsers.add_parser(
         "check",
-        help="parse and verify a .hir file",
-        description="Parse and verify host IR text (hostir.check.verify). Prints 'FILE: ok (N "
-        "instructions)', or 'FILE:LINE:COL: message' on stderr and exits 1.",
+        help="parse and verify a .hir file, or lower and verify a script's fusion",
+        description="Parse and verify host IR text (hostir.check.verify), or lower a script's "
+        "fusion(world_size) and verify the program. Prints 'FILE: ok (N instructions)', or "
+        "'FILE:LINE:COL: message' (text) or 'FILE: message' (script) on stderr and exits 1.",
     )
-    parser.add_argument("file", metavar="FILE.hir", help="host IR text")
-    parser.add_argument(
-        "--world-size",
-        metavar="N",
-        type=integer,
-        help="also check the program runs on N ranks: every mesh fits in them",
-    )
+    add_program_arguments(parser)
     parser.set_defaults(handler=check_command)
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """Exit code 0 if the file parses and verifies; else 1, with ``FILE:LINE:COL: message``."""
-    path = args.file
+    """Exit code 0 if the program parses (or lowers) and verifies; else 1, with
+    ``FILE:LINE:COL: message`` for text and ``FILE: message`` for a script."""
+    path = args.program
     require_file(path)
-    if scripts.is_script(path):
-        raise CommandError(
-            f"check reads host IR text, not a script: {path} (to lower a script, use"
-            " 'hostir dump SCRIPT')"
-        )
     world_size_option(args.world_size)
     try:
         program = scripts.load_program(path, args.world_size)
+        if scripts.is_script(path):
+            verify_located(program)  # a script may return a program it built by hand
+    except ScriptError as error:  # a script's refusal, its message names the script
+        print(f"{error}", file=sys.stderr)
+        return FAILURE
     except (ParseError, VerifyError) as error:
         if getattr(error, "line", None) is None:
             print(f"{path}: {error}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 The evaluator talks to other ranks through a :class:`Communicator`, so tests
 and simulations can substitute their own. :func:`~hostir.comm.world.default_communicator`
-(also importable from here) finds the world.
+finds the world.
 
 Every collective takes this rank's local buffers and a *group*: a tuple of
 global ranks in team order (``(3, 1, 0, 2)``, or a column-major walk of a
@@ -525,31 +525,3 @@ def backend_failure(
     if len(first) > 240:
         first = first[:240] + "..."
     return CommunicationError(f"{where} failed on rank {rank}: {reason} [{first}]")
-
-
-_WORLD_NAMES = (
-    "BACKEND_VARIABLE",
-    "chosen_backend",
-    "default_communicator",
-    "init_process_group_from_env",
-    "launcher_rank_and_size",
-)
-"""Names of :mod:`hostir.comm.world` (finding the world) also read from here."""
-
-
-def __getattr__(name: str) -> Any:
-    """Re-exports ``TorchCommunicator`` and :mod:`hostir.comm.world`'s names, imported on first
-    use.
-
-    Both modules import this one; importing them lazily keeps either import order
-    working.
-    """
-    if name == "TorchCommunicator":
-        from hostir.comm.torch_communicator import TorchCommunicator
-
-        return TorchCommunicator
-    if name in _WORLD_NAMES:
-        import hostir.comm.world
-
-        return getattr(hostir.comm.world, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@
 ``torch.distributed`` group; if none exists and a launcher's variables are set
 (torchrun's or Open MPI's, checked by :func:`hostir.settings.launcher_world`
 before anything waits for a peer), create one; otherwise the world is this
-process. Its names are also importable from :mod:`hostir.comm.communicator`.
+process.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from hostir.comm.communicator import Communicator, LocalCommunicator, backend_failure
 from hostir.comm.timeouts import collective_timeout
+from hostir.comm.torch_communicator import TorchCommunicator
 from hostir.errors import SettingError
 from hostir.settings import LauncherWorld, choice_setting, launcher_world
 
@@ -114,8 +115,6 @@ def default_communicator(use_cuda: bool = False) -> Communicator:
     with _DEFAULT_LOCK:
         if not (dist.is_initialized() or init_process_group_from_env(use_cuda)):
             return LocalCommunicator()
-        from hostir.comm.torch_communicator import TorchCommunicator
-
         world = dist.group.WORLD
         if _DEFAULT["group"] is not world:
             _DEFAULT["group"], _DEFAULT["communicator"] = world, TorchCommunicator()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hostir.errors import MeshError
-from hostir.ir.scalars import MeshCoordinate, Scalar, add, mul
+from hostir.ir.scalars import MeshCoordinate, MeshNamer, Scalar, add, mul
 from hostir.ir.sharding import Mesh, MeshAxis
 
 
@@ -96,3 +96,9 @@ class Team:
     def __str__(self) -> str:
         axes = ", ".join(axis.value for axis in self.axes)
         return f"{self.mesh}({axes})"
+
+
+def print_team(team: Team, mesh_name: MeshNamer = str) -> str:
+    """``M0(y, x)``: the team's mesh (named by ``mesh_name``; the printer passes its
+    ``M<n>`` names) and its axes, outer first."""
+    return f"{mesh_name(team.mesh)}({', '.join(axis.value for axis in team.axes)})"

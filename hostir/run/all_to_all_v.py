@@ -58,7 +58,7 @@ from hostir.ir.values import TensorValue
 from hostir.run.handler_common import Request, need, out_buffer
 
 if TYPE_CHECKING:
-    from hostir.run.run_context import RunContext
+    from hostir.run.context import RunContext
 
 
 def run_all_to_all_v(context: RunContext, instruction: AllToAllV, operands: dict) -> list:

@@ -34,7 +34,7 @@ from hostir.run.all_to_all_v import run_all_to_all_v
 from hostir.run.handler_common import Request, landing, need, out_buffer
 
 if TYPE_CHECKING:
-    from hostir.run.run_context import RunContext
+    from hostir.run.context import RunContext
 
 
 def _split_dim(t: torch.Tensor, axis: int, inner: int | None, parts: int) -> torch.Tensor:

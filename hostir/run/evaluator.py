@@ -20,13 +20,15 @@ from typing import Any
 
 import torch
 
+from hostir.analysis.pipeline_stages import is_pipelined
 from hostir.check.extent_checks import ExtentChecks
 from hostir.check.verify import verify_located
 from hostir.comm.agreement import BoundExtent, RankFacts, agree
-from hostir.comm.communicator import Communicator, default_communicator
+from hostir.comm.communicator import Communicator
 from hostir.comm.rank_text import describe_group
 from hostir.comm.run_guard import occupying_world
 from hostir.comm.timeouts import collective_timeout
+from hostir.comm.world import default_communicator
 from hostir.errors import (
     CommunicationError,
     DisagreementError,
@@ -54,19 +56,20 @@ from hostir.ir.program_info import check_meshes_fit, program_teams, walk_instruc
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.ir.sharding import Mesh
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
-from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
-from hostir.run.compute import COMPUTE_HANDLERS
-from hostir.run.inputs import bind_input_tensor
-from hostir.run.pipelined_loops import is_pipelined, pipelining, run_pipelined
-from hostir.run.run_arguments import (
+from hostir.run.arguments import (
     checked_communicator,
     checked_device,
     checked_listeners,
     checked_program,
     run_inputs,
 )
-from hostir.run.run_context import Listener, RunContext
-from hostir.run.stream_handlers import MAIN, STREAM_HANDLERS, StreamPool, stream_count
+from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
+from hostir.run.compute import COMPUTE_HANDLERS
+from hostir.run.context import Listener, RunContext
+from hostir.run.inputs import bind_input_tensor
+from hostir.run.pipelined_loops import pipelining, run_pipelined
+from hostir.run.stream_handlers import STREAM_HANDLERS
+from hostir.run.stream_pool import MAIN, StreamPool, stream_count
 
 Handler = Callable[[RunContext, Any, dict[str, Any]], Sequence[Any]]
 
@@ -154,7 +157,7 @@ class HostIrEvaluator:
     observe each instruction. ``device`` defaults to the device of the first
     tensor input (CPU if there is none). ``streams``: the stream pool's size per
     device (default ``HOSTIR_STREAMS``, else 4; ``stream(i)`` runs on pool stream
-    ``i mod streams``, see ``hostir.run.stream_handlers.StreamPool``). ``pipeline``: run
+    ``i mod streams``, see ``hostir.run.stream_pool.StreamPool``). ``pipeline``: run
     loops with ``pipeline_stage`` s pipelined (default ``HOSTIR_PIPELINE``, else yes;
     see ``hostir.run.pipelined_loops``); False runs each iteration whole, in order.
     A wrong argument is a SettingError (VerifyError for ``program``) naming it.

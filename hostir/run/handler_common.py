@@ -11,7 +11,7 @@ import torch
 from hostir.errors import EvaluationError
 
 if TYPE_CHECKING:
-    from hostir.run.run_context import RunContext
+    from hostir.run.context import RunContext
 
 
 class Request:

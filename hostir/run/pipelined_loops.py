@@ -28,22 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hostir.analysis.exchanges import local_elements
+from hostir.analysis.pipeline_stages import stages
 from hostir.errors import EvaluationError, SettingError
 from hostir.ir.instructions import (
     ForLoop,
     Instruction,
-    PipelineStage,
-    ShardByStream,
     defined_values,
 )
 from hostir.ir.program_info import walk_instructions
-from hostir.ir.values import TensorValue
 from hostir.run.stream_handlers import make_current
 from hostir.settings import flag_setting
 
 if TYPE_CHECKING:
-    from hostir.run.run_context import RunContext
+    from hostir.run.context import RunContext
 
 PIPELINE_VARIABLE = "HOSTIR_PIPELINE"
 """``0`` runs pipelined loops unpipelined (each iteration whole, in order); ``1``, the
@@ -59,20 +56,6 @@ def pipelining(pipeline: bool | None = None) -> bool:
     if not isinstance(pipeline, bool):
         raise SettingError(f"pipeline: expected True, False or None, got {pipeline!r}")
     return pipeline
-
-
-def stages(body: Sequence[Instruction]) -> list[tuple[int, tuple[Instruction, ...]]]:
-    """The stages of a loop body, each with its lag behind the first stage."""
-    found: list[tuple[int, tuple[Instruction, ...]]] = []
-    lag, current = 0, []
-    for instruction in body:
-        if isinstance(instruction, PipelineStage):
-            found.append((lag, tuple(current)))
-            lag, current = lag + instruction.depth, []
-        else:
-            current.append(instruction)
-    found.append((lag, tuple(current)))
-    return found
 
 
 def _defined_names(body: Sequence[Instruction]) -> set[str]:
@@ -107,11 +90,6 @@ def run_pipelined(context: RunContext, loop: ForLoop, start: int, stop: int) -> 
     context.scalars.pop(index, None)
 
 
-def is_pipelined(loop: ForLoop) -> bool:
-    """Whether ``loop``'s body has a ``pipeline_stage`` of its own."""
-    return any(isinstance(i, PipelineStage) for i in loop.body)
-
-
 CHECK_VARIABLE = "HOSTIR_CHECK_PIPELINE"
 """Set to ``1`` (the test suite does) to run every program the frontend executes that has
 a pipelined loop a second time unpipelined and compare the outputs bitwise."""
@@ -124,11 +102,6 @@ def pipeline_checking_enabled() -> bool:
     return flag_setting(CHECK_VARIABLE) and not profiling
 
 
-def has_pipelined_loop(body: Sequence[Instruction]) -> bool:
-    """Whether any loop in ``body`` (nested ones too) is pipelined."""
-    return any(isinstance(i, ForLoop) and is_pipelined(i) for i in walk_instructions(body))
-
-
 def check_same_outputs(pipelined: Sequence[Any], unpipelined: Sequence[Any]) -> None:
     """Raises EvaluationError unless the two runs' outputs are bitwise equal."""
     for index, (a, b) in enumerate(zip(pipelined, unpipelined, strict=True)):
@@ -139,23 +112,3 @@ def check_same_outputs(pipelined: Sequence[Any], unpipelined: Sequence[Any]) -> 
                 " unpipelined (HOSTIR_PIPELINE=0): a pipeline stage touches what another"
                 " iteration's stage uses"
             )
-
-
-def in_flight(loop: ForLoop, env: dict) -> tuple[int, int] | None:
-    """(how many iterations' values are alive at once, the bytes of the tensors one
-    iteration allocates on a rank) for a pipelined ``loop``: an iteration's values live
-    until its last stage ran, so at total depth ``d`` up to ``d + 1`` iterations hold
-    theirs. Views (``shard_by_stream``) and writes into existing buffers allocate
-    nothing. None when an extent is not bound in ``env``."""
-    iterations = 1 + stages(loop.body)[-1][0]  # the last stage's lag
-    total = 0
-    for instruction in walk_instructions(loop.body):
-        if isinstance(instruction, ShardByStream):
-            continue
-        for value in defined_values(instruction):
-            if isinstance(value, TensorValue):
-                elements = local_elements(value, env)
-                if elements is None:
-                    return None
-                total += elements * value.dtype.to_torch().itemsize
-    return iterations, total

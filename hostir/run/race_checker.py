@@ -66,6 +66,7 @@ from hostir.ir.instructions import (
 )
 from hostir.ir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.ir.values import TensorValue
+from hostir.run.context import Listener, RunContext
 from hostir.run.race_records import (
     Clock,
     _Access,
@@ -77,8 +78,7 @@ from hostir.run.race_records import (
     _region,
     _Stamp,
 )
-from hostir.run.run_context import Listener, RunContext
-from hostir.run.stream_handlers import MAIN
+from hostir.run.stream_pool import MAIN
 from hostir.settings import flag_setting
 
 ENVIRONMENT_VARIABLE = "HOSTIR_CHECK_RACES"

@@ -14,12 +14,13 @@ import lark
 
 from hostir.ir.catalog import by_keyword
 from hostir.ir.communications import Wait
+from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import Allocate, Deallocate, ForLoop, Instruction
 from hostir.ir.scalars import MAX_INT_DIGITS
 from hostir.ir.sharding import ReduceOp
 from hostir.ir.team import Team
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
-from hostir.text.syntax import FieldKind, field_kinds, parse_call
+from hostir.text.syntax import parse_call
 
 Builder = Any  # hostir.text.parser._Builder; typed loosely to keep the modules acyclic
 

@@ -69,6 +69,7 @@ from hostir.ir.catalog import instruction_classes
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import extent_problem
+from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import INSTRUCTIONS, BinaryOpKind, UnaryOpKind
 from hostir.ir.mesh import Mesh, MeshAxis
 from hostir.ir.scalars import (
@@ -83,7 +84,6 @@ from hostir.ir.team import Team
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.text.json_text import load
 from hostir.text.json_types import PRIMITIVES, describe_json, describe_value, fields_of, mismatch
-from hostir.text.syntax import FieldKind, field_kinds
 
 FORMAT = "hostir"
 """The ``format`` every document carries."""

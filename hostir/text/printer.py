@@ -23,6 +23,7 @@ from typing import Any
 
 from hostir.ir.communications import Wait
 from hostir.ir.container import HostIrContainer, ScalarInput
+from hostir.ir.fields import FieldKind
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -30,39 +31,19 @@ from hostir.ir.instructions import (
     Instruction,
     keyword,
 )
+from hostir.ir.mesh_names import MeshNames, mesh_names, written_dims
 from hostir.ir.scalars import Scalar, print_scalar
-from hostir.ir.sharding import Mesh, Sharding, ShardPart
-from hostir.ir.team import Team
+from hostir.ir.sharding import Sharding
+from hostir.ir.team import print_team
 from hostir.ir.values import StreamValue, TensorValue
-from hostir.text.syntax import FieldKind, print_call
+from hostir.text.syntax import print_call
 
 INDENT = "  "
 
 
-class _MeshNames:
-    """Assigns ``M0, M1, ...`` to meshes in order of first appearance."""
-
-    def __init__(self) -> None:
-        self.names: dict[Mesh, str] = {}
-
-    def name(self, mesh: Mesh) -> str:
-        return self.names.setdefault(mesh, f"M{len(self.names)}")
-
-
-def mesh_names(program: HostIrContainer) -> _MeshNames:
-    """The names ``print_program`` gives ``program``'s meshes (``M0``, ``M1``, ... by first
-    appearance), for messages and pictures that show its instructions."""
-    meshes = _MeshNames()
-    for value in program.inputs:
-        print_declaration(value, meshes)
-    for instruction in program.body:
-        print_instruction(instruction, meshes)
-    return meshes
-
-
 def print_program(program: HostIrContainer) -> str:
     """The text form of ``program``."""
-    meshes = _MeshNames()
+    meshes = mesh_names(program)  # named in the order the text writes them
     body: list[str] = []
     for value in program.inputs:
         body.append(f"input {print_declaration(value, meshes)}")
@@ -75,7 +56,7 @@ def print_program(program: HostIrContainer) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_declaration(value: TensorValue | ScalarInput, meshes: _MeshNames) -> str:
+def print_declaration(value: TensorValue | ScalarInput, meshes: MeshNames) -> str:
     """``T0 : float32[i0, 8] @M0 {0: [x, i0 // 4]}`` or ``s0 : float64``."""
     if isinstance(value, ScalarInput):
         return f"{value.name} : {value.dtype.value}"
@@ -87,17 +68,14 @@ def print_declaration(value: TensorValue | ScalarInput, meshes: _MeshNames) -> s
 
 
 def print_sharding(
-    sharding: Sharding, meshes: _MeshNames, shape: tuple[Scalar, ...] | None = None
+    sharding: Sharding, meshes: MeshNames, shape: tuple[Scalar, ...] | None = None
 ) -> str:
     """``@M0 {0: [x, i0 // 4]} partial{y: sum}``. A dim is omitted when it is one local
     part of the dim's whole extent (replicated); with no ``shape`` given, every dim
     without a mesh axis is omitted."""
     text = f"@{meshes.name(sharding.mesh)}"
     dims = []
-    for dim, parts in enumerate(sharding.dims):
-        whole = (ShardPart(axis=None, extent=shape[dim]),) if shape is not None else None
-        if parts == whole or (shape is None and all(p.axis is None for p in parts)):
-            continue
+    for dim, parts in written_dims(sharding, shape):
         shown = ", ".join(
             p.axis.value if p.axis else print_scalar(p.extent, meshes.name) for p in parts
         )
@@ -110,7 +88,7 @@ def print_sharding(
     return text
 
 
-def print_instruction(instruction: Instruction, meshes: _MeshNames) -> list[str]:
+def print_instruction(instruction: Instruction, meshes: MeshNames) -> list[str]:
     """The lines of one instruction (several for a loop): a statement of the language, or
     a call written as its declaration says (``hostir.text.syntax``)."""
     statement = _STATEMENTS.get(type(instruction))
@@ -126,7 +104,7 @@ def print_instruction(instruction: Instruction, meshes: _MeshNames) -> list[str]
     ]
 
 
-def _value_printers(meshes: _MeshNames) -> dict[FieldKind, Callable[[Any], str]]:
+def _value_printers(meshes: MeshNames) -> dict[FieldKind, Callable[[Any], str]]:
     """How each kind of field prints, with this program's mesh names."""
     return {
         FieldKind.TENSOR: lambda value: value.name,
@@ -137,21 +115,21 @@ def _value_printers(meshes: _MeshNames) -> dict[FieldKind, Callable[[Any], str]]
         FieldKind.INT: str,
         FieldKind.BOOL: lambda value: "true" if value else "false",
         FieldKind.INTS: lambda values: "[" + ", ".join(str(v) for v in values) + "]",
-        FieldKind.TEAM: lambda team: print_team(team, meshes),
+        FieldKind.TEAM: lambda team: print_team(team, meshes.name),
         FieldKind.STREAM: lambda stream: print_stream(stream, meshes),
         FieldKind.ENUM: lambda member: member.value,
     }
 
 
-def _print_allocate(instruction: Allocate, meshes: _MeshNames) -> list[str]:
+def _print_allocate(instruction: Allocate, meshes: MeshNames) -> list[str]:
     return [f"allocate {print_declaration(instruction.out, meshes)}"]
 
 
-def _print_deallocate(instruction: Deallocate, meshes: _MeshNames) -> list[str]:
+def _print_deallocate(instruction: Deallocate, meshes: MeshNames) -> list[str]:
     return [f"deallocate {instruction.tensor.name}"]
 
 
-def _print_for_loop(instruction: ForLoop, meshes: _MeshNames) -> list[str]:
+def _print_for_loop(instruction: ForLoop, meshes: MeshNames) -> list[str]:
     start = print_scalar(instruction.start, meshes.name)
     stop = print_scalar(instruction.stop, meshes.name)
     lines = [f"for {instruction.index.name} in range({start}, {stop}) {{"]
@@ -160,16 +138,11 @@ def _print_for_loop(instruction: ForLoop, meshes: _MeshNames) -> list[str]:
     return lines + ["}"]
 
 
-def _print_wait(instruction: Wait, meshes: _MeshNames) -> list[str]:
+def _print_wait(instruction: Wait, meshes: MeshNames) -> list[str]:
     return [f"wait {instruction.request.name}"]
 
 
-def print_team(team: Team, meshes: _MeshNames) -> str:
-    """``M0(y, x)``: the team's mesh and its axes, outer first."""
-    return f"{meshes.name(team.mesh)}({', '.join(axis.value for axis in team.axes)})"
-
-
-def print_stream(stream: StreamValue, meshes: _MeshNames) -> str:
+def print_stream(stream: StreamValue, meshes: MeshNames) -> str:
     """``main`` for a bound stream, ``stream(i)`` for stream ``i`` of the pool."""
     if stream.index is None:
         return stream.name

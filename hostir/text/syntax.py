@@ -12,99 +12,19 @@ The keyword and the positional fields come from the class's declaration
 ``None`` left out. The values it defines are on the left: a tensor with its
 full type, a request or a stream by name; with ``preallocated``, ``out`` is an
 existing tensor written ``out=NAME``. How a field is written and read follows
-from its annotated type (:func:`field_kinds`), so a class declared anywhere,
+from its annotated type (:func:`hostir.ir.fields.field_kinds`), so a class declared anywhere,
 with any fields of these types, prints and parses with no code of its own.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import MISSING, fields
-from functools import cache
-from types import NoneType, UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 from hostir.ir.catalog import declaration_of
-from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol
-from hostir.ir.team import Team
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
-
-_SCALARS = frozenset({Const, Symbol, MeshCoordinate, BinaryExpr})
-
-
-class FieldKind(enum.Enum):
-    """How a field's value reads in text."""
-
-    TENSOR = "a tensor name"
-    OPERAND = "a tensor name or a scalar expression"
-    SCALAR = "a scalar expression"
-    INT = "an integer"
-    BOOL = "true or false"
-    INTS = "a list of integers like [0, 1]"
-    TEAM = "a team like M0(x) or M0(y, x)"
-    STREAM = "a stream: a name or stream(i)"
-    ENUM = "a name"
-    REQUEST = "a request"
-    OTHER = "(not written in text)"
-
-
-@cache
-def field_kinds(cls: type) -> dict[str, tuple[FieldKind, Any, bool]]:
-    """Per field of ``cls``: its kind, its enum class (for ENUM) and whether it may be
-    None."""
-    found = {}
-    for name, hint in get_type_hints(cls).items():
-        if name in ("OUTS", "INS"):
-            continue
-        found[name] = _kind_of(hint)
-    return found
-
-
-def _kind_of(hint: Any) -> tuple[FieldKind, Any, bool]:
-    args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
-    optional = NoneType in args
-    members = set(args) - {NoneType}
-    if members == {TensorValue}:
-        return FieldKind.TENSOR, None, optional
-    if TensorValue in members and members - {TensorValue} <= _SCALARS:
-        return FieldKind.OPERAND, None, optional
-    if members and members <= _SCALARS:
-        return FieldKind.SCALAR, None, optional
-    (single,) = members if len(members) == 1 else (None,)
-    if single is bool:
-        return FieldKind.BOOL, None, optional
-    if single is int:
-        return FieldKind.INT, None, optional
-    if get_origin(single) is tuple and get_args(single) == (int, ...):
-        return FieldKind.INTS, None, optional
-    if single is Team:
-        return FieldKind.TEAM, None, optional
-    if single is StreamValue:
-        return FieldKind.STREAM, None, optional
-    if single is RequestValue:
-        return FieldKind.REQUEST, None, optional
-    if isinstance(single, type) and issubclass(single, enum.Enum):
-        return FieldKind.ENUM, single, optional
-    return FieldKind.OTHER, None, optional
-
-
-def defined_fields(instruction: Any) -> list[str]:
-    """The fields whose values ``instruction`` defines (``out`` not when preallocated)."""
-    names = list(type(instruction).OUTS)
-    if getattr(instruction, "preallocated", False):
-        names.remove("out")
-    return names
-
-
-@cache
-def written_fields(cls: type) -> tuple[str, ...]:
-    """The fields written ``name=value``: all but the positional ones, the results, the
-    ``op`` field that names the instruction, and ``preallocated`` (cached per class)."""
-    declaration = declaration_of(cls)
-    skip = {*declaration.positional, *cls.OUTS, "preallocated", declaration.op_field}
-    return tuple(f.name for f in fields(cls) if f.name not in skip)
-
+from hostir.ir.fields import FieldKind, defined_fields, field_kinds, written_fields
+from hostir.ir.values import TensorValue
 
 # ----- printing -----------------------------------------------------------------------
 

@@ -32,9 +32,11 @@ from hostir.ir.instructions import (
     keyword,
     used_values,
 )
+from hostir.ir.mesh_names import MeshNames
 from hostir.ir.streams import SetCurrentStream
+from hostir.ir.team import print_team
 from hostir.ir.values import RequestValue
-from hostir.text.printer import _MeshNames, print_declaration, print_instruction, print_team
+from hostir.text.printer import print_declaration, print_instruction
 from hostir.text.printer import print_stream as _print_stream
 from hostir.viz.dot_style import CODE_FONT, FONT
 from hostir.viz.traffic_dot import ITERATION_COLOURS as ITERATION_COLOURS  # re-exported
@@ -78,7 +80,7 @@ _LEGEND_SHAPES = (("hexagon", "collective"), ("cds", "permute / send-recv"), ("o
 class _ProgramDrawing:
     """What the walk over the program has seen so far."""
 
-    meshes: _MeshNames = field(default_factory=_MeshNames)
+    meshes: MeshNames = field(default_factory=MeshNames)
     stream: str = "main"
     colours: dict[str, str] = field(default_factory=dict)
     writers: dict[str, str] = field(default_factory=dict)  # value name -> node id
@@ -192,14 +194,14 @@ def _add_use(drawing: _ProgramDrawing, name: str, node: str, attributes: dict[st
         drawing.edges.append((writer, node, attributes))
 
 
-def instruction_label(instruction: Instruction, meshes: _MeshNames) -> str:
+def instruction_label(instruction: Instruction, meshes: MeshNames) -> str:
     """The node label of ``instruction``: its printed line, wrapped and left-justified;
     a communication's first line is its kind and team (``Allgather  team=M0(x)``)."""
     lines = wrap(print_instruction(instruction, meshes)[0])
     label = "".join(line + "\\l" for line in lines)
     team = getattr(instruction, "team", None)
     if team is not None:
-        label = f"{keyword(instruction)}  team={print_team(team, meshes)}\\n" + label
+        label = f"{keyword(instruction)}  team={print_team(team, meshes.name)}\\n" + label
     return label
 
 

@@ -24,7 +24,9 @@ from hostir.errors import HostIrError
 from hostir.ir.catalog import COMMUNICATING, declaration_of
 from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import ForLoop, Instruction, keyword
-from hostir.text.printer import _MeshNames, mesh_names, print_instruction, print_team
+from hostir.ir.mesh_names import MeshNames, mesh_names
+from hostir.ir.team import print_team
+from hostir.text.printer import print_instruction
 from hostir.viz.dot_style import FONT
 
 ITERATION_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
@@ -156,13 +158,13 @@ def _caption(
     selected: Instruction,
     communications: list[Instruction],
     local: list[Iteration],
-    meshes: _MeshNames,
+    meshes: MeshNames,
 ) -> str:
     lines = []
     if isinstance(selected, ForLoop):
         lines.append(print_instruction(selected, meshes)[0].removesuffix(" {"))
     for c in dict.fromkeys(communications):
-        team = print_team(c.team, meshes)  # type: ignore[union-attr]
+        team = print_team(c.team, meshes.name)  # type: ignore[union-attr]
         lines.append(f"{keyword(c)}  team={team}: {c.src.name} -> {c.out.name}")  # type: ignore[union-attr]
     if local:
         at = _iterations_text(local)

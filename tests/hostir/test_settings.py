@@ -16,7 +16,7 @@ from hostir.comm.timeouts import MAX_TIMEOUT_S, collective_timeout
 from hostir.errors import SettingError
 from hostir.run.pipelined_loops import pipeline_checking_enabled
 from hostir.run.race_checker import race_checking_enabled
-from hostir.run.stream_handlers import MAX_STREAMS, stream_count
+from hostir.run.stream_pool import MAX_STREAMS, stream_count
 from hostir.text.round_trip import round_trip_checking_enabled
 
 LAUNCHER_VARIABLES = (

@@ -219,7 +219,7 @@ def test_each_thread_of_a_pool_keeps_the_main_stream_its_run_started_on(monkeypa
     current stream is per thread, so ``main`` is recorded per thread by ``start_run``; a
     stand-in for ``torch.cuda.current_stream`` returns each thread's own marker. A pool
     that kept one ``main`` for every thread (as it did) hands a thread another's."""
-    from hostir.run.stream_handlers import MAIN, StreamPool
+    from hostir.run.stream_pool import MAIN, StreamPool
 
     current = threading.local()
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current.stream)

@@ -17,10 +17,10 @@ import torch
 from frontend import shard_tensor
 from hostir import DType, Mesh, SendRecv, TensorValue
 from hostir.ir.scalars import Const
-from lowering.distribution import Distribution, parse_notation
-from lowering.plan import local_elements
-from lowering.plan_memory import memory_bound, peak_temporaries, step_temporaries
-from lowering.plan_resharding import plan_resharding
+from lowering.redistribution.distribution import Distribution, parse_notation
+from lowering.redistribution.plan import local_elements
+from lowering.redistribution.plan_memory import memory_bound, peak_temporaries, step_temporaries
+from lowering.redistribution.plan_resharding import plan_resharding
 from tests.redistribution_programs import fusion_for
 
 SHAPE = (8, 8)

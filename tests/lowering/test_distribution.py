@@ -1,5 +1,6 @@
-"""``lowering.distribution``: conversions between distributions, host IR shardings, DTensor
-placements and the compact notation; resharding fusions against DTensor on 4 and 8 ranks."""
+"""``lowering.redistribution.distribution``: conversions between distributions, host IR
+shardings, DTensor placements and the compact notation; resharding fusions against DTensor
+on 4 and 8 ranks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import Mesh, MeshAxis, PartialAxis, ReduceOp, Symbol, slice_global_tensor
 from hostir.ir.sharding import ShardPart, normalized
 from lowering import ReshardingError
-from lowering.distribution import Distribution, mesh_axis_of_dim, parse_notation
+from lowering.redistribution.distribution import Distribution, mesh_axis_of_dim, parse_notation
 from tests.redistribution_programs import fusion_for, program_for, reference_local
 
 X, Y, Z = MeshAxis.X, MeshAxis.Y, MeshAxis.Z

@@ -25,7 +25,7 @@ from hostir.analysis.blocks import (
 )
 from hostir.errors import HostIrError
 from hostir.ir.team import Team
-from lowering.distribution import parse_notation
+from lowering.redistribution.distribution import parse_notation
 
 ORDERS = {2: ["S0S0[1,0]", "S1S1[1,0]"], 3: ["S0S0S0[2,1,0]", "S0S0S0[1,0,2]", "S1S1S1[2,0,1]"]}
 CASES = {  # mesh shape: tensor shape (blocks of different sizes meet unaligned in some)

@@ -25,7 +25,7 @@ from hostir import (
 )
 from hostir.ir.communications import LocalShard
 from hostir.ir.sharding import Mesh, PartialAxis, Sharding, ShardPart
-from lowering.plan_resharding import plan_resharding
+from lowering.redistribution.plan_resharding import plan_resharding
 
 X, Y, Z = ParallelType.mesh_x, ParallelType.mesh_y, ParallelType.mesh_z
 
@@ -417,7 +417,7 @@ MESH_2x2x2 = Mesh(devices=tuple(range(8)), shape=(2, 2, 2))
 def test_modelled_temporaries_stay_within_max_in_out(mesh, src, dst, partial):
     """The plan's modelled temporaries (gloo's staging included) stay within SPEC §6's
     bound, and explain() says so (the benchmark measures the same with the profiler)."""
-    from lowering.plan_memory import memory_bound, peak_temporaries
+    from lowering.redistribution.plan_memory import memory_bound, peak_temporaries
 
     plan = plan_resharding(
         value("A", mesh, src, partial, shape=(16, 16)), value("B", mesh, dst, shape=(16, 16))
@@ -437,8 +437,8 @@ def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_t
     the result is the reference's."""
     from hostir import HostIrEvaluator
     from hostir.comm.torch_communicator import TorchCommunicator
-    from lowering.distribution import parse_notation
-    from lowering.plan_memory import memory_bound, step_temporaries
+    from lowering.redistribution.distribution import parse_notation
+    from lowering.redistribution.plan_memory import memory_bound, step_temporaries
     from tests.redistribution_programs import fusion_for, program_for, reference_local
 
     shape = (16, 16)
@@ -486,7 +486,7 @@ def test_explain_an_all_to_all_v():
 def _profiled_sum(multidevice_test, src: str, dst: str, shape=(16, 16)):
     """Runs the fusion resharding partial ``src`` to ``dst`` on a 2x2 mesh once to warm up,
     then under the profiler; checks the numbers; (program text, event names)."""
-    from lowering.distribution import parse_notation
+    from lowering.redistribution.distribution import parse_notation
     from tests.redistribution_programs import fusion_for
 
     mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
@@ -589,7 +589,7 @@ def test_slicing_first_reduces_less_data():
     """2x2x2 RPP -> S0S1R: slice dim 0 over z, then reduce (a ReduceScatter along dim 1
     over y, the Allreduce over x last in the output): the busiest rank receives 512 B, as
     with DTensor, where one AllToAllV summing on arrival received 768 B."""
-    from lowering.exchange_cost import received_in_all
+    from lowering.redistribution.exchange_cost import received_in_all
 
     mesh = Mesh(devices=tuple(range(8)), shape=(2, 2, 2))
     plan = plan_resharding(

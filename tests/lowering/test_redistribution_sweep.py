@@ -21,11 +21,15 @@ from hostir import DType, Mesh, TensorValue
 from hostir.analysis.traffic import count_traffic
 from hostir.ir.container import HostIrContainer
 from hostir.ir.scalars import Const
-from lowering.distribution import parse_notation
 from lowering.emit_resharding import emit_resharding
-from lowering.exchange_cost import received_in_all, received_lower_bound, step_received
-from lowering.plan_memory import memory_bound, peak_temporaries
-from lowering.plan_resharding import plan_resharding
+from lowering.redistribution.distribution import parse_notation
+from lowering.redistribution.exchange_cost import (
+    received_in_all,
+    received_lower_bound,
+    step_received,
+)
+from lowering.redistribution.plan_memory import memory_bound, peak_temporaries
+from lowering.redistribution.plan_resharding import plan_resharding
 from tests.redistribution_programs import fusion_for, reference_local
 
 SHAPE = (8, 8)

@@ -11,10 +11,10 @@ import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir.errors import SettingError
+from hostir.run.context import Listener
 from hostir.run.evaluator import HostIrEvaluator
 from hostir.run.race_checker import RaceChecker
-from hostir.run.run_context import Listener
-from hostir.run.stream_handlers import DEFAULT_STREAMS, stream_count
+from hostir.run.stream_pool import DEFAULT_STREAMS, stream_count
 from lowering import LoweringError
 
 STREAMS = 3

@@ -20,8 +20,8 @@ import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import ForLoop, Wait
+from hostir.analysis.pipeline_stages import is_pipelined
 from hostir.ir.program_info import walk_instructions
-from hostir.run.pipelined_loops import is_pipelined
 
 TOKENS, FEATURES, OUT = 8, 8, 6
 STREAMS = 4

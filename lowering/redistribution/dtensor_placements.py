@@ -14,7 +14,7 @@ also how ``placements_of`` writes them.
 - ``as_mesh``: our ``Mesh`` of a host IR mesh, a frontend ``DeviceMesh`` or a
   DTensor ``DeviceMesh``.
 
-This module does not import ``lowering.distribution``, which builds on it.
+This module does not import ``lowering.redistribution.distribution``, which builds on it.
 """
 
 from __future__ import annotations

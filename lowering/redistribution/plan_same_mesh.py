@@ -34,11 +34,12 @@ from hostir import (
 from hostir.ir.communications import LocalShard
 from hostir.ir.scalars import Const, Scalar, sub
 from hostir.ir.team import Team
-from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
-from lowering.exchange_cost import exchange_rounds_for, step_received
-from lowering.plan import Plan, Planner, Step, local_elements
-from lowering.plan_memory import memory_bound, peak_temporaries
+from lowering.redistribution.distribution import Distribution
+from lowering.redistribution.exchange_cost import exchange_rounds_for, step_received
+from lowering.redistribution.plan import Plan, Step, local_elements
+from lowering.redistribution.plan_memory import memory_bound, peak_temporaries
+from lowering.redistribution.planner import Planner
 
 
 def plan_same_mesh(planner: Planner, target: Distribution) -> None:
@@ -260,7 +261,7 @@ def _exceeds(a: Scalar, b: Scalar) -> bool:
 
 
 def _note_unfused(planner: Planner, start: int) -> None:
-    """For ``Plan.explain``: why consecutive collectives since ``start`` stay separate."""
+    """For ``ExplainedPlan.explain``: why consecutive collectives since ``start`` stay separate."""
     steps = [s for s in planner.steps[start:] if s.team is not None]
     for first, second in zip(steps, steps[1:], strict=False):
         teams = " and ".join(f"{s.name} over {_names(s.team.axes)}" for s in (first, second))

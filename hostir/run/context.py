@@ -15,7 +15,7 @@ import torch
 from hostir.ir.instructions import Instruction
 from hostir.ir.scalars import RANK
 from hostir.ir.values import TensorValue, local_shape
-from hostir.run.stream_handlers import MAIN, StreamPool
+from hostir.run.stream_pool import MAIN, StreamPool
 
 if TYPE_CHECKING:
     from hostir.comm.communicator import Communicator

@@ -5,7 +5,7 @@ For each logical dim, the mesh axes sharding it in nesting order (outer first:
 reduce op; every other mesh axis is replicated. Only block layouts are
 distributions (cyclic ones are refused). It converts to and from host IR
 shardings (``from_sharding``/``to_sharding``), DTensor placements
-(``from_placements``/``to_placements``, in ``lowering.dtensor_placements``,
+(``from_placements``/``to_placements``, in ``lowering.redistribution.dtensor_placements``,
 re-exported with ``as_mesh`` and ``mesh_axis_of_dim``) and the compact
 notation ``S0S1``, ``PS0``, ``S0S0[1,0]`` (``parse_notation``/``notation``:
 one placement per mesh dim, outer first; docs/cli.md, ``hostir plan``). A mesh
@@ -25,13 +25,13 @@ from typing import Any
 from hostir import Const, Mesh, MeshAxis, PartialAxis, ReduceOp, Sharding, ShardPart
 from hostir.ir.scalars import Scalar, as_scalar, floordiv
 from hostir.ir.sharding import print_sharding_dims
-from lowering.dtensor_placements import (
+from lowering.errors import ReshardingError
+from lowering.redistribution.dtensor_placements import (
     as_mesh,
     axes_of_placements,
     mesh_axis_of_dim,
     placements_of,
 )
-from lowering.errors import ReshardingError
 
 __all__ = [
     "Distribution",

@@ -29,7 +29,7 @@ from hostir.analysis.exchanges import busiest_received
 from hostir.errors import HostIrError
 from hostir.ir.scalars import Const, Scalar, add
 from hostir.ir.team import Team
-from lowering.plan import Plan, local_elements
+from lowering.redistribution.plan import Plan, local_elements
 
 
 def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:

@@ -1,4 +1,6 @@
-"""Resharding plans: their steps, and the builder the planning rules share."""
+"""Resharding plans as data: their steps (``Step``) and the plan (``Plan``), with the
+structural queries the cost, memory and explanation modules ask; nothing here imports
+those modules or the planner, which all build on it."""
 
 from __future__ import annotations
 
@@ -11,9 +13,6 @@ from hostir.ir.catalog import declaration_of
 from hostir.ir.scalars import Scalar, floordiv, mul
 from hostir.ir.team import Team
 from hostir.ir.values import RequestValue
-from hostir.text.printer import _MeshNames, print_sharding
-from lowering.distribution import Distribution
-from lowering.errors import ReshardingError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +47,9 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """The steps from ``src`` to ``dst`` (empty when only a copy is needed)."""
+    """The steps from ``src`` to ``dst`` (empty when only a copy is needed). ``plan_resharding``
+    returns it as an ``ExplainedPlan`` (``lowering.redistribution.explain_plan``), which adds
+    ``explain()``."""
 
     src: Sharding
     dst: Sharding
@@ -97,13 +98,6 @@ class Plan:
         )
         return step.instruction(src, out, RequestValue(name="R"))
 
-    def explain(self) -> str:
-        """One line per step: what runs over which team, bytes and memory per rank, why;
-        then the fusions applied or refused."""
-        from lowering.explain_plan import explain_plan  # formatting lives apart
-
-        return explain_plan(self)
-
 
 def local_elements(sharding: Sharding, shape: tuple[Scalar, ...]) -> Scalar:
     """Elements of one device's shard (a scalar expression for symbolic shapes)."""
@@ -111,53 +105,3 @@ def local_elements(sharding: Sharding, shape: tuple[Scalar, ...]) -> Scalar:
     for dim, extent in enumerate(shape):
         total = mul(total, floordiv(extent, sharding.shard_factor(dim)))
     return total
-
-
-class Planner:
-    """Builds a plan step by step, tracking where the data is (``current``) as a
-    :class:`~lowering.distribution.Distribution`: the planner's one representation of
-    "the mesh axes of a dim"; steps record the sharding each leaves."""
-
-    def __init__(self, src: TensorValue, dst: TensorValue) -> None:
-        self.src, self.dst = src, dst
-        self.shape = dst.shape
-        self.steps: list[Step] = []
-        self.notes: list[str] = []
-        if src.sharding is None or dst.sharding is None:
-            raise self.fail("both tensors need a mesh")
-        try:  # a layout that is not in blocks (cyclic) has no Distribution
-            self.current, self.target = (Distribution.from_sharding(v.sharding) for v in (src, dst))
-        except ReshardingError as error:
-            raise self.fail(str(error)) from None
-
-    def fail(self, why: str) -> ReshardingError:
-        """A ReshardingError naming both tensors, their shardings and the meshes."""
-        names = _MeshNames()
-        return ReshardingError(
-            f"cannot reshard {self.src.name} {print_sharding(self.src.sharding, names)} to"
-            f" {self.dst.name} {print_sharding(self.dst.sharding, names)}"
-            f" (meshes: {', '.join(f'{n} = {m}' for m, n in names.names.items())}): {why}"
-        )
-
-    def scratch(self, current: Distribution) -> Planner:
-        """A planner for the same tensors starting from ``current``, with no steps: for
-        building a candidate plan beside this one."""
-        other = Planner(self.src, self.dst)
-        other.current = current
-        return other
-
-    def sharding(self, distribution: Distribution) -> Sharding:
-        """The block sharding of the tensor laid out as ``distribution``."""
-        return distribution.to_sharding(self.shape)
-
-    def add(
-        self, kind: type, after: Distribution, team: Team | None = None, reason: str = "", **attrs
-    ) -> None:
-        """Appends a step (see :class:`Step`); the data is laid out as ``after`` once it ran."""
-        sharding = self.sharding(after)
-        self.steps.append(Step(kind=kind, after=sharding, team=team, attrs=attrs, reason=reason))
-        self.current = after
-
-    def note(self, text: str) -> None:
-        """Records a fusion applied or refused, for ``Plan.explain``."""
-        self.notes.append(text)

@@ -1,8 +1,9 @@
 """``plan_resharding``: the steps that turn one sharding of a tensor into another.
 
 A pure function from (source value, target value) to a :class:`Plan` of steps,
-each a communication or local slice with the sharding it leaves; emitting them
-is ``emit_resharding``'s job. One mesh: ``lowering/plan_same_mesh.py``. Between
+each a communication or local slice with the sharding it leaves (an
+``ExplainedPlan``: ``explain()`` says why); emitting them is
+``emit_resharding``'s job. One mesh: ``lowering/redistribution/plan_same_mesh.py``. Between
 meshes (one source device, one target device, or disjoint meshes of one shape)
 the functions below; docs/communication.md tabulates both. Anything else
 raises ReshardingError.
@@ -27,16 +28,18 @@ from hostir import (
     TensorValue,
 )
 from hostir.ir.team import Team
-from lowering.distribution import Distribution
 from lowering.errors import ReshardingError
-from lowering.plan import Plan, Planner, Step
-from lowering.plan_same_mesh import plan_cost, plan_same_mesh
+from lowering.redistribution.distribution import Distribution
+from lowering.redistribution.explain_plan import ExplainedPlan
+from lowering.redistribution.plan import Plan, Step
+from lowering.redistribution.plan_same_mesh import plan_cost, plan_same_mesh
+from lowering.redistribution.planner import Planner
 
-__all__ = ["Plan", "Step", "plan_resharding"]
+__all__ = ["ExplainedPlan", "Plan", "Step", "plan_resharding"]
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_resharding(src: TensorValue, dst: TensorValue) -> Plan:
+def plan_resharding(src: TensorValue, dst: TensorValue) -> ExplainedPlan:
     """The plan that reshards ``src`` into ``dst`` (see module docstring). Plans are
     cached by (source, target): values carry shape, dtype and sharding."""
     planner = Planner(src, dst)
@@ -51,7 +54,7 @@ def plan_resharding(src: TensorValue, dst: TensorValue) -> Plan:
         _plan_between_meshes(planner)
     else:
         raise planner.fail("the meshes differ in shape or overlap; no plan connects them")
-    return Plan(
+    return ExplainedPlan(
         src=s,
         dst=d,
         steps=tuple(planner.steps),

@@ -1,25 +1,47 @@
-"""``explain_plan``: a resharding plan as readable lines (``Plan.explain``)."""
+"""``explain_plan``: a resharding plan as readable lines; ``ExplainedPlan``, the plan
+``plan_resharding`` returns, offers them as ``explain()``."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from hostir.ir.mesh_names import MeshNames
 from hostir.ir.scalars import Const, Scalar, print_scalar
-from hostir.text.printer import _MeshNames, print_sharding, print_team
-from lowering.exchange_cost import (
+from hostir.ir.team import print_team
+from hostir.text.printer import print_sharding
+from lowering.redistribution.exchange_cost import (
     received_in_all,
     received_lower_bound,
     step_received,
 )
-from lowering.plan import Plan
-from lowering.plan_memory import memory_bound, peak_of, step_staging, step_temporaries
+from lowering.redistribution.plan import Plan
+from lowering.redistribution.plan_memory import (
+    memory_bound,
+    peak_of,
+    step_staging,
+    step_temporaries,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplainedPlan(Plan):
+    """A :class:`~lowering.redistribution.plan.Plan` with :meth:`explain`, as
+    ``plan_resharding`` returns it. The method lives on this subclass, not on ``Plan``,
+    because the explanation reads the cost and memory modules, which read ``Plan``: the
+    arrows point one way."""
+
+    def explain(self) -> str:
+        """One line per step: what runs over which team, bytes and memory per rank, why;
+        then the fusions applied or refused (:func:`explain_plan`)."""
+        return explain_plan(self)
 
 
 def explain_plan(plan: Plan) -> str:
     """Each step with its team, bytes received and temporaries per rank (besides the
-    input and the output; ``lowering.plan_memory``), and why; then the plan's peak against
-    SPEC §6's bound and the fusions applied or refused."""
-    names = _MeshNames()
+    input and the output; ``lowering.redistribution.plan_memory``), and why; then the
+    plan's peak against SPEC §6's bound and the fusions applied or refused."""
+    names = MeshNames()
     shape = plan.shape
 
     def size(elements: Scalar | int | None) -> str:
@@ -36,7 +58,7 @@ def explain_plan(plan: Plan) -> str:
     ]
     temporaries, staging = step_temporaries(plan), step_staging(plan)
     for k, step in enumerate(plan.steps):
-        team = f" over {print_team(step.team, names)}" if step.team is not None else ""
+        team = f" over {print_team(step.team, names.name)}" if step.team is not None else ""
         in_rounds = f" in {step.get('rounds')} rounds" if (step.get("rounds") or 1) > 1 else ""
         staged = "" if staging[k] == Const(value=0) else f" (gloo stages {size(staging[k])})"
         lines.append(

@@ -11,8 +11,8 @@ from __future__ import annotations
 from hostir import AllToAllV
 from hostir.ir.scalars import Const, Scalar, add
 from hostir.run.communication_handlers import gloo_staging, handler_buffers
-from lowering.exchange_cost import exchange_temporaries
-from lowering.plan import Plan, local_elements
+from lowering.redistribution.exchange_cost import exchange_temporaries
+from lowering.redistribution.plan import Plan, local_elements
 
 
 def memory_bound(plan: Plan) -> Scalar:
