@@ -99,9 +99,18 @@ def chosen_backend(use_cuda: bool) -> str:
     return asked
 
 
-_DEFAULT: dict[str, Any] = {"group": None, "communicator": None}
+_DEFAULT: dict[str, Any] = {"group": None, "communicator": None, "alone": None}
 """The communicator made for the current default process group, reused across calls so
-programs prepare (and check) once per group, not once per execute."""
+programs prepare (and check) once per group, not once per execute; and the one for this
+process alone (no group), reused for the same reason: evaluators are kept per
+communicator, so a fresh one per call would build and verify the program every call."""
+
+
+def _alone() -> LocalCommunicator:
+    """The world of this process alone (made on first use: making it reads the timeout)."""
+    if _DEFAULT["alone"] is None:
+        _DEFAULT["alone"] = LocalCommunicator()
+    return _DEFAULT["alone"]
 
 
 _DEFAULT_LOCK = threading.Lock()
@@ -109,12 +118,13 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_communicator(use_cuda: bool = False) -> Communicator:
-    """The communicator ``execute`` uses: the default group, made from env if needed."""
-    if not dist.is_available():
-        return LocalCommunicator()
+    """The communicator ``execute`` uses: the default group, made from env if needed; with
+    neither, this process alone (always the same communicator)."""
     with _DEFAULT_LOCK:
-        if not (dist.is_initialized() or init_process_group_from_env(use_cuda)):
-            return LocalCommunicator()
+        if not dist.is_available() or not (
+            dist.is_initialized() or init_process_group_from_env(use_cuda)
+        ):
+            return _alone()
         world = dist.group.WORLD
         if _DEFAULT["group"] is not world:
             _DEFAULT["group"], _DEFAULT["communicator"] = world, TorchCommunicator()

@@ -51,7 +51,8 @@ class RunContext:
         self.current_stream: Any = MAIN
         self.posted: dict[str, Instruction] = {}  # request name -> the communication defining it
         self.pipelined = True  # run pipeline stages interleaved (hostir.run.pipelined_loops)
-        self._shapes: dict[int, tuple[TensorValue, list[int]]] = {}
+        # local shapes by value; shared by the runs of one input signature (run.bindings)
+        self.shape_cache: dict[int, tuple[TensorValue, list[int]]] = {}
         self.stream_pool = runner.stream_pool(device)
 
     @property
@@ -62,14 +63,15 @@ class RunContext:
     def local_shape(self, value: TensorValue) -> list[int]:
         """The shape of this rank's shard of ``value``.
 
-        Cached for the run: shapes depend only on the extents bound from the inputs
-        (never on loop indices), and loops ask for the same shapes every iteration.
+        Cached for the run, and for later runs of the same input signature: shapes
+        depend only on the extents bound from the inputs (never on loop indices), and
+        loops ask for the same shapes every iteration.
         """
-        cached = self._shapes.get(id(value))
+        cached = self.shape_cache.get(id(value))
         if cached is not None and cached[0] is value:
             return cached[1]
         shape = local_shape(value, self.scalars)
-        self._shapes[id(value)] = (value, shape)
+        self.shape_cache[id(value)] = (value, shape)
         return shape
 
     def participates(self, value: TensorValue) -> bool:

@@ -63,6 +63,7 @@ from hostir.run.arguments import (
     checked_program,
     run_inputs,
 )
+from hostir.run.bindings import Bindings
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
@@ -196,6 +197,8 @@ class HostIrEvaluator:
         self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
         self._digest: str | None = None
         self._extent_checks: ExtentChecks | None = None  # built at the first run
+        self._bindings = Bindings()  # what binding inputs gave, per input signature
+        self._fits: set[int] = set()  # world sizes every mesh of the program fits in
         self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
         self.streams = stream_count(streams)  # the pool's size per device
@@ -237,15 +240,16 @@ class HostIrEvaluator:
         timeout: float | None,
     ) -> list[torch.Tensor | None]:
         """The run, once its world is held (see :meth:`run`)."""
-        check_meshes_fit(self.program, communicator.world_size)  # the same verdict everywhere
+        if communicator.world_size not in self._fits:  # the same verdict everywhere
+            check_meshes_fit(self.program, communicator.world_size)
+            self._fits.add(communicator.world_size)
         context = RunContext(self, self.program, communicator, device)
         context.pipelined = self.pipeline
         context.stream_pool.start_run()  # "main" is the stream this run starts on
         failure = (
             inputs_error
             or self._set_timeout(communicator, timeout)
-            or self._bind_inputs(context, inputs)
-            or self._check_extents(context)
+            or self._bind(context, inputs, device, communicator)
         )
         if communicator.world_size > 1:
             signature = _signature(inputs)
@@ -293,6 +297,25 @@ class HostIrEvaluator:
         except HostIrError as error:
             return error
         return None
+
+    def _bind(
+        self,
+        context: RunContext,
+        inputs: list[Any],
+        device: torch.device,
+        communicator: Communicator,
+    ) -> HostIrError | None:
+        """Binds and checks the inputs, or applies what binding inputs of the same signature
+        gave before (hostir.run.bindings); the error instead of raising it."""
+        signature = self._bindings.signature(inputs, device, communicator)
+        binding = self._bindings.get(signature)
+        if binding is not None:
+            binding.apply(context, self.program.inputs, inputs)
+            return None
+        failure = self._bind_inputs(context, inputs) or self._check_extents(context)
+        if failure is None:
+            self._bindings.keep(signature, context, self.program.inputs)
+        return failure
 
     def _bind_inputs(self, context: RunContext, inputs: list[Any]) -> HostIrError | None:
         """Binds every input; the first error instead of raising it (the agreement tells

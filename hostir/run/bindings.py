@@ -1,0 +1,90 @@
+"""Input bindings prepared once per input signature.
+
+Binding a run's inputs checks every tensor against its declared type and sharding,
+binds the symbolic extents, and checks the extents (``hostir.check.extent_checks``):
+the same work, with the same outcome, for every run whose inputs have the same local
+shapes, dtypes and devices (and scalar inputs the same values) on the same rank of the
+same world. A :class:`Bindings` keeps what a successful binding gave, by that signature,
+so a later run with the signature only looks it up (one dictionary lookup) and applies
+it. A binding that fails is never kept: its run raises, and the next one checks again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from hostir.comm.communicator import Communicator
+from hostir.ir.container import ScalarInput
+from hostir.ir.values import TensorValue
+from hostir.run.context import RunContext
+
+MAX_SIGNATURES = 64
+"""How many signatures an evaluator keeps; past that, a new signature is bound every run
+(a float scalar input that changes every call must not grow the cache without bound)."""
+
+
+class Binding:
+    """What binding one signature's inputs gave: every bound scalar (the rank, the
+    extents, the scalar inputs), which tensor inputs this rank holds no shard of, and
+    the local shapes of the program's values, filled as runs ask for them."""
+
+    __slots__ = ("scalars", "absent", "shapes")
+
+    def __init__(self, context: RunContext, values: Sequence[TensorValue | ScalarInput]):
+        self.scalars = dict(context.scalars)
+        self.absent = frozenset(
+            v.name for v in values if isinstance(v, TensorValue) and context.tensors[v.name] is None
+        )
+        self.shapes = context.shape_cache  # shapes depend only on what the inputs bind
+
+    def apply(
+        self, context: RunContext, values: Sequence[TensorValue | ScalarInput], inputs: list
+    ) -> None:
+        """Binds ``inputs`` in ``context`` as the first run of this signature did."""
+        context.scalars.update(self.scalars)
+        tensors = context.tensors
+        for value, given in zip(values, inputs, strict=True):
+            if isinstance(value, TensorValue):
+                tensors[value.name] = None if value.name in self.absent else given
+        context.shape_cache = self.shapes
+
+
+class Bindings:
+    """An evaluator's bindings, by signature (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._by_signature: dict[tuple, Binding] = {}
+
+    @staticmethod
+    def signature(
+        inputs: Sequence[Any], device: torch.device, communicator: Communicator
+    ) -> tuple | None:
+        """What a binding depends on: the run's device, the rank and world size, each
+        tensor's local shape, dtype and device, each scalar's type and value. None for
+        inputs of other kinds (the full binding names what is wrong with them)."""
+        found: list[Any] = [device, communicator.rank, communicator.world_size]
+        for given in inputs:
+            if isinstance(given, torch.Tensor):
+                found.append((tuple(given.shape), given.dtype, given.device))
+            elif isinstance(given, bool | int | float):
+                found.append((type(given), given))
+            else:
+                return None
+        return tuple(found)
+
+    def get(self, signature: tuple | None) -> Binding | None:
+        """The binding kept for ``signature``, if any."""
+        return None if signature is None else self._by_signature.get(signature)
+
+    def keep(
+        self,
+        signature: tuple | None,
+        context: RunContext,
+        values: Sequence[TensorValue | ScalarInput],
+    ) -> None:
+        """Keeps what binding ``context``'s inputs gave (call only after it succeeded)."""
+        if signature is not None and len(self._by_signature) < MAX_SIGNATURES:
+            self._by_signature[signature] = Binding(context, values)
