@@ -60,7 +60,14 @@ class Team:
 
     def group_of(self, device: int) -> tuple[int, ...] | None:
         """The group holding ``device`` (in team order), or None if it is not in the mesh;
-        computed from its coordinates, without listing the other groups."""
+        computed from its coordinates, without listing the other groups, once per device
+        (every run of a collective asks for its rank's group)."""
+        known = self.__dict__.setdefault("_known_groups", {})  # beside the cached properties
+        if device not in known:
+            known[device] = self._group_of(device)
+        return known[device]
+
+    def _group_of(self, device: int) -> tuple[int, ...] | None:
         coords = self.mesh.coordinates(device)
         if coords is None:
             return None
