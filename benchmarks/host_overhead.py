@@ -11,7 +11,10 @@ Programs, each at three sizes:
   ``torch.distributed``), against its pipelined hand-written versions.
 
 ``ours`` is ``FusionDefinition.execute`` on this rank's shards, called again and again
-with new tensors of one signature (what a layer in a model loop does). ``hand`` is the
+with new tensors of one signature (what a layer in a model loop does): the program runs
+compiled (hostir.run.compiled), the default. ``interp`` is the same with the program
+interpreted instruction by instruction (``HOSTIR_INTERPRET=1`` when its evaluator is
+built). ``hand`` is the
 same torch ops (and ``torch.distributed`` collectives) written by hand, the way a
 skilled user would: no checks, no copies. ``A/A`` times ``hand`` against a second copy
 of itself: how far from 1.00 a ratio strays by noise alone. The versions run
@@ -58,6 +61,7 @@ SIZES = {
 }
 CHAIN_LENGTH = 50  # relu and neg each time: 100 instructions
 STREAM_PROGRAMS = ("row-parallel", "column-permute", "column-broadcast")
+INTERPRET = "HOSTIR_INTERPRET"
 
 
 def _barrier() -> None:
@@ -161,23 +165,48 @@ def stream_loop(program: str, size: str, d: int, rank: int):
 # -- measuring ------------------------------------------------------------------------
 
 
-def measure(name: str, size: str, d: int, rank: int, runs: int, batch: int) -> dict:
+def build(name: str, size: str, d: int, rank: int) -> tuple[FusionDefinition, list, Callable]:
+    """The fusion, this rank's inputs, the hand-written version and its A/A copy."""
     if name in STREAM_PROGRAMS:
-        fd, inputs, hand, again = stream_loop(name, size, d, rank)
-    else:
-        fd, inputs, hand = (mlp if name == "mlp" else chain)(size, d, rank)
-        again = hand
+        return stream_loop(name, size, d, rank)
+    fd, inputs, hand = (mlp if name == "mlp" else chain)(size, d, rank)
+    return fd, inputs, hand, hand
+
+
+def interpreted(name: str, size: str, d: int, rank: int, inputs: list) -> FusionDefinition:
+    """The same fusion, its evaluator built (at the first execute) to interpret."""
+    fd = build(name, size, d, rank)[0]
+    old = os.environ.get(INTERPRET)
+    os.environ[INTERPRET] = "1"
+    try:
+        fd.execute(inputs)
+    finally:
+        if old is None:
+            del os.environ[INTERPRET]
+        else:
+            os.environ[INTERPRET] = old
+    return fd
+
+
+def measure(name: str, size: str, d: int, rank: int, runs: int, batch: int) -> dict:
+    fd, inputs, hand, again = build(name, size, d, rank)
     (ours,) = fd.execute(inputs)
     torch.testing.assert_close(ours, hand(), rtol=1e-4, atol=1e-4)
-    medians = compare(
-        {"ours": lambda: fd.execute(inputs), "hand": hand, "again": again}, runs, batch
-    )
+    slow = interpreted(name, size, d, rank, inputs)
+    versions = {
+        "ours": lambda: fd.execute(inputs),
+        "interp": lambda: slow.execute(inputs),
+        "hand": hand,
+        "again": again,
+    }
+    medians = compare(versions, runs, batch)
     count = instructions_run(fd, inputs)
     return {
         "program": name,
         "size": size,
         "instructions": count,
         "ours_us": medians["ours"] * 1e6,
+        "interp_us": medians["interp"] * 1e6,
         "hand_us": medians["hand"] * 1e6,
         "ratio": medians["ours"] / medians["hand"],
         "aa": medians["again"] / medians["hand"],
@@ -189,14 +218,15 @@ def table(rows: list[dict], d: int) -> str:
     lines = [
         f"world size {d}, {platform.machine()}, torch {torch.__version__},"
         f" {torch.get_num_threads()} threads",
-        "| program | size | instructions | ours (µs) | hand (µs) | ours / hand | A/A |"
-        " host/instr (µs) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| program | size | instructions | ours (µs) | interp (µs) | hand (µs) | ours / hand |"
+        " interp / hand | A/A | host/instr (µs) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['program']} | {r['size']} | {r['instructions']} | {r['ours_us']:.1f} |"
-            f" {r['hand_us']:.1f} | {r['ratio']:.2f} | {r['aa']:.2f} |"
+            f" {r['interp_us']:.1f} | {r['hand_us']:.1f} | {r['ratio']:.2f} |"
+            f" {r['interp_us'] / r['hand_us']:.2f} | {r['aa']:.2f} |"
             f" {r['per_instruction_us']:.2f} |"
         )
     return "\n".join(lines)

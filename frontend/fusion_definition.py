@@ -43,6 +43,7 @@ from hostir.comm.agreement import RankFacts, agree
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
+from hostir.run.compiled_runs import check_compiled_outputs, compiled_checking_enabled
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import check_same_outputs, pipeline_checking_enabled
 from hostir.run.race_checker import RaceChecker, race_checking_enabled
@@ -212,6 +213,10 @@ class FusionDefinition:
                 evaluator.program, communicator=communicator, device=device, pipeline=False
             )
             check_same_outputs(outputs, again.run(inputs, timeout=timeout))
+        if compiled_checking_enabled():  # the same evaluator, the other way: nothing rebuilt
+            compiled = evaluator.runs_compiled()
+            other = evaluator.run(inputs, timeout=timeout, compiled=not compiled)
+            check_compiled_outputs(outputs, other, compiled)
         return outputs
 
     def _evaluator(

@@ -538,6 +538,22 @@ def test_docs_show_what_the_commands_print(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out == shown_output(items, plan)
 
 
+def test_dump_python_prints_the_compiled_source_the_docs_show(tmp_path, monkeypatch, capsys):
+    """``dump --python`` prints the source the program compiles to on ``--rank`` (as
+    docs/cli.md shows it), the rank checked against ``--world-size``."""
+    items = parse_markdown(REPO_ROOT / "docs" / "cli.md")
+    (script,) = [f for f in items if isinstance(f, Fence) and f.info.startswith("python")]
+    (tmp_path / "my_linear.py").write_text(script.text)
+    monkeypatch.chdir(tmp_path)
+    command = "hostir dump my_linear.py --python --rank 1"
+    assert main(*command.split()[1:]) == 0
+    assert capsys.readouterr().out == shown_output(items, command)
+    assert main("dump", "my_linear.py", "--python", "--world-size", "2", "--rank", "2") == 2
+    assert capsys.readouterr().err == "hostir: error: --rank must be at most 1, got 2\n"
+    assert main("dump", "my_linear.py", "--rank", "1") == 2
+    assert "--rank is for --python only" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------
 # plan
 

@@ -38,7 +38,8 @@ from hostir.cli.scripts import ScriptError
 from hostir.comm import launcher
 from hostir.errors import HostIrError, ParseError, SettingError, VerifyError
 from hostir.ir.container import HostIrContainer
-from hostir.settings import flag_setting
+from hostir.run.evaluator import HostIrEvaluator
+from hostir.settings import MAX_WORLD_SIZE, flag_setting
 
 FAILURE = 1
 USAGE_ERROR = 2
@@ -104,7 +105,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def add_dump_command(subparsers: argparse._SubParsersAction) -> None:
-    """``dump SCRIPT|FILE.hir [--world-size N] [--json]``: print the program."""
+    """``dump SCRIPT|FILE.hir [--world-size N] [--json | --python [--rank R]]``: print the
+    program, as text, as JSON, or as the Python it compiles to on one rank."""
     parser = subparsers.add_parser(
         "dump",
         help="print the host IR program of a script or a .hir file",
@@ -112,20 +114,44 @@ def add_dump_command(subparsers: argparse._SubParsersAction) -> None:
         "a host IR file.",
     )
     add_program_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the program as JSON")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print the program as JSON")
+    form.add_argument(
+        "--python",
+        action="store_true",
+        help="print the Python source the program compiles to on rank --rank",
+    )
+    parser.add_argument(
+        "--rank",
+        metavar="R",
+        type=integer,
+        help="with --python: the rank to compile for (default 0; below --world-size)",
+    )
     parser.set_defaults(handler=dump_command)
 
 
 def dump_command(args: argparse.Namespace) -> int:
     """Prints the program's text, or its JSON form."""
     program = load_program(args)
-    if args.json:
+    if args.rank is not None and not args.python:
+        raise CommandError("--rank is for --python only")
+    if args.python:
+        text = compiled_source(program, args.rank, args.world_size)
+    elif args.json:
         data = program.to_json()
         text = data if isinstance(data, str) else json.dumps(data, indent=2)
     else:
         text = str(program)  # ends with a newline: the text of a .hir file, as written
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def compiled_source(program: HostIrContainer, rank: int | None, world_size: int | None) -> str:
+    """The Python source ``program`` compiles to on ``rank`` (default 0), which must be
+    below ``world_size`` when that is given (hostir.run.compiled)."""
+    highest = (world_size or MAX_WORLD_SIZE) - 1
+    rank = in_range(0 if rank is None else rank, "--rank", 0, highest)
+    return HostIrEvaluator(program).compiled_program(rank).source
 
 
 def add_viz_command(subparsers: argparse._SubParsersAction) -> None:

@@ -51,6 +51,7 @@ class RunContext:
         self.current_stream: Any = MAIN
         self.posted: dict[str, Instruction] = {}  # request name -> the communication defining it
         self.pipelined = True  # run pipeline stages interleaved (hostir.run.pipelined_loops)
+        self.listeners: Sequence[Listener] = ()  # what observes the instructions run
         # local shapes by value; shared by the runs of one input signature (run.bindings)
         self.shape_cache: dict[int, tuple[TensorValue, list[int]]] = {}
         self.stream_pool = runner.stream_pool(device)

@@ -1,10 +1,13 @@
 """``HostIrEvaluator``: runs a host IR program on this rank.
 
-One loop resolves an instruction's operands, calls the instruction's handler
+The interpreter resolves an instruction's operands, calls the instruction's handler
 from a dispatch table, and binds the results; handlers never touch the
-environment. Every instruction runs inside
-``torch.profiler.record_function("hir::<keyword>")``. Listeners (tracing,
-race checking, ...) observe each instruction before and after it runs.
+environment. While a torch profiler records, every instruction runs inside a
+``hir::<keyword>`` range. Listeners (tracing, race checking, ...) observe each
+instruction before and after it runs. By default a run runs the program compiled
+for its rank instead (``hostir.run.compiled``: the same handlers, called from
+generated straight-line code), unless listeners observe it, a profiler records, or
+``HOSTIR_INTERPRET=1`` (``hostir.run.compiled_runs``).
 
 An instruction whose output lives on a mesh runs only on that mesh's devices;
 elsewhere its output is bound to None.
@@ -25,21 +28,17 @@ from hostir.check.extent_checks import ExtentChecks
 from hostir.check.verify import verify_located
 from hostir.comm.agreement import BoundExtent, RankFacts, agree
 from hostir.comm.communicator import Communicator
-from hostir.comm.rank_text import describe_group
 from hostir.comm.run_guard import occupying_world
 from hostir.comm.timeouts import collective_timeout
 from hostir.comm.world import default_communicator
 from hostir.errors import (
     CommunicationError,
-    DisagreementError,
     EvaluationError,
     ExtentError,
     HostIrError,
     InputError,
     VerifyError,
 )
-from hostir.ir.catalog import COMMUNICATING, declaration_of
-from hostir.ir.communications import Wait
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.dtypes import INT_RANGES, DType
 from hostir.ir.instructions import (
@@ -49,13 +48,11 @@ from hostir.ir.instructions import (
     Instruction,
     PipelineStage,
     ShardByStream,
-    defined_values,
     keyword,
 )
 from hostir.ir.program_info import check_meshes_fit, program_teams, walk_instructions
-from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
-from hostir.ir.sharding import Mesh
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.scalars import Symbol
+from hostir.ir.values import TensorValue
 from hostir.run.arguments import (
     checked_communicator,
     checked_device,
@@ -65,14 +62,15 @@ from hostir.run.arguments import (
 )
 from hostir.run.bindings import Bindings
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
+from hostir.run.compiled import CompiledProgram, compile_program
+from hostir.run.compiled_runs import compiling
 from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import pipelining, run_pipelined
+from hostir.run.steps import Handler, Step, profiling, step_failure
 from hostir.run.stream_handlers import STREAM_HANDLERS
 from hostir.run.stream_pool import MAIN, StreamPool, stream_count
-
-Handler = Callable[[RunContext, Any, dict[str, Any]], Sequence[Any]]
 
 
 def _run_allocate(context: RunContext, instruction: Allocate, operands: dict) -> list:
@@ -82,7 +80,7 @@ def _run_allocate(context: RunContext, instruction: Allocate, operands: dict) ->
 
 
 def _run_deallocate(context: RunContext, instruction: Deallocate, operands: dict) -> list:
-    # The operand is not resolved (see _UNRESOLVED): freeing needs only the name.
+    # The operand is not resolved (see hostir.run.steps.UNRESOLVED): freeing needs only the name.
     context.tensors.pop(instruction.tensor.name, None)
     return []
 
@@ -161,6 +159,9 @@ class HostIrEvaluator:
     ``i mod streams``, see ``hostir.run.stream_pool.StreamPool``). ``pipeline``: run
     loops with ``pipeline_stage`` s pipelined (default ``HOSTIR_PIPELINE``, else yes;
     see ``hostir.run.pipelined_loops``); False runs each iteration whole, in order.
+    ``compiled``: run the program compiled for this rank (default: not ``HOSTIR_INTERPRET``,
+    else yes; see ``hostir.run.compiled``) when no listener observes it and no profiler
+    records; False runs it interpreted.
     A wrong argument is a SettingError (VerifyError for ``program``) naming it.
 
     Threads: in a world of more than one rank, one thread at a time runs programs on it
@@ -179,6 +180,7 @@ class HostIrEvaluator:
         device: torch.device | str | None = None,
         streams: int | None = None,
         pipeline: bool | None = None,
+        compiled: bool | None = None,
     ) -> None:
         verify_located(checked_program(program))
         used = {type(i) for i in walk_instructions(program.body)}
@@ -199,10 +201,12 @@ class HostIrEvaluator:
         self._extent_checks: ExtentChecks | None = None  # built at the first run
         self._bindings = Bindings()  # what binding inputs gave, per input signature
         self._fits: set[int] = set()  # world sizes every mesh of the program fits in
-        self._steps: dict[int, _Step] = {}  # by id: the program holds the instructions alive
+        self._steps: dict[int, Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
         self.streams = stream_count(streams)  # the pool's size per device
         self.pipeline = pipelining(pipeline)
+        self.compiled = compiling(compiled)
+        self._compiled: dict[tuple[int, bool], CompiledProgram] = {}  # by rank, pipelining
 
     def stream_pool(self, device: torch.device) -> StreamPool:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""
@@ -211,7 +215,11 @@ class HostIrEvaluator:
         return self._stream_pools[device]
 
     def run(
-        self, inputs: Sequence[Any], *, timeout: float | None = None
+        self,
+        inputs: Sequence[Any],
+        *,
+        timeout: float | None = None,
+        compiled: bool | None = None,
     ) -> list[torch.Tensor | None]:
         """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs.
 
@@ -222,14 +230,17 @@ class HostIrEvaluator:
         ``timeout`` (seconds) bounds every wait for peers (default: ``HOSTIR_TIMEOUT``,
         else hostir.comm.timeouts.DEFAULT_TIMEOUT_S). ConcurrentRunError if another thread runs
         a program on the same world of more than one rank (see the class docstring).
+        ``compiled``: True runs this call compiled, calling no listener; False interpreted;
+        None as :meth:`runs_compiled` says (the frontend's check of the two uses this).
         """
+        compiled = self.runs_compiled() if compiled is None else compiling(compiled)
         inputs, inputs_error = run_inputs(inputs)  # the agreement tells the peers of it
         device = self.device or _device_of(inputs)
         communicator = self.communicator or default_communicator(device.type == "cuda")
         # Before anything communicates; left when the run ends, however it ends.
         alone = self._listening if self.listeners else None
         with occupying_world(communicator, self.digest, alone):
-            return self._run(inputs, inputs_error, device, communicator, timeout)
+            return self._run(inputs, inputs_error, device, communicator, timeout, compiled)
 
     def _run(
         self,
@@ -238,6 +249,7 @@ class HostIrEvaluator:
         device: torch.device,
         communicator: Communicator,
         timeout: float | None,
+        compiled: bool,
     ) -> list[torch.Tensor | None]:
         """The run, once its world is held (see :meth:`run`)."""
         if communicator.world_size not in self._fits:  # the same verdict everywhere
@@ -245,6 +257,7 @@ class HostIrEvaluator:
             self._fits.add(communicator.world_size)
         context = RunContext(self, self.program, communicator, device)
         context.pipelined = self.pipeline
+        context.listeners = self.listeners
         context.stream_pool.start_run()  # "main" is the stream this run starts on
         failure = (
             inputs_error
@@ -264,9 +277,7 @@ class HostIrEvaluator:
         started = time.time()
         try:
             self._prepare(communicator)
-            context.run_body(self.program.body)
-            for listener in self.listeners:
-                listener.finish(context)
+            self._run_body(context, compiled)
         except CommunicationError as error:
             raise _with_culprits(error, communicator, started) from error.__cause__
         except Exception as error:
@@ -277,6 +288,32 @@ class HostIrEvaluator:
             if device.type == "cuda" and context.current_stream != MAIN:
                 torch.cuda.set_stream(context.stream_pool.get(MAIN))
         return [self._output(context, value) for value in self.program.outputs]
+
+    def _run_body(self, context: RunContext, compiled: bool) -> None:
+        """Runs the program's body compiled (no listener sees it) or interpreted."""
+        if compiled:
+            # A pipelined loop in it runs interpreted; its listeners would see part of a run.
+            context.listeners = ()
+            self.compiled_program(context.rank).run(context)
+            return
+        context.run_body(self.program.body)
+        for listener in self.listeners:
+            listener.finish(context)
+
+    def runs_compiled(self) -> bool:
+        """Whether a run now runs the compiled program: the evaluator compiles
+        (``compiled``), no listener observes it, and no torch profiler records."""
+        return self.compiled and not self.listeners and not profiling()
+
+    def compiled_program(self, rank: int) -> CompiledProgram:
+        """The program compiled for ``rank`` (loops pipelined as this evaluator runs
+        them), generated once; its ``source`` is what ``hostir dump --python`` prints."""
+        key = (rank, self.pipeline)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = compile_program(self.program, rank, self.pipeline, self.step)
+            self._compiled[key] = compiled
+        return compiled
 
     def has_agreed(self, inputs: Sequence[Any]) -> bool:
         """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
@@ -398,11 +435,18 @@ class HostIrEvaluator:
             raise EvaluationError(f"output {value.name} was never computed")
         return context.tensors[value.name]
 
-    def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
-        """Resolves operands, calls the handler, binds the results."""
+    def step(self, instruction: Instruction) -> Step:
+        """``instruction`` prepared to run (once per instruction; hostir.run.steps)."""
         step = self._steps.get(id(instruction))
         if step is None:
-            step = self._steps[id(instruction)] = _Step.prepare(instruction)
+            step = self._steps[id(instruction)] = Step.prepare(
+                instruction, HANDLERS[type(instruction)]
+            )
+        return step
+
+    def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
+        """Resolves operands, calls the handler, binds the results."""
+        step = self.step(instruction)
         if not step.runs_on(context.rank):
             for name in step.defined:
                 context.tensors[name] = None
@@ -411,9 +455,10 @@ class HostIrEvaluator:
         # instruction and rank (HostIrErrors stay what they are): the peers are told of it.
         try:
             operands = step.resolve(context)
-            for listener in self.listeners:
+            listeners = context.listeners
+            for listener in listeners:
                 listener.before(instruction, context, operands)
-            if _profiling():
+            if profiling():
                 with _profiler_range(step.range_name):
                     results = step.handler(context, instruction, operands)
             else:
@@ -423,33 +468,13 @@ class HostIrEvaluator:
                 tensors[name] = results[index]
             if step.posts is not None:
                 context.posted[step.posts] = instruction
-            for listener in self.listeners:
+            for listener in listeners:
                 listener.after(instruction, context, operands)
         except Exception as error:
-            failure = _failure(error, instruction, step, context)
+            failure = step_failure(error, instruction, step, context)
             if failure is error:
                 raise
             raise failure from error
-
-
-def _failure(
-    error: Exception, instruction: Instruction, step: _Step, context: RunContext
-) -> Exception:
-    """What a failed handler raises: HostIrErrors as they are (communication errors prefixed
-    with the communication), anything else as an EvaluationError naming the instruction."""
-    if isinstance(error, CommunicationError) and not isinstance(error, DisagreementError):
-        return type(error)(f"{_describe_communication(instruction, context)}: {error}")
-    if isinstance(error, HostIrError):
-        return error
-    return EvaluationError(
-        f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}:"
-        f" {type(error).__name__}: {error}"
-    )
-
-
-def _profiling() -> bool:
-    """Whether a torch profiler is recording (then every instruction gets a range)."""
-    return torch.autograd.profiler._is_profiler_enabled
 
 
 # ``record_function`` costs microseconds even when nothing records; the fast variant
@@ -457,107 +482,6 @@ def _profiling() -> bool:
 _profiler_range = getattr(torch._C._profiler, "_RecordFunctionFast", None) or (
     torch.profiler.record_function
 )
-
-
-class _Step:
-    """An instruction prepared once for fast repeated runs: its handler, the devices
-    that run it, how to resolve each operand, and which results to bind."""
-
-    __slots__ = (
-        "handler",
-        "mesh",
-        "rank",
-        "runs",
-        "defined",
-        "binds",
-        "range_name",
-        "operands",
-        "optional",
-        "written",
-        "posts",
-    )
-
-    @staticmethod
-    def prepare(instruction: Instruction) -> _Step:
-        step = _Step()
-        step.handler = HANDLERS[type(instruction)]
-        step.mesh = _placement(instruction)
-        step.rank, step.runs = -1, True
-        outs = defined_values(instruction)
-        step.defined = [value.name for value in outs]
-        step.binds = [
-            (index, getattr(instruction, name).name)
-            for index, name in enumerate(instruction.OUTS)
-            if getattr(instruction, name).name in step.defined
-        ]
-        step.range_name = f"hir::{keyword(instruction)}"
-        out = getattr(instruction, "out", None)
-        step.written = out.name if getattr(instruction, "preallocated", False) else None
-        names = [] if type(instruction) in _UNRESOLVED else list(instruction.INS)
-        if getattr(instruction, "preallocated", False):
-            names.append("out")
-        step.operands = [(name, getattr(instruction, name)) for name in names]
-        # Communications run on ranks that may not hold their source (a broadcast's
-        # receivers); their handlers check what each rank needs.
-        communicates = declaration_of(type(instruction)).kind in COMMUNICATING
-        step.optional = communicates or isinstance(instruction, Wait)
-        request = getattr(instruction, "request", None)
-        step.posts = request.name if communicates and request is not None else None
-        return step
-
-    def runs_on(self, rank: int) -> bool:
-        """Whether ``rank`` runs the instruction (it is on its mesh); remembered per rank."""
-        if self.mesh is None:
-            return True
-        if rank != self.rank:
-            self.rank, self.runs = rank, self.mesh.contains(rank)
-        return self.runs
-
-    def describe(self) -> str:
-        """``defining T3`` or ``into T2_c``, for error messages."""
-        if self.written is not None:
-            return f"into {self.written}"
-        return f"defining {', '.join(self.defined) or '-'}"
-
-    def resolve(self, context: RunContext) -> dict[str, Any]:
-        """The operands' values on this rank now."""
-        resolved = {}
-        for name, operand in self.operands:
-            if isinstance(operand, Const):
-                resolved[name] = operand.value
-            else:
-                resolved[name] = _resolve(operand, context, self.optional)
-        return resolved
-
-
-_UNRESOLVED = frozenset({Deallocate})
-"""Instructions whose handlers need only names, not bound values."""
-
-
-def _describe_communication(instruction: Instruction, context: RunContext) -> str:
-    """``wait R2 (Allreduce defining T3 over axes (x) of a [2, 2] mesh, group ranks 0-1)``,
-    for communication errors (short at any mesh size)."""
-    if isinstance(instruction, Wait):
-        posted = context.posted.get(instruction.request.name)
-        inner = f" ({_describe_posting(posted, context)})" if posted is not None else ""
-        return f"wait {instruction.request.name}{inner}"
-    return _describe_posting(instruction, context)
-
-
-def _describe_posting(instruction: Instruction, context: RunContext) -> str:
-    out = getattr(instruction, "out", None)
-    text = keyword(instruction)
-    if out is not None:
-        text += f" {'into' if getattr(instruction, 'preallocated', False) else 'defining'}"
-        text += f" {out.name}"
-    team = getattr(instruction, "team", None)
-    if team is not None:
-        axes = ", ".join(axis.value for axis in team.axes)
-        text += f" over axes ({axes}) of a {list(team.mesh.shape)} mesh"
-        group = team.group_of(context.rank)
-        if group is not None:
-            text += f", group {describe_group(group)}"
-    return text
 
 
 NOTICE_SLACK_S = 5.0
@@ -582,41 +506,6 @@ def _signature(inputs: Sequence[Any]) -> tuple:
     return tuple(
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in inputs
     )
-
-
-def _placement(instruction: Instruction) -> Mesh | None:
-    """The mesh whose devices run ``instruction`` (None: every rank)."""
-    team = getattr(instruction, "team", None)
-    if team is not None:
-        return team.mesh
-    for name in instruction.OUTS + ("tensor",):
-        value = getattr(instruction, name, None)
-        if isinstance(value, TensorValue):
-            return value.sharding.mesh if value.sharding is not None else None
-    return None
-
-
-def _resolve(operand: Any, context: RunContext, optional: bool = False) -> Any:
-    if operand is None:
-        return None
-    if isinstance(operand, StreamValue):
-        if operand.index is not None:
-            index = int(evaluate_scalar(operand.index, context.scalars))
-            return context.stream_pool.stream_id(index)  # iterations share the pool round-robin
-        return context.tensors[operand.name]
-    if isinstance(operand, TensorValue | RequestValue):
-        if operand.name not in context.tensors:
-            raise EvaluationError(f"{operand.name} is used before it is defined")
-        tensor = context.tensors[operand.name]
-        if tensor is None and not optional:
-            raise EvaluationError(
-                f"tensor {operand.name} is not held by rank {context.rank}"
-                " (it lives on a mesh without this rank)"
-            )
-        return tensor
-    if isinstance(operand, Const | Symbol | MeshCoordinate | BinaryExpr):
-        return evaluate_scalar(operand, context.scalars)
-    return operand
 
 
 def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float | bool:
