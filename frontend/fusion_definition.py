@@ -41,9 +41,11 @@ from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
 from hostir.analysis.pipeline_stages import has_pipelined_loop
 from hostir.comm.agreement import RankFacts, agree
 from hostir.comm.timeouts import collective_timeout
+from hostir.comm.world import world_token
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
 from hostir.run.compiled_runs import check_compiled_outputs, compiled_checking_enabled
+from hostir.run.cuda_graphs import GraphedProgram, check_capturable, graphing
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import check_same_outputs, pipeline_checking_enabled
 from hostir.run.race_checker import RaceChecker, race_checking_enabled
@@ -61,6 +63,9 @@ class FusionDefinition:
         self._integer_limits: dict[str, list] = {}  # set when the definition is finished
         self._programs: dict[tuple, HostIrContainer] = {}
         self._evaluators: dict[tuple, HostIrEvaluator] = {}
+        self._prepared_calls: dict[tuple, Any] = {}  # by _call_key: see execute
+        self._last_call: tuple[tuple, Any] | None = None  # the latest one run, with its key
+        self._graphs: dict[tuple, GraphedProgram] = {}  # by the evaluator's key: see execute
         self._last_program: tuple[int, HostIrContainer] | None = None  # (schedule version, it)
         self.lowering_count = 0
         """How many times this definition was lowered (once per input signature)."""
@@ -177,6 +182,7 @@ class FusionDefinition:
         _disable_options: Sequence[str] = (),
         device: torch.device | str | None = None,
         timeout: float | None = None,
+        cuda_graph: bool | None = None,
     ) -> list[torch.Tensor | None]:
         """Runs the fusion on this rank's local shards; returns this rank's output shards.
 
@@ -184,7 +190,29 @@ class FusionDefinition:
         schedule after an execute lowers it again. ``timeout`` (seconds) bounds every
         wait for other ranks (default: ``HOSTIR_TIMEOUT``, else five minutes); see
         docs/reliability.md.
+
+        A call with tensor inputs of a signature that already ran (their types, shapes,
+        dtypes and devices, the schedule and the default process group unchanged; no
+        ``device``, ``timeout`` or options) runs the prepared call kept for it
+        (``HostIrEvaluator.prepared_call``): no argument checks, no binding, no
+        settings read (they were read when the signature was prepared; see
+        docs/benchmarks.md, "Host cost").
+
+        ``cuda_graph`` (default ``HOSTIR_CUDA_GRAPH``, else False): capture the run once
+        per input signature as a CUDA graph and replay it (hostir.run.cuda_graphs; inputs
+        are copied in, outputs are fresh tensors; docs/cuda_graphs.md). CudaGraphError,
+        naming why, where the run cannot be captured: no CUDA, an input on the CPU, gloo
+        between ranks, listeners.
         """
+        if device is None and timeout is None and not _enable_options and not _disable_options:
+            key = _call_key(self._fusion.schedule.version, inputs, cuda_graph)
+            last = self._last_call  # the same signature again: compared, not hashed
+            if last is not None and last[0] == key:
+                return last[1](inputs)
+            again = self._prepared_calls.get(key)
+            if again is not None:
+                self._last_call = (key, again)
+                return again(inputs)
         communicator = default_communicator(uses_cuda(inputs))
         # Until the inputs are known to be fine: whether the peers are about to agree on a
         # first run (see _tell_peers), as when this definition has never run.
@@ -194,6 +222,7 @@ class FusionDefinition:
                 inputs, device, timeout, _enable_options, _disable_options
             )
             inputs, device = checked.inputs, checked.device
+            graphed = graphing(cuda_graph)
             key = (
                 self._fusion.schedule.version,
                 tuple(_signature(x) for x in inputs),
@@ -204,10 +233,17 @@ class FusionDefinition:
             evaluator = self._evaluator(key, inputs, communicator, device, timeout)
             # Every run: the signature of an int input is its type, not its value.
             check_scalar_inputs(self._fusion, self._integer_limits, inputs)
+            if graphed:
+                check_capturable(evaluator, inputs, communicator)
         except Exception as error:  # a bug too: the peers must not wait for this rank
             _tell_peers(error, communicator, first)
             raise
+        fast = device is None and timeout is None and not _enable_options and not _disable_options
+        if graphed:
+            return self._graphed(evaluator, key, inputs, timeout, cuda_graph if fast else False)
         outputs = evaluator.run(inputs, timeout=timeout)
+        if fast:
+            self._prepare_call(evaluator, inputs, cuda_graph)
         if pipeline_checking_enabled() and has_pipelined_loop(evaluator.program.body):
             again = HostIrEvaluator(
                 evaluator.program, communicator=communicator, device=device, pipeline=False
@@ -218,6 +254,56 @@ class FusionDefinition:
             other = evaluator.run(inputs, timeout=timeout, compiled=not compiled)
             check_compiled_outputs(outputs, other, compiled)
         return outputs
+
+    def _graphed(
+        self,
+        evaluator: HostIrEvaluator,
+        key: tuple,
+        inputs: list[Any],
+        timeout: float | None,
+        keep_as: bool | None | object,
+    ) -> list[torch.Tensor | None]:
+        """Runs ``inputs`` as the CUDA graph captured for their signature (``key``),
+        capturing it on the first call (hostir.run.cuda_graphs: warm-up runs, then the
+        capture of a compiled run); keeps the graph's replay as the prepared call for
+        ``execute``'s fast path unless ``keep_as`` is False (the call passed a device,
+        timeout or options)."""
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = GraphedProgram(
+                lambda given: evaluator.run(given, timeout=timeout, compiled=True),
+                inputs,
+                evaluator.device or _first_device(inputs),
+                names=[v.name for v in self._fusion.inputs()],
+            )
+            self._graphs[key] = graph
+        call_key = _call_key(self._fusion.schedule.version, inputs, keep_as)
+        if keep_as is not False and call_key is not None:
+            self._prepared_calls[call_key] = graph.replay
+        return graph.replay(inputs)
+
+    def _prepare_call(
+        self, evaluator: HostIrEvaluator, inputs: list[Any], cuda_graph: bool | None
+    ) -> None:
+        """Keeps the evaluator's prepared call for ``inputs``' signature, where it has one,
+        so the next call with the signature runs it (see :meth:`execute`). With
+        ``HOSTIR_CHECK_COMPILED`` the kept call compares every run with an interpreted
+        one. (Every call's own check already runs the replay: its compiled run of the
+        signature the interpreted run just bound replays.)"""
+        key = _call_key(self._fusion.schedule.version, inputs, cuda_graph)
+        if key is None or len(self._prepared_calls) >= MAX_PREPARED_CALLS:
+            return
+        if pipeline_checking_enabled() and has_pipelined_loop(evaluator.program.body):
+            return  # every call runs the check of pipelined against unpipelined loops
+        checking = compiled_checking_enabled()
+        # Checked, the call is prepared even where the race checker listens (the suite):
+        # its interpreted twin runs with the listeners.
+        again = evaluator.prepared_call(inputs, compiled=True if checking else None)
+        if again is None:
+            return
+        if checking:
+            again = _checked_against_interpreter(again, evaluator)
+        self._prepared_calls[key] = again
 
     def _evaluator(
         self,
@@ -313,6 +399,43 @@ def _tell_peers(error: Exception, communicator: Any, first: bool) -> None:
     except HostIrError:
         pass  # a bad HOSTIR_TIMEOUT: the communicator keeps the timeout it has
     agree(communicator, RankFacts.failed(error))
+
+
+MAX_PREPARED_CALLS = 64
+"""How many signatures a definition keeps a prepared call for (as hostir.run.bindings)."""
+
+
+def _call_key(version: int, inputs: Any, cuda_graph: bool | None) -> tuple | None:
+    """What a prepared call depends on: the schedule version, the default process group
+    (hostir.comm.world.world_token), the ``cuda_graph`` argument and each input tensor's
+    type, shape, dtype and device; None for inputs that are not a list or tuple of
+    tensors (scalars are checked every call)."""
+    if type(inputs) is not list and type(inputs) is not tuple:
+        return None
+    try:  # a scalar has no shape: it is checked every call
+        signature = [(x.__class__, x.shape, x.dtype, x.device) for x in inputs]
+    except AttributeError:
+        return None
+    return (version, world_token(), cuda_graph, *signature)
+
+
+def _first_device(inputs: list[Any]) -> torch.device:
+    """The device of the first tensor input (the run's device when none is given)."""
+    return next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+
+
+def _checked_against_interpreter(again: Any, evaluator: HostIrEvaluator) -> Any:
+    """``again``, each run compared bitwise with the program run interpreted
+    (``HOSTIR_CHECK_COMPILED``)."""
+
+    def checked(inputs: Sequence[Any]) -> list:
+        outputs = again(inputs)
+        if not compiled_checking_enabled():  # a profiler records: no second run's events
+            return outputs
+        check_compiled_outputs(outputs, evaluator.run(inputs, compiled=False), True)
+        return outputs
+
+    return checked
 
 
 def _signature(value: Any) -> tuple:

@@ -11,6 +11,7 @@ from hostir.comm.world import default_communicator
 from hostir.errors import (
     CommunicationError,
     ConcurrentRunError,
+    CudaGraphError,
     EvaluationError,
     ExtentError,
     HostIrError,
@@ -112,6 +113,7 @@ __all__ = [
     "Cast",
     "CommunicationError",
     "ConcurrentRunError",
+    "CudaGraphError",
     "Communicator",
     "Const",
     "DType",

@@ -99,3 +99,9 @@ class RaceError(EvaluationError):
 class JsonFormatError(VerifyError):
     """A host IR JSON document is malformed: not JSON, another format or version, or a
     node that does not fit the IR; the message names the JSON path (``program.body[3]``)."""
+
+
+class CudaGraphError(HostIrError):
+    """A run cannot be captured in a CUDA graph, or its capture or replay failed: the
+    message names what stands in the way (no CUDA, an input not on CUDA, a backend other
+    than NCCL, a listener, a handler hostir cannot vouch for) or what torch reported."""

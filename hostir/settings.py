@@ -75,6 +75,18 @@ def seconds_setting(variable: str, maximum: float) -> float | None:
     return None if text is None else _parsed_seconds(variable, text, maximum)
 
 
+TORCH_TRUE = frozenset({"1", "y", "yes", "t", "true", "on"})
+"""The texts torch's own boolean variables read as true (case aside)."""
+
+
+def torch_flag(variable: str) -> bool:
+    """Whether a boolean variable that torch reads (``TORCH_NCCL_BLOCKING_WAIT``, say) is
+    on, by torch's rules (:data:`TORCH_TRUE`, case aside). Never a SettingError: torch
+    parses it, hostir only looks (to refuse what the setting would break)."""
+    text = _text(variable)
+    return text is not None and text.lower() in TORCH_TRUE
+
+
 def checked_count(value: object, name: str, minimum: int, maximum: int) -> int:
     """``value`` if it is an int (not a bool) in ``[minimum, maximum]``; SettingError
     naming ``name`` otherwise. For options given in code (``streams=``)."""

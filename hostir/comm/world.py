@@ -117,6 +117,16 @@ _DEFAULT_LOCK = threading.Lock()
 """Two threads asking at once create the default group once."""
 
 
+_DISTRIBUTED = dist.is_available()
+
+
+def world_token() -> object:
+    """What :func:`default_communicator`'s answer depends on, found cheaply: the default
+    process group, None where there is none (this process alone). A caller that kept
+    work for a communicator compares tokens to know it still applies."""
+    return dist.group.WORLD if _DISTRIBUTED and dist.is_initialized() else None
+
+
 def default_communicator(use_cuda: bool = False) -> Communicator:
     """The communicator ``execute`` uses: the default group, made from env if needed; with
     neither, this process alone (always the same communicator)."""

@@ -9,6 +9,7 @@ has one, ``copy_`` otherwise).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -41,11 +42,47 @@ def _into(instruction: Any, operands: Operands, result: torch.Tensor) -> torch.T
     return out
 
 
+def plain_call(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str, ...]] | None:
+    """The torch call a compute instruction makes when it defines a fresh ``out`` (not
+    preallocated), and the operand fields it takes, positionally; None for an instruction
+    whose call needs more (``broadcast_in_dim`` reads the local output shape). The
+    handlers below make this call, and compiled replays (``hostir.run.replay``) make it
+    directly: one meaning, written once."""
+    kind = type(instruction)
+    if kind is Set:
+        return torch.clone, ("src",)
+    if kind is Unary:
+        return _UNARY[instruction.op], ("src",)
+    if kind is Binary:
+        return _BINARY[instruction.op], ("lhs", "rhs")
+    if kind is Cast:
+        return functools.partial(torch.Tensor.to, dtype=instruction.out.dtype.to_torch()), ("src",)
+    if kind is Sum:
+        dtype = instruction.out.dtype.to_torch()
+        call = functools.partial(
+            torch.sum, dim=instruction.dims, keepdim=instruction.keepdim, dtype=dtype
+        )
+        return call, ("src",)
+    if kind is Linear:
+        return torch.nn.functional.linear, ("input", "weight", "bias")
+    if kind is Matmul:
+        return torch.matmul, ("lhs", "rhs")
+    if kind is Permute:
+        return functools.partial(torch.permute, dims=instruction.dims), ("src",)
+    return None
+
+
+def _plain(instruction: Any, operands: Operands) -> torch.Tensor:
+    """The result of :func:`plain_call` on the resolved operands."""
+    call, fields = plain_call(instruction)
+    return call(*(operands.get(name) for name in fields))
+
+
 def run_set(instruction: Set, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``set``: a copy of the source."""
     if instruction.preallocated:
         return operands["out"].copy_(operands["src"])
-    return operands["src"].clone()
+    return _plain(instruction, operands)
 
 
 _UNARY: dict[UnaryOpKind, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -56,7 +93,7 @@ _UNARY: dict[UnaryOpKind, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def run_unary(instruction: Unary, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``neg``/``relu``."""
-    return _into(instruction, operands, _UNARY[instruction.op](operands["src"]))
+    return _into(instruction, operands, _plain(instruction, operands))
 
 
 _BINARY: dict[BinaryOpKind, Callable[[Any, Any], torch.Tensor]] = {
@@ -69,32 +106,29 @@ _BINARY: dict[BinaryOpKind, Callable[[Any, Any], torch.Tensor]] = {
 
 def run_binary(instruction: Binary, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``add``/``sub``/``mul``/``div`` with torch broadcasting and type promotion."""
-    result = _BINARY[instruction.op](operands["lhs"], operands["rhs"])
-    return _into(instruction, operands, result)
+    return _into(instruction, operands, _plain(instruction, operands))
 
 
 def run_cast(instruction: Cast, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``cast`` to the output's dtype."""
-    result = operands["src"].to(instruction.out.dtype.to_torch())
-    return _into(instruction, operands, result)
+    return _into(instruction, operands, _plain(instruction, operands))
 
 
 def run_sum(instruction: Sum, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``sum`` over ``dims`` of the local data."""
-    src = operands["src"]
-    dtype = instruction.out.dtype.to_torch()
     if instruction.preallocated:
+        dtype = instruction.out.dtype.to_torch()
         return torch.sum(
-            src, instruction.dims, instruction.keepdim, dtype=dtype, out=operands["out"]
+            operands["src"], instruction.dims, instruction.keepdim, dtype=dtype, out=operands["out"]
         )
-    return torch.sum(src, instruction.dims, instruction.keepdim, dtype=dtype)
+    return _plain(instruction, operands)
 
 
 def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``linear``: ``input @ weight.T (+ bias)``; writes with ``matmul(out=)`` if preallocated."""
-    inp, weight, bias = operands["input"], operands["weight"], operands.get("bias")
     if not instruction.preallocated:
-        return torch.nn.functional.linear(inp, weight, bias)
+        return _plain(instruction, operands)
+    inp, weight, bias = operands["input"], operands["weight"], operands.get("bias")
     out = _matmul_into(inp, weight.t(), operands["out"])
     if bias is not None:
         out.add_(bias)
@@ -105,7 +139,7 @@ def run_matmul(instruction: Matmul, operands: Operands, out_shape: list[int]) ->
     """``matmul`` with torch's batching rules."""
     if instruction.preallocated:
         return _matmul_into(operands["lhs"], operands["rhs"], operands["out"])
-    return torch.matmul(operands["lhs"], operands["rhs"])
+    return _plain(instruction, operands)
 
 
 def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -133,7 +167,7 @@ def run_broadcast_in_dim(
 
 def run_permute(instruction: Permute, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``permute`` (a view unless written into a preallocated buffer)."""
-    return _into(instruction, operands, operands["src"].permute(instruction.dims))
+    return _into(instruction, operands, _plain(instruction, operands))
 
 
 COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {

@@ -54,6 +54,8 @@ class RunContext:
         self.listeners: Sequence[Listener] = ()  # what observes the instructions run
         # local shapes by value; shared by the runs of one input signature (run.bindings)
         self.shape_cache: dict[int, tuple[TensorValue, list[int]]] = {}
+        # bound from a signature that ran before: a compiled run may replay (hostir.run.replay)
+        self.replays = False
         self.stream_pool = runner.stream_pool(device)
 
     @property

@@ -68,6 +68,7 @@ from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import pipelining, run_pipelined
+from hostir.run.replay import ReplayProgram, replay_program
 from hostir.run.steps import Handler, Step, profiling, step_failure
 from hostir.run.stream_handlers import STREAM_HANDLERS
 from hostir.run.stream_pool import MAIN, StreamPool, stream_count
@@ -207,6 +208,7 @@ class HostIrEvaluator:
         self.pipeline = pipelining(pipeline)
         self.compiled = compiling(compiled)
         self._compiled: dict[tuple[int, bool], CompiledProgram] = {}  # by rank, pipelining
+        self._replays: dict[tuple[int, bool], ReplayProgram | None] = {}  # likewise
 
     def stream_pool(self, device: torch.device) -> StreamPool:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""
@@ -274,10 +276,26 @@ class HostIrEvaluator:
                 communicator.post_failure(f"{type(failure).__name__}: {failure}")
         if failure is not None:
             raise failure
-        started = time.time()
-        try:
+
+        def body() -> list | None:
             self._prepare(communicator)
+            replay = self.replay_program(context.rank) if compiled and context.replays else None
+            if replay is not None:  # this signature ran before: nothing left to check
+                return replay.run(context, inputs)
             self._run_body(context, compiled)
+            return None
+
+        return self._guarded(context, body)
+
+    def _guarded(self, context: RunContext, body: Callable[[], list | None]) -> list:
+        """Runs ``body`` (a replay returns the outputs; a run of the body, None), turning
+        its failure into what the peers and the user must see: a communication error
+        names the ranks that failed first; any failure in a world of several ranks is
+        posted, so peers waiting for this rank name it. Returns the outputs."""
+        communicator = context.communicator
+        started = time.time() if communicator.world_size > 1 else 0.0
+        try:
+            outputs = body()
         except CommunicationError as error:
             raise _with_culprits(error, communicator, started) from error.__cause__
         except Exception as error:
@@ -285,9 +303,65 @@ class HostIrEvaluator:
                 communicator.post_failure(f"{type(error).__name__}: {error}")
             raise
         finally:
-            if device.type == "cuda" and context.current_stream != MAIN:
+            if context.device.type == "cuda" and context.current_stream != MAIN:
                 torch.cuda.set_stream(context.stream_pool.get(MAIN))
+        if outputs is not None:
+            return outputs
         return [self._output(context, value) for value in self.program.outputs]
+
+    def prepared_call(
+        self, inputs: Sequence[Any], timeout: float | None = None, *, compiled: bool | None = None
+    ) -> Callable[[Sequence[Any]], list] | None:
+        """A call that runs this program again on inputs of ``inputs``' signature, which
+        ran before, doing only what a run of a known signature must: hold the world
+        (several ranks), apply the kept binding, set the timeout (read now), run the
+        replay (hostir.run.replay). None where a run must do more: the signature has not
+        run (or bound) yet, the runs are not compiled, listeners observe them, or the
+        program has no replay. The caller keeps it per signature and checks that the
+        inputs it passes have the signature (their shapes, dtypes and devices) and that
+        the default communicator is still this evaluator's. ``compiled=True`` prepares
+        the call even where runs are interpreted, calling no listener (as ``run``'s)."""
+        if not (compiled if compiled is not None else self.compiled and not self.listeners):
+            return None
+        inputs = list(inputs)
+        device = self.device or _device_of(inputs)
+        communicator = self.communicator or default_communicator(device.type == "cuda")
+        signature = self._bindings.signature(inputs, device, communicator)
+        binding = self._bindings.get(signature)
+        known = communicator.world_size == 1 or _signature(inputs) in self._agreed
+        replay = self.replay_program(communicator.rank)
+        if binding is None or not known or replay is None or self._prepared_for is not communicator:
+            return None
+        limit = collective_timeout(timeout)
+
+        def context_for_run() -> RunContext:
+            context = RunContext(self, self.program, communicator, device)
+            context.pipelined = self.pipeline
+            context.stream_pool.start_run()
+            context.scalars.update(binding.scalars)
+            context.shape_cache = binding.shapes
+            return context
+
+        def run_again(inputs: Sequence[Any]) -> list:
+            if profiling():  # the interpreter opens a range per instruction
+                return self.run(inputs, timeout=timeout)
+            context = context_for_run()
+            if communicator.world_size == 1:
+                return self._guarded(context, lambda: replay.run(context, inputs))
+            with occupying_world(communicator, self.digest, None):
+                communicator.set_timeout(limit)
+                return self._guarded(context, lambda: replay.run(context, inputs))
+
+        def run_alone_on_cpu(inputs: Sequence[Any]) -> list:
+            # _guarded adds nothing here: no peer to tell or name, no stream to restore.
+            if torch.autograd.profiler._is_profiler_enabled:  # as profiling() says
+                return self.run(inputs, timeout=timeout)
+            return replay.run(context_for_run() if uses_context else context_for_run, inputs)
+
+        uses_context = replay.uses_context
+        if communicator.world_size == 1 and device.type == "cpu":
+            return run_alone_on_cpu
+        return run_again
 
     def _run_body(self, context: RunContext, compiled: bool) -> None:
         """Runs the program's body compiled (no listener sees it) or interpreted."""
@@ -314,6 +388,14 @@ class HostIrEvaluator:
             compiled = compile_program(self.program, rank, self.pipeline, self.step)
             self._compiled[key] = compiled
         return compiled
+
+    def replay_program(self, rank: int) -> ReplayProgram | None:
+        """The program's replay for ``rank`` (hostir.run.replay), made once; None where it
+        has none (a loop runs pipelined)."""
+        key = (rank, self.pipeline)
+        if key not in self._replays:
+            self._replays[key] = replay_program(self.program, rank, self.pipeline, self.step)
+        return self._replays[key]
 
     def has_agreed(self, inputs: Sequence[Any]) -> bool:
         """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
@@ -348,6 +430,7 @@ class HostIrEvaluator:
         binding = self._bindings.get(signature)
         if binding is not None:
             binding.apply(context, self.program.inputs, inputs)
+            context.replays = True  # this signature ran before: nothing left to check
             return None
         failure = self._bind_inputs(context, inputs) or self._check_extents(context)
         if failure is None:

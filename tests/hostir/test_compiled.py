@@ -1,5 +1,5 @@
-"""Compiled host programs (hostir.run.compiled): the same outputs as the interpreter,
-bitwise, on loops, pipelined stream loops, ranks outside a mesh and scalar inputs; a
+"""Compiled host programs (hostir.run.compiled) and their replays (hostir.run.replay): the
+same outputs as the interpreter, bitwise, on loops, pipelined stream loops, ranks outside a mesh and scalar inputs; a
 failure raises what the interpreter raises, naming the instruction's line; the switches
 (``compiled=``, ``HOSTIR_INTERPRET``); listeners and profilers get the interpreter."""
 
@@ -70,9 +70,13 @@ def both_ways(program, inputs, **options) -> list:
     if not compiled.pipeline or "pipeline_stage" not in str(program):
         assert interpreted.call_count == 0
     expected = HostIrEvaluator(program, compiled=False, **options).run(inputs)
-    assert len(outputs) == len(expected)
-    for index, (a, b) in enumerate(zip(outputs, expected, strict=True)):
+    # A second run of the signature replays (hostir.run.replay) where the program has a
+    # replay; the same bits again.
+    replayed = compiled.run(inputs)
+    assert len(outputs) == len(expected) == len(replayed)
+    for index, (a, b, c) in enumerate(zip(outputs, expected, replayed, strict=True)):
         assert (a is None and b is None) or bitwise_equal(a, b), f"output {index}"
+        assert (c is None and b is None) or bitwise_equal(c, b), f"output {index}, replayed"
     return outputs
 
 

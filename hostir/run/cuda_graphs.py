@@ -1,0 +1,415 @@
+"""CUDA graphs: a program's run captured once per input signature, then replayed.
+
+A replay launches every kernel (and NCCL collective) the run enqueued with one
+``cudaGraphLaunch``, skipping the host work of the run: binding, handlers, the
+compiled program's Python. What it keeps and what it gives back follows
+torch.compile's ``mode="reduce-overhead"`` (docs/cuda_graphs.md has the whole story):
+
+- **Inputs are copied** into static buffers (one clone of each tensor input, made at
+  capture) before each replay: the caller's tensors are read, never kept or written.
+  Scalar inputs are baked into the graph: a replay with another scalar value is refused.
+  A program that writes into an input is refused (the graph would write only its copy).
+- **Outputs are fresh tensors**: clones of the graph's static outputs, made after each
+  replay on the replaying stream. reduce-overhead returns the static buffers themselves,
+  which the next replay overwrites; we pay one copy per output so that a result stays
+  what it was, as an uncaptured run's does.
+
+:func:`check_capturable` refuses, with a :class:`~hostir.errors.CudaGraphError` naming
+each reason, a run that cannot be captured; :class:`GraphedProgram` warms a run up on a
+side stream, captures it and replays it. The caller (the frontend's ``execute``) keeps
+one GraphedProgram per input signature.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hostir.comm.communicator import Communicator
+from hostir.comm.torch_communicator import TorchCommunicator
+from hostir.errors import CudaGraphError, SettingError
+from hostir.ir.container import HostIrContainer
+from hostir.ir.program_info import program_teams, walk_instructions
+from hostir.ir.values import TensorValue
+from hostir.run.compiled_runs import bitwise_equal
+from hostir.run.race_checker import RaceChecker
+from hostir.settings import flag_setting, torch_flag
+
+CUDA_GRAPH_VARIABLE = "HOSTIR_CUDA_GRAPH"
+"""``1`` runs programs as CUDA graphs where a run asks for nothing else; ``0``, the
+default, runs them eagerly."""
+
+WARMUP_RUNS = 3
+"""Runs on a side stream before the capture (torch's CUDA-graph notes use 3): the first
+run of a signature creates what a capture must not (process groups, cuBLAS handles and
+workspaces, the stream pool's streams, NCCL's first point-to-point connections)."""
+
+MIN_NCCL = (2, 9, 6)
+"""The oldest NCCL that lets collectives be captured (torch refuses older ones)."""
+
+BLOCKING_WAIT_VARIABLES = ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT")
+"""torch's switches that make ``work.wait()`` block the host until NCCL is done: a wait
+inside a capture would then query an event of the capture, which CUDA forbids."""
+
+NEEDS_CUDA = "CUDA graphs need CUDA"
+
+
+def graphing(cuda_graph: bool | None = None) -> bool:
+    """Whether to run programs as CUDA graphs: ``cuda_graph`` if given, else
+    ``HOSTIR_CUDA_GRAPH`` (``0`` by default); SettingError for any other setting or a
+    ``cuda_graph`` that is not a bool."""
+    if cuda_graph is None:
+        return flag_setting(CUDA_GRAPH_VARIABLE)
+    if not isinstance(cuda_graph, bool):
+        raise SettingError(f"cuda_graph: expected True, False or None, got {cuda_graph!r}")
+    return cuda_graph
+
+
+def check_capturable(evaluator: Any, inputs: Sequence[Any], communicator: Communicator) -> None:
+    """Raises CudaGraphError unless ``evaluator`` can run its program on ``inputs`` (this
+    rank's) over ``communicator`` inside a CUDA graph: first if torch has no CUDA, then
+    naming every reason :func:`capture_problems` finds."""
+    if not torch.cuda.is_available():
+        raise CudaGraphError(
+            f"{NEEDS_CUDA}: torch {torch.__version__} reports no usable CUDA device on this"
+            " machine; run without cuda_graph"
+        )
+    problems = capture_problems(evaluator, inputs, communicator)
+    if problems:
+        raise CudaGraphError("this run cannot be captured in a CUDA graph: " + "; ".join(problems))
+
+
+def capture_problems(
+    evaluator: Any, inputs: Sequence[Any], communicator: Communicator
+) -> list[str]:
+    """What stops ``evaluator``'s run on ``inputs`` from being captured, one phrase per
+    reason (empty if nothing does), whether or not this machine has CUDA.
+
+    ``evaluator`` is a HostIrEvaluator (read for its program, listeners, device and the
+    handlers it would call). The program itself never reads a tensor's values on the host:
+    extents, loop bounds, roots and AllToAllV's split sizes all come from the input
+    signature and scalar inputs, so there is no data-dependent extent to refuse."""
+    program: HostIrContainer = evaluator.program
+    return [
+        *_listener_problems(evaluator.listeners),
+        *_device_problems(program, inputs, evaluator.device),
+        *_handler_problems(evaluator),
+        *_backend_problems(program, communicator),
+    ]
+
+
+def _listener_problems(listeners: Sequence[Any]) -> list[str]:
+    """Listeners run Python around each instruction, which a replay skips."""
+    problems = []
+    for listener in listeners:
+        if isinstance(listener, RaceChecker):
+            problems.append(
+                "the race checker (RaceChecker, HOSTIR_CHECK_RACES) is attached: it checks"
+                " each instruction on the host, and a replay runs none; check races on an"
+                " uncaptured run"
+            )
+        else:
+            problems.append(
+                f"listener {type(listener).__name__} is attached: listeners observe each"
+                " instruction on the host, and a replay runs none"
+            )
+    return problems
+
+
+def _device_problems(
+    program: HostIrContainer, inputs: Sequence[Any], device: torch.device | None
+) -> list[str]:
+    """The run must be on CUDA: its device, and every tensor input (named)."""
+    if device is not None and device.type != "cuda":
+        return [f"the evaluator runs on {device}, not on a CUDA device"]
+    problems = []
+    on_cuda = False
+    for value, given in zip(program.inputs, inputs, strict=False):
+        if not isinstance(value, TensorValue) or not isinstance(given, torch.Tensor):
+            continue  # scalars are baked into the graph; a missing shard is None
+        if given.device.type == "cuda":
+            on_cuda = True
+        else:
+            problems.append(f"input {value.name} is on {given.device}, not on a CUDA device")
+    if device is None and not on_cuda and not problems:
+        problems.append(
+            "no tensor input is on a CUDA device and the evaluator has no device=, so the run"
+            " would be on CPU"
+        )
+    return problems
+
+
+def _handler_problems(evaluator: Any) -> list[str]:
+    """Instructions whose handler comes from outside hostir.run (docs/extending.md): hostir
+    cannot tell whether it reads tensor values on the host (``.item()``, ``.tolist()``) or
+    does host work a replay would skip. hostir's own handlers do neither."""
+    foreign: dict[str, str] = {}
+    for instruction in walk_instructions(evaluator.program.body):
+        handler = evaluator.step(instruction).handler
+        module = getattr(handler, "__module__", None) or "?"
+        if not module.startswith("hostir.run."):
+            foreign.setdefault(type(instruction).__name__, module)
+    return [
+        f"instruction {name} runs a handler from {module}, which may read tensor values on"
+        " the host or do host work a replay skips"
+        for name, module in foreign.items()
+    ]
+
+
+def _backend_problems(program: HostIrContainer, communicator: Communicator) -> list[str]:
+    """A program that communicates between ranks must do it over NCCL, capturably."""
+    if communicator.world_size == 1 or all(team.size == 1 for team in program_teams(program)):
+        return []  # every collective is a local copy (Communicator's groups of one rank)
+    if not isinstance(communicator, TorchCommunicator):
+        return [
+            f"the program communicates between ranks through {communicator!r}, and only a"
+            " TorchCommunicator over NCCL can be captured"
+        ]
+    backend = cuda_backend()
+    if backend != "nccl":
+        return [
+            f"the program communicates between ranks over {backend}, and only NCCL"
+            " collectives can be captured (start the ranks with the nccl backend:"
+            " hostir run --backend nccl)"
+        ]
+    return [*_nccl_version_problems(), *_blocking_wait_problems()]
+
+
+def cuda_backend(backend: str | None = None) -> str:
+    """The backend for CUDA tensors named by ``backend`` (default: the default process
+    group's, ``dist.get_backend()``): ``nccl`` for ``nccl`` and ``cpu:gloo,cuda:nccl``."""
+    backend = str(dist.get_backend()) if backend is None else backend
+    if ":" not in backend:
+        return backend
+    by_device = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
+    return by_device.get("cuda", backend)
+
+
+def _nccl_version_problems() -> list[str]:
+    """NCCL before 2.9.6 refuses to be captured."""
+    try:
+        version = tuple(torch.cuda.nccl.version())
+    except Exception:  # noqa: BLE001 - a torch built without NCCL answers with an error
+        return ["this torch has no NCCL, so its collectives cannot be captured"]
+    if version < MIN_NCCL:
+        shown = ".".join(str(part) for part in version)
+        return [f"NCCL {shown} cannot capture collectives (2.9.6 or later can)"]
+    return []
+
+
+def _blocking_wait_problems() -> list[str]:
+    """A blocking wait makes the host poll a captured event, which CUDA refuses."""
+    return [
+        f"{variable} is on: every wait would block the host, which a capture forbids"
+        for variable in BLOCKING_WAIT_VARIABLES
+        if torch_flag(variable)
+    ]
+
+
+RunOnce = Callable[[list[Any]], list[torch.Tensor | None]]
+"""A run of the program on given inputs, returning its outputs (``HostIrEvaluator.run``)."""
+
+
+class GraphedProgram:
+    """One capture of a program for one input signature on one device.
+
+    ``run_once(inputs) -> outputs`` runs the program (the caller passes the evaluator's
+    run; it must not synchronize with the host nor decide anything from tensor values).
+    ``inputs``: tensors on ``device``, scalars, or None (an input this rank does not
+    hold); ``names``, if given, name them in errors. The constructor clones the tensor
+    inputs into static buffers, runs ``run_once`` on them :data:`WARMUP_RUNS` times on a
+    side stream (as torch's CUDA-graph notes do), then captures one more run into a
+    ``torch.cuda.CUDAGraph``, keeping its outputs. CudaGraphError if the capture fails
+    (what torch said is in the message); an error of a warm-up run is raised as it is.
+
+    Memory: the static inputs, the graph's private pool (the run's peak, held for the
+    graph's life) and the static outputs stay allocated while this object lives.
+    """
+
+    def __init__(
+        self,
+        run_once: RunOnce,
+        inputs: Sequence[Any],
+        device: torch.device | str,
+        *,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        self.device = _cuda_device(device)
+        self._names = list(names) if names is not None else None
+        self._static = [self._static_input(index, given) for index, given in enumerate(inputs)]
+        self._lock = threading.Lock()  # a replay's copy-in, launch and copy-out go together
+        self._stream: torch.cuda.Stream | None = None  # where the last replay ran
+        with torch.cuda.device(self.device):
+            self._warm_up(run_once)
+            self._graph, self._outputs = self._capture(run_once)
+
+    def replay(self, inputs: Sequence[Any]) -> list[torch.Tensor | None]:
+        """Copies ``inputs`` into the static buffers, replays the graph on the current
+        stream, and returns fresh tensors: clones of the static outputs (one per distinct
+        output; None where the program gives None). CudaGraphError for inputs of another
+        signature (count, shape, dtype, device) or another scalar value than captured.
+
+        Replays from several threads or streams take turns: a replay on another stream than
+        the last one first waits for it, so no replay's copy-in lands in a replay still
+        running."""
+        with self._lock:
+            stream = torch.cuda.current_stream(self.device)
+            if self._stream is not None and stream != self._stream:
+                stream.wait_stream(self._stream)
+            self._copy_in(inputs)
+            self._graph.replay()
+            outputs = self._copy_out()
+            self._stream = stream
+        return outputs
+
+    def _name(self, index: int) -> str:
+        return f"input {self._names[index]}" if self._names else f"input #{index}"
+
+    def _static_input(self, index: int, given: Any) -> Any:
+        """The buffer a tensor input is copied into at each replay (its clone, which keeps
+        the strides of a dense tensor, so the captured run sees the layout the uncaptured
+        one saw); other inputs as they are."""
+        if not isinstance(given, torch.Tensor):
+            return given
+        if given.device.type != "cuda" or _device_index(given.device) != self.device.index:
+            raise CudaGraphError(
+                f"{self._name(index)} is on {given.device}, but the graph is captured on"
+                f" {self.device}"
+            )
+        return given.detach().clone()
+
+    def _warm_up(self, run_once: RunOnce) -> None:
+        """Runs the program :data:`WARMUP_RUNS` times on a side stream ordered after the
+        current one (the static inputs were cloned there), then orders the current stream
+        after it; CudaGraphError if the runs wrote into an input."""
+        kept = [x.clone() if isinstance(x, torch.Tensor) else None for x in self._static]
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_RUNS):
+                run_once(self._static)
+        current.wait_stream(side)
+        self._check_unwritten(kept)
+
+    def _check_unwritten(self, kept: list[torch.Tensor | None]) -> None:
+        """Refuses a program that writes into an input (``out=`` a chunk of it): a replay
+        would write the graph's copy, and the caller's tensor would keep its old values.
+        Found by comparing the static inputs with their copies from before the warm-up
+        (torch.compile's reduce-overhead, too, declines to graph a function that mutates
+        its inputs)."""
+        for index, (static, before) in enumerate(zip(self._static, kept, strict=True)):
+            if before is not None and not bitwise_equal(static, before):
+                raise CudaGraphError(
+                    f"the program writes into {self._name(index)}: a replay would write the"
+                    " graph's copy of it, not the caller's tensor; run it uncaptured"
+                )
+
+    def _capture(self, run_once: RunOnce) -> tuple[torch.cuda.CUDAGraph, list]:
+        """One run captured on a stream of this graph's own (torch.cuda.graph's shared
+        default stream belongs to whichever device first used it)."""
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream(self.device)
+        try:
+            with torch.cuda.graph(graph, stream=stream):
+                outputs = list(run_once(self._static))
+        except Exception as error:
+            raise CudaGraphError(
+                f"capturing the program in a CUDA graph on {self.device} failed:"
+                f" {type(error).__name__}: {error}"
+            ) from error
+        return graph, outputs
+
+    def _copy_in(self, inputs: Sequence[Any]) -> None:
+        """Checks every input against the capture, then copies the tensors into their
+        static buffers on the current stream (one multi-tensor copy: a launch per input
+        would cost more host time than the replay)."""
+        if len(inputs) != len(self._static):
+            raise CudaGraphError(
+                f"the graph was captured with {len(self._static)} inputs, got {len(inputs)}"
+            )
+        buffers, sources = [], []
+        for index, (static, given) in enumerate(zip(self._static, inputs, strict=True)):
+            if isinstance(static, torch.Tensor):
+                if not _fits(given, static):
+                    raise CudaGraphError(
+                        f"{self._name(index)}: the graph was captured for a tensor of shape"
+                        f" {list(static.shape)} and dtype {static.dtype} on {static.device},"
+                        f" got {_describe(given)}"
+                    )
+                buffers.append(static)
+                sources.append(given)
+            elif not _same_scalar(static, given):
+                raise CudaGraphError(
+                    f"{self._name(index)} was {static!r} when the graph was captured, got"
+                    f" {given!r}: scalar inputs are part of the graph, capture one per value"
+                )
+        if buffers:
+            _copy_all(buffers, sources)
+
+    def _copy_out(self) -> list[torch.Tensor | None]:
+        """Fresh clones of the static outputs; an output listed twice is cloned once."""
+        clones: dict[int, torch.Tensor] = {}
+        outputs: list[torch.Tensor | None] = []
+        for static in self._outputs:
+            if static is None:
+                outputs.append(None)
+                continue
+            if id(static) not in clones:
+                clones[id(static)] = static.clone()
+            outputs.append(clones[id(static)])
+        return outputs
+
+
+def _copy_all(buffers: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """``buffers[i].copy_(sources[i])`` for every i, as torch's multi-tensor copy where this
+    torch has it (it copies tensor by tensor where shapes or strides rule the fast path
+    out)."""
+    foreach_copy = getattr(torch, "_foreach_copy_", None)
+    if foreach_copy is not None:
+        foreach_copy(buffers, sources)
+        return
+    for buffer, source in zip(buffers, sources, strict=True):
+        buffer.copy_(source)
+
+
+def _cuda_device(device: torch.device | str) -> torch.device:
+    """``device`` as an indexed CUDA device; CudaGraphError if it is not one or torch has
+    no CUDA."""
+    device = torch.device(device)
+    if not torch.cuda.is_available():
+        raise CudaGraphError(f"{NEEDS_CUDA}: torch reports no usable CUDA device on this machine")
+    if device.type != "cuda":
+        raise CudaGraphError(f"{NEEDS_CUDA}: {device} is not a CUDA device")
+    return torch.device("cuda", _device_index(device))
+
+
+def _device_index(device: torch.device) -> int:
+    """The index of a CUDA device (``cuda`` alone is the current one)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _fits(given: Any, static: torch.Tensor) -> bool:
+    """Whether ``given`` can be copied into ``static`` as it is (no broadcast, no cast)."""
+    return (
+        isinstance(given, torch.Tensor)
+        and given.shape == static.shape
+        and given.dtype == static.dtype
+        and given.device == static.device
+    )
+
+
+def _describe(given: Any) -> str:
+    if isinstance(given, torch.Tensor):
+        return f"shape {list(given.shape)} and dtype {given.dtype} on {given.device}"
+    return f"a {type(given).__name__}"
+
+
+def _same_scalar(captured: Any, given: Any) -> bool:
+    """Whether two scalar inputs (or Nones) mean the same to a program: the same type
+    and the same text (so ``nan`` equals ``nan`` and ``0.0`` differs from ``-0.0``)."""
+    return type(captured) is type(given) and repr(captured) == repr(given)

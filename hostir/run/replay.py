@@ -1,0 +1,299 @@
+"""Replays: a program compiled for one rank, for the input signatures it already ran.
+
+The first run of an input signature binds and checks everything the signature fixes
+(``hostir.run.bindings``) and runs the compiled program (``hostir.run.compiled``),
+whose handlers check each result against its declared local shape. A later run with
+the same signature has nothing left to find out, so it runs the *replay*: the same
+program compiled leaner, its results exactly those of the compiled and interpreted
+runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
+
+- tensors are Python locals, not entries of ``ctx.tensors``; the inputs arrive as
+  arguments and the outputs leave as the return value;
+- a compute instruction that defines a fresh tensor is its torch call
+  (``hostir.run.compute.plain_call``), without the handler's shape check: the inputs'
+  shapes fix the results' shapes, and the signature's first run checked them;
+- ``deallocate`` drops the local; a ``for`` loop is a Python loop in the same
+  function; a wait is the request's ``wait()``;
+- an Allreduce over a group of this rank alone returns its source itself where no one
+  can tell the difference: the source is a fresh tensor of the program (not an input,
+  not an output, not a view of another, never written in place) and the result is
+  never written in place either; elsewhere it copies, as the handler does;
+- every other instruction calls its handler, as the compiled program does.
+
+A program with a loop whose stages run pipelined (``hostir.run.pipelined_loops``
+interleaves iterations) has no replay: its runs stay compiled. A failure inside a
+replay raises what the interpreter raises, with the same line note
+(``CompiledProgram.fail``, after the locals are put back into ``ctx.tensors``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from hostir.analysis.pipeline_stages import is_pipelined
+from hostir.ir.communications import Allreduce, Wait
+from hostir.ir.container import HostIrContainer
+from hostir.ir.instructions import (
+    Binary,
+    Deallocate,
+    ForLoop,
+    Instruction,
+    Linear,
+    Matmul,
+    Set,
+    ShardByStream,
+    Sum,
+    Unary,
+)
+from hostir.ir.program_info import walk_instructions
+from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.run.communication_handlers import run_wait
+from hostir.run.compiled import INDENT, LINE_NOTE, CompiledProgram, _Writer
+from hostir.run.compute import COMPUTE_HANDLERS, plain_call
+from hostir.run.context import RunContext
+from hostir.run.steps import Step
+from hostir.text.printer import print_instruction
+
+FRESH = (Set, Unary, Binary, Sum, Linear, Matmul)
+"""Compute instructions whose result (not preallocated) is a new tensor, never a view."""
+
+
+class ReplayProgram(CompiledProgram):
+    """A replay (see the module docstring): ``run(ctx, inputs)`` returns the outputs.
+
+    Where ``uses_context`` is False (no handler is called, no scalar read), ``ctx`` may
+    instead be a function making the run's context, called only if an instruction
+    fails (to say why, as the interpreter would).
+    """
+
+    uses_context = True
+
+    def __init__(
+        self,
+        source: str,
+        sites: list[tuple[Instruction, Step, str]],
+        names: dict,
+        locals_of: dict[str, str],
+    ):
+        self.locals_of = locals_of  # local variable -> the value it holds
+        # run(ctx, inputs) -> outputs (the base class's run takes only ctx)
+        super().__init__(source, sites, {**names, "fail_at": self.fail_at})
+
+    def fail_at(
+        self, position: int, error: Exception, context: RunContext, local: dict
+    ) -> NoReturn:
+        """:meth:`CompiledProgram.fail`, once the values bound so far (``local``: the
+        replay's locals) are in ``context.tensors``, where the interpreter's resolution
+        looks for them. ``context`` may be the function making it (see the class)."""
+        if not isinstance(context, RunContext):
+            context = context()
+        for variable, name in self.locals_of.items():
+            if variable in local:
+                context.tensors[name] = local[variable]
+        self.fail(position, error, context)
+
+
+def replay_program(
+    program: HostIrContainer,
+    rank: int,
+    pipelined: bool,
+    step_of: Callable[[Instruction], Step],
+) -> ReplayProgram | None:
+    """``program``'s replay for ``rank``; None if it has a loop run pipelined."""
+    if pipelined and any(
+        isinstance(i, ForLoop) and is_pipelined(i) for i in walk_instructions(program.body)
+    ):
+        return None
+    writer = _ReplayWriter(program, rank, pipelined, step_of)
+    source = writer.source()
+    replay = ReplayProgram(source, writer.sites, writer.names, writer.locals_of)
+    replay.uses_context = writer.uses_context
+    return replay
+
+
+class _ReplayWriter(_Writer):
+    """Writes a replay's source: the compiled program's, with the changes the module
+    docstring lists."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.variables: dict[str, str] = {}  # value name -> local variable
+        self.locals_of: dict[str, str] = {}
+        self.aliasable = _aliasable(self.program)
+        # Values certainly bound to a tensor wherever they are read: inputs this rank
+        # holds (the call's key says they are tensors) and results of torch calls. Their
+        # reads need no check for None; a value the program binds anew elsewhere (in a
+        # loop, or to None) leaves the set.
+        self.present: set[str] = set()
+
+    def variable(self, name: str) -> str:
+        """The local variable holding value ``name``."""
+        found = self.variables.get(name)
+        if found is None:
+            found = "v_" + re.sub(r"\W", "_", name)
+            while found in self.locals_of:
+                found += "_"
+            self.variables[name], self.locals_of[found] = found, name
+        return found
+
+    def source(self) -> str:
+        """``run_program(ctx, inputs)``, returning the outputs."""
+        header = [
+            f"# A host IR program's replay for rank {self.rank} by hostir.run.replay:",
+            "# compiled for input signatures that already ran (see the module docstring).",
+            "# Each block runs one instruction; the comment gives its line in the text form.",
+        ]
+        lines = ["def run_program(ctx, inputs):"]
+        for index, value in enumerate(self.program.inputs):
+            if isinstance(value, TensorValue):
+                held = value.sharding is None or value.sharding.mesh.contains(self.rank)
+                given = f"inputs[{index}]" if held else "None"
+                if held:
+                    self.present.add(value.name)
+                lines.append(INDENT + f"{self.variable(value.name)} = {given}")
+        first = 2 + len(self.meshes.names) + len(self.program.inputs)
+        body = self._block(self.program.body, first, 1)
+        # Only code that calls a handler or reads a scalar needs the run's context.
+        self.uses_context = any(re.search(r"\bctx\b|\bs\[", b.split("#")[0]) for b in body)
+        if self.uses_context:
+            lines.append(INDENT + "s = ctx.scalars")
+        lines += body
+        outputs = ", ".join(self.variable(v.name) for v in self.program.outputs)
+        lines.append(INDENT + f"return [{outputs}]")
+        return "\n".join(header + [""] + lines) + "\n"
+
+    def _block(self, body: Sequence[Instruction], line: int, depth: int) -> list[str]:
+        """The statements running ``body`` (first instruction on ``line``), at ``depth``."""
+        lines = []
+        for instruction in body:
+            text = print_instruction(instruction, self.meshes)
+            lines += [INDENT * depth + c for c in self._statement(instruction, line, text[0])]
+            line += len(text)
+        return lines or [INDENT * depth + "pass"]
+
+    def _statement(self, instruction: Instruction, line: int, text: str) -> list[str]:
+        """The statements running one instruction, unindented."""
+        step = self.step_of(instruction)
+        k = len(self.sites)
+        self.sites.append((instruction, step, f"{LINE_NOTE}{line}: {text}"))
+        code = [f"# [{k}] line {line}: {text}"]
+        if step.mesh is not None and not step.mesh.contains(self.rank):
+            code[0] += "  (not on this rank)"
+            return code + ([f"{self.variable(n)} = None" for n in step.defined] or ["pass"])
+        if isinstance(instruction, Deallocate):
+            return code + [f"{self.variable(instruction.tensor.name)} = None"]
+        self.names[f"I{k}"] = instruction
+        checks, operands = self._operands(step)
+        body = [f"if {' or '.join(f'{e} is None' for e in checks)}:", INDENT + "raise Unresolved"]
+        body = body if checks else []
+        if isinstance(instruction, ForLoop):
+            body += self._for(instruction, line)
+        else:
+            body += self._call(instruction, step, k, dict(operands))
+        code += ["try:"] + [INDENT + b for b in body]
+        return code + ["except Exception as e:", INDENT + f"fail_at({k}, e, ctx, locals())"]
+
+    def _call(self, instruction: Instruction, step: Step, k: int, operands: dict) -> list[str]:
+        """The statements making the instruction's call and binding its results."""
+        plain = _plain_call(instruction)
+        if plain is not None:
+            call, fields = plain
+            self.names[f"F{k}"] = call
+            arguments = ", ".join(operands[name] for name in fields)
+            self.present.add(instruction.out.name)
+            return [f"{self.variable(instruction.out.name)} = F{k}({arguments})"]
+        if type(instruction) is Wait and step.handler is run_wait:
+            request = operands["request"]
+            return [f"if {request} is not None:", INDENT + f"{request}.wait()"]
+        if self._alone(instruction, step):
+            src = operands["src"]
+            out, request = self.variable(instruction.out.name), instruction.request.name
+            self.present.add(instruction.out.name)
+            # No request to wait for: a wait on None does nothing, as on a rank that
+            # skipped a communication.
+            return [
+                f"if {src} is None:",
+                INDENT + "raise Unresolved",
+                f"{out} = {src} if {src}.is_contiguous() else {src}.contiguous()",
+                f"{self.variable(request)} = None",
+            ]
+        self.names[f"H{k}"] = step.handler
+        call = f"H{k}(ctx, I{k}, {{{', '.join(f'{n!r}: {e}' for n, e in operands.items())}}})"
+        code = [f"r = {call}" if step.binds else call]
+        code += [f"{self.variable(name)} = r[{index}]" for index, name in step.binds]
+        if step.posts is not None:
+            code.append(f"ctx.posted[{step.posts!r}] = I{k}")
+        return code
+
+    def _alone(self, instruction: Instruction, step: Step) -> bool:
+        """Whether ``instruction`` is an Allreduce this rank makes alone whose result may
+        be its source itself (see the module docstring)."""
+        if type(instruction) is not Allreduce or instruction.preallocated:
+            return False
+        if step.handler.__name__ != "run_allreduce":  # a handler registered instead
+            return False
+        group = instruction.team.group_of(self.rank)
+        out = instruction.out
+        holds = out.sharding is None or out.sharding.mesh.contains(self.rank)
+        return (
+            group is not None
+            and len(group) == 1
+            and holds
+            and {instruction.src.name, out.name} <= self.aliasable
+        )
+
+    def _for(self, loop: ForLoop, line: int) -> list[str]:
+        """A ``for`` loop as the interpreter's handler runs it, its body inline."""
+        index = loop.index.name
+        start, stop = self._whole(loop.start), self._whole(loop.stop)
+        # The try around the loop is the loop instruction's: its body's are inside.
+        return [
+            f"for i in range({start}, {stop}):",
+            INDENT + f"s[{index!r}] = i",
+            *self._block(loop.body, line + 1, 1),
+            f"s.pop({index!r}, None)",
+        ]
+
+    def _operands(self, step: Step) -> tuple[list[str], list[tuple[str, str]]]:
+        """The variables to check for None, and every operand (field name, expression)."""
+        checks, operands = [], []
+        for name, operand in step.operands:
+            expression = self._operand(operand)
+            if isinstance(operand, TensorValue | RequestValue) and not step.optional:
+                if operand.name not in self.present:
+                    checks.append(expression)
+            operands.append((name, expression))
+        return checks, operands
+
+    def _operand(self, operand: Any) -> str:
+        """As the compiled program's, with tensors, requests and streams as locals."""
+        if isinstance(operand, StreamValue) and operand.index is None:
+            return self.variable(operand.name)
+        if isinstance(operand, TensorValue | RequestValue):
+            return self.variable(operand.name)
+        return super()._operand(operand)
+
+
+def _plain_call(instruction: Instruction) -> tuple[Callable, tuple[str, ...]] | None:
+    """The torch call to make directly: a built-in compute instruction, not preallocated."""
+    if type(instruction) not in COMPUTE_HANDLERS or getattr(instruction, "preallocated", True):
+        return None
+    return plain_call(instruction)
+
+
+def _aliasable(program: HostIrContainer) -> set[str]:
+    """Names of the fresh tensors (defined by a :data:`FRESH` instruction or an Allreduce,
+    not preallocated) that are no program input or output, are never written in place
+    (no preallocated instruction writes them) and of which no stream chunk is taken (a
+    chunk written in place would write them)."""
+    fresh, touched = set(), {v.name for v in (*program.inputs, *program.outputs)}
+    for instruction in walk_instructions(program.body):
+        if getattr(instruction, "preallocated", False):
+            touched.add(instruction.out.name)
+        elif isinstance(instruction, FRESH + (Allreduce,)):
+            fresh.add(instruction.out.name)
+        if isinstance(instruction, ShardByStream):
+            touched.add(instruction.src.name)
+    return fresh - touched

@@ -1,0 +1,183 @@
+"""Replays (hostir.run.replay) and prepared calls (``HostIrEvaluator.prepared_call``, kept
+by ``FusionDefinition.execute``): a signature's later runs make the torch calls directly,
+with new data every call giving the new result; an Allreduce over one rank returns its
+source only where nobody can tell; a failure inside a replay raises what the interpreter
+raises; a repeated ``execute`` runs nothing but the replay; a profiler still sees the
+interpreter's ranges. (tests/hostir/test_compiled.py runs every program of its sweep a
+second time, replayed, and compares bitwise.)"""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+import torch
+
+from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from hostir import EvaluationError, HostIrEvaluator, parse
+from hostir.ir.instructions import keyword
+from hostir.ir.program_info import walk_instructions
+from hostir.run.compiled import LINE_NOTE
+from hostir.run.compiled_runs import bitwise_equal
+
+
+def _mlp(d: int) -> tuple[FusionDefinition, list]:
+    """The README's MLP: column-parallel linear, relu, row-parallel linear (one
+    Allreduce over ``d`` ranks), bias."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, 8))
+        w1, b1 = fd.define_tensor((4 * d, 8)), fd.define_tensor((4 * d,))
+        w2, b2 = fd.define_tensor((8, 4 * d)), fd.define_tensor((8,))
+        h = fd.ops.relu(fd.ops.linear(x, w1, b1))
+        fd.add_output(fd.ops.add(fd.ops.linear(h, w2), b2))
+    for tv in (x, w1, b1, w2, b2):
+        tv.set_device_mesh(mesh)
+    for tv, dim in ((w1, 0), (b1, 0), (w2, 1)):
+        tv.outer_split(dim, d)
+        tv.axis(dim).parallelize(ParallelType.mesh_x)
+    return fd, [x, w1, b1, w2, b2]
+
+
+def _mlp_data(generator: torch.Generator, d: int, tokens: int = 5) -> list[torch.Tensor]:
+    shapes = [(tokens, 8), (4 * d, 8), (4 * d,), (8, 4 * d), (8,)]
+    return [torch.randn(s, generator=generator) for s in shapes]
+
+
+def _reference(x, w1, b1, w2, b2) -> torch.Tensor:
+    return torch.relu(x @ w1.T + b1) @ w2.T + b2
+
+
+@pytest.mark.world_sizes(1, 2, 4)
+def test_repeated_executes_replay_with_new_data(multidevice_test, monkeypatch) -> None:
+    """Every call after a signature's first runs its prepared call alone (no
+    ``HostIrEvaluator.run``: the compiled-against-interpreted check is off here), and
+    each call's new data gives the new result; a new signature is prepared once more."""
+    monkeypatch.setenv("HOSTIR_CHECK_COMPILED", "0")  # no interpreted twin run
+    monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")  # the race checker listens: interpreted
+    d, rank = multidevice_test.size, multidevice_test.rank
+    fd, tvs = _mlp(d)
+    generator = torch.Generator().manual_seed(11)
+    run = HostIrEvaluator.run
+    with mock.patch.object(HostIrEvaluator, "run", autospec=True, side_effect=run) as runs:
+        for tokens in (5, 3):
+            for _ in range(4):
+                full = _mlp_data(generator, d, tokens)
+                local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
+                (out,) = fd.execute(local)
+                torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
+    assert runs.call_count == 2  # the first call of each signature
+
+
+@pytest.mark.world_sizes(1, 2)
+def test_the_replay_calls_torch_and_lets_a_lone_allreduce_pass_its_source(multidevice_test):
+    """The replay's compute is the torch calls themselves; at one rank the Allreduce of
+    the partial sums (a fresh intermediate) passes it on uncopied, on two it is posted."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    fd, tvs = _mlp(d)
+    full = _mlp_data(torch.Generator().manual_seed(12), d)
+    local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
+    fd.execute(local)
+    (evaluator,) = fd._evaluators.values()
+    source = evaluator.replay_program(rank).source
+    assert re.search(r"v_T\d+ = F0\(v_T0, v_T1, v_T2\)", source)  # linear(x, w1, bias=b1)
+    lone = re.findall(r"v_(T\d+) = v_(T\d+) if v_T\d+\.is_contiguous\(\)", source)
+    handlers = re.findall(r"= (H\d+)\(ctx, I\d+, \{'src': v_T\d+\}\)", source)
+    assert len(lone) == (d == 1) and len(handlers) == (d > 1)  # the Allreduce, one way
+    assert source.count("(ctx, I") == len(handlers)  # no other handler is called
+    (out,) = fd.execute(local)
+    torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
+
+
+LONE_ALLREDUCE_OF_AN_INPUT = """%HostIrContainer {
+  mesh M0 = [1] : [1]
+  input T0 : float32[4, 3] @M0 partial{x: sum}
+  T1 : float32[4, 3] @M0, R0 = Allreduce(T0, team=M0(x), op=sum)
+  wait R0
+  T2 : float32[4, 3] @M0 = neg(T1)
+  output T1
+  output T2
+}
+"""
+
+
+def test_a_lone_allreduce_of_an_input_copies_it():
+    """The source is the caller's tensor and the result an output: sharing memory would
+    let a write to one change the other, so the replay copies, as the handler does."""
+    evaluator = HostIrEvaluator(parse(LONE_ALLREDUCE_OF_AN_INPUT))
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(13))
+    first = evaluator.run([x])
+    again = evaluator.run([x])
+    assert "is_contiguous()" not in evaluator.replay_program(0).source
+    for a, b in zip(first, again, strict=True):
+        assert bitwise_equal(a, b)
+    assert again[0].data_ptr() != x.data_ptr()
+    again[0].add_(1)
+    torch.testing.assert_close(again[1], -x)
+
+
+def _loops_program():
+    from tests.hostir.test_compiled import LOOPS
+
+    return parse(LOOPS)
+
+
+def test_a_failing_handler_in_a_replay_raises_what_the_interpreter_raises():
+    """The handler of the preallocated ``add`` inside two loops fails on the second run
+    (a replay): the interpreter's error, with the note naming its line."""
+    program = _loops_program()
+    inputs = [torch.randn(6, 4), 3, 0.5, 1]
+    raised = []
+    for compiled in (False, True):
+        evaluator = HostIrEvaluator(program, compiled=compiled)
+        evaluator.run(inputs)  # the signature's first run: fine
+        (add,) = [i for i in walk_instructions(program.body) if keyword(i) == "add"]
+
+        def fail(context, instruction, operands):
+            raise RuntimeError("boom")
+
+        evaluator.step(add).handler = fail
+        with pytest.raises(EvaluationError) as caught:
+            evaluator.run(inputs)
+        raised.append((str(caught.value), list(getattr(caught.value, "__notes__", []))))
+    (interpreted, no_notes), (replayed, notes) = raised
+    assert replayed == interpreted == "add into T1_c failed on rank 0: RuntimeError: boom"
+    assert no_notes == [] and notes == [f"{LINE_NOTE}12: add(T2, j // 2 - k, out=T1_c)"]
+
+
+def test_a_torch_error_in_a_replay_names_the_instruction_and_its_line():
+    """A direct torch call that fails (inputs of another shape than the signature the
+    replay was made for: the prepared call's key never lets that happen) raises the
+    interpreter's error for that instruction."""
+    fd, tvs = _mlp(1)
+    full = _mlp_data(torch.Generator().manual_seed(14), 1)
+    fd.execute(full)
+    (evaluator,) = fd._evaluators.values()
+    replay = evaluator.replay_program(0)
+    wrong = [full[0][:, :5], *full[1:]]
+    with pytest.raises(EvaluationError, match=r"^linear defining T5 failed on rank 0: Runtime"):
+        replay.run(_context(evaluator), wrong)
+
+
+def _context(evaluator: HostIrEvaluator):
+    from hostir import default_communicator
+    from hostir.run.context import RunContext
+
+    return RunContext(evaluator, evaluator.program, default_communicator(), torch.device("cpu"))
+
+
+def test_a_profiler_sees_the_interpreter_in_a_prepared_call(monkeypatch):
+    """Under a torch profiler the prepared call runs interpreted: one ``hir::`` range per
+    instruction, as on a first call."""
+    monkeypatch.setenv("HOSTIR_CHECK_COMPILED", "0")  # one run per call
+    monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")
+    fd, tvs = _mlp(1)
+    full = _mlp_data(torch.Generator().manual_seed(15), 1)
+    fd.execute(full)
+    fd.execute(full)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        (out,) = fd.execute(full)
+    names = [event.name for event in profile.events()]
+    assert names.count("hir::linear") == 2 and names.count("hir::Allreduce") == 1
+    torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
