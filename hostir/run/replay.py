@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from hostir.analysis.pipeline_stages import is_pipelined
+from hostir.analysis.pipeline_stages import is_pipelined, stages
 from hostir.ir.communications import Allreduce, Wait
 from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import (
@@ -46,6 +46,7 @@ from hostir.ir.instructions import (
     ShardByStream,
     Sum,
     Unary,
+    defined_values,
 )
 from hostir.ir.program_info import walk_instructions
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
@@ -54,6 +55,7 @@ from hostir.run.compiled import INDENT, LINE_NOTE, CompiledProgram, _Writer
 from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
 from hostir.run.steps import Step
+from hostir.run.stream_handlers import make_current
 from hostir.text.printer import print_instruction
 
 FRESH = (Set, Unary, Binary, Sum, Linear, Matmul)
@@ -101,11 +103,11 @@ def replay_program(
     pipelined: bool,
     step_of: Callable[[Instruction], Step],
 ) -> ReplayProgram | None:
-    """``program``'s replay for ``rank``; None if it has a loop run pipelined."""
-    if pipelined and any(
-        isinstance(i, ForLoop) and is_pipelined(i) for i in walk_instructions(program.body)
-    ):
-        return None
+    """``program``'s replay for ``rank``; None if a loop run pipelined holds a loop."""
+    for loop in walk_instructions(program.body):
+        if pipelined and isinstance(loop, ForLoop) and is_pipelined(loop):
+            if any(isinstance(i, ForLoop) for i in walk_instructions(loop.body)):
+                return None
     writer = _ReplayWriter(program, rank, pipelined, step_of)
     source = writer.source()
     replay = ReplayProgram(source, writer.sites, writer.names, writer.locals_of)
@@ -188,7 +190,9 @@ class _ReplayWriter(_Writer):
         checks, operands = self._operands(step)
         body = [f"if {' or '.join(f'{e} is None' for e in checks)}:", INDENT + "raise Unresolved"]
         body = body if checks else []
-        if isinstance(instruction, ForLoop):
+        if isinstance(instruction, ForLoop) and self.pipelined and is_pipelined(instruction):
+            body += self._pipelined(instruction, k, line)
+        elif isinstance(instruction, ForLoop):
             body += self._for(instruction, line)
         else:
             body += self._call(instruction, step, k, dict(operands))
@@ -255,6 +259,43 @@ class _ReplayWriter(_Writer):
             *self._block(loop.body, line + 1, 1),
             f"s.pop({index!r}, None)",
         ]
+
+    def _pipelined(self, loop: ForLoop, k: int, line: int) -> list[str]:
+        """A pipelined loop's stages interleaved as ``hostir.run.pipelined_loops`` runs
+        them: at step ``t`` stage ``n`` runs iteration ``t - lag(n)``; an iteration's
+        values (and current stream, and posted communications) are saved after each of
+        its stages but the last and restored before the next."""
+        index, staged = loop.index.name, stages(loop.body)
+        names = sorted({v.name for i in loop.body for v in defined_values(i)})
+        self.names["make_current"] = make_current
+        self.names[f"N{k}"] = names
+        lo, hi, saved = f"lo_{k}", f"hi_{k}", f"saved_{k}"
+        code = [
+            f"{lo}, {hi}, {saved} = {self._whole(loop.start)}, {self._whole(loop.stop)}, {{}}",
+            f"for step in range({lo}, {hi} + {staged[-1][0]}):",
+        ]
+        body_line, defined = line + 1, []
+        for number, (lag, body) in enumerate(staged):
+            stage = [f"i = step - {lag}", f"if {lo} <= i < {hi}:"]
+            inner = []
+            if number:
+                carried = ", ".join(self.variable(n) for n in defined) + ","
+                inner += [
+                    f"{carried} stream, posted = {saved}.pop(i)",
+                    "ctx.posted.update(posted)",
+                    "make_current(ctx, stream)",
+                ]
+            inner.append(f"s[{index!r}] = i")
+            inner += self._block(body, body_line, 0)
+            defined += [v.name for i in body for v in defined_values(i) if v.name in names]
+            if number + 1 < len(staged):
+                carried = ", ".join(self.variable(n) for n in defined) + ","
+                posted = f"{{n: ctx.posted.pop(n) for n in N{k} if n in ctx.posted}}"
+                inner.append(f"{saved}[i] = ({carried} ctx.current_stream, {posted})")
+            stage += [INDENT + c for c in inner]
+            code += [INDENT + c for c in stage]
+            body_line += sum(len(print_instruction(i, self.meshes)) for i in body) + 1
+        return code + [f"s.pop({index!r}, None)"]
 
     def _operands(self, step: Step) -> tuple[list[str], list[tuple[str, str]]]:
         """The variables to check for None, and every operand (field name, expression)."""
