@@ -3,7 +3,8 @@
 Two tables, printed as Markdown:
 
 - **Resharding on large meshes.** For each mesh (256, 1024 and 4096 devices) and
-  each pair of distributions, the time to plan the resharding of one tensor and
+  each pair of distributions (``PAIRS``, and ``EXCHANGES``: those planned as one
+  AllToAllV over every mesh axis), the time to plan the resharding of one tensor and
   emit its host IR (``plan_resharding`` + ``emit_resharding``, caches cleared
   first, with Python's cycle collector paused as lowering runs them:
   ``hostir.check.collector.collector_paused``), the length of the program's text,
@@ -46,6 +47,18 @@ PAIRS = {
         ("PS0S1", "S0S1R"),
         ("S0RS1", "S1RS0"),
         ("S0S0S0", "S1S1S1"),
+    ),
+}
+EXCHANGES = {
+    # Reshardings planned as one AllToAllV over every mesh axis (issue 24, item 6), those
+    # with replicas in the source (the planner costs each member apart) among them.
+    2: (("S1S1", "S0R"), ("S0R", "S1S1"), ("S0S0", "S1S0")),
+    3: (
+        ("S1S0R", "S0RS1"),
+        ("RRS1", "S0S1S0"),
+        ("RRS0", "S1S0R"),
+        ("RS0R", "S0S0S0"),
+        ("RS0R", "S0RS0"),
     ),
 }
 OPS = (10, 100, 1000, 3000)
@@ -138,7 +151,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for mesh_text in args.meshes.split(","):
         mesh = _mesh(mesh_text)
-        for source, target in PAIRS[len(mesh.shape)]:
+        for source, target in PAIRS[len(mesh.shape)] + EXCHANGES[len(mesh.shape)]:
             runs = [_run_with_limit(args.limit, mesh_text, source, target)]
             if runs[0] is not None:
                 runs += [

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from hostir.errors import EvaluationError
-from hostir.ir.mesh import MeshAxis
+from hostir.ir.mesh import Mesh, MeshAxis
 from hostir.ir.scalars import Const
 from hostir.ir.sharding import Sharding, print_sharding_dims
 from hostir.ir.team import Team
@@ -48,6 +49,13 @@ def block_box(sharding: Sharding, shape: Sequence[int], rank: int, *, name: str 
     if coords is None:
         raise EvaluationError(f"{name}: rank {rank} is not on its mesh {mesh}")
     return _box(_layout(Operand(name, sharding, tuple(shape)), mesh), coords)
+
+
+def block_boxes(sharding: Sharding, shape: Sequence[int], *, name: str = "value") -> list[Box]:
+    """Every rank's :func:`block_box`, in the order of the mesh's devices (the layout
+    checked and cut once, not once per rank); raises what :func:`block_box` raises."""
+    mesh = sharding.mesh
+    return list(_boxes(_layout(Operand(name, sharding, tuple(shape)), mesh), mesh.shape))
 
 
 def _block_axes(sharding: Sharding, dim: int, name: str) -> tuple[MeshAxis, ...]:
@@ -169,8 +177,8 @@ class _Roles:
     key a source *cell* (shard ``src``, are reduced or stay partial: the members of a
     cell hold the same values), the *free* ones (the others: replicas differ there),
     the reduced ones, the ones that stay partial, and those outside the team; the
-    group's size and the number of replicas of a cell (members differing on the free
-    axes)."""
+    group's size, the number of replicas of a cell (members differing on the free
+    axes) and the number of partial copies reduced."""
 
     src_layout: tuple[_DimBlocks, ...]
     out_layout: tuple[_DimBlocks, ...]
@@ -184,6 +192,7 @@ class _Roles:
     uncoverable: bool
     group_size: int
     free_count: int
+    reduced_count: int
 
 
 def member_exchange(src: Operand, out: Operand, team: Team, rank: int, reduced: bool) -> Exchange:
@@ -236,6 +245,20 @@ def _box(layout: tuple[_DimBlocks, ...], coords: Sequence[int]) -> Box:
     return tuple((blocks.index(coords) * blocks.local, blocks.local) for blocks in layout)
 
 
+@lru_cache(maxsize=256)
+def _boxes(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> tuple[Box, ...]:
+    """Every member's :func:`_box` on a mesh of ``shape``, in device order; cached: the
+    planner walks a mesh's blocks several times per exchange."""
+    return tuple(_box(layout, coords) for coords in itertools.product(*map(range, shape)))
+
+
+@lru_cache(maxsize=32)
+def _members(mesh: Mesh) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(rank, coordinates) of every device of ``mesh``, in device order (row-major
+    coordinates, as :attr:`Mesh.devices` lists them); cached as :func:`_boxes` is."""
+    return tuple(zip(mesh.devices, itertools.product(*map(range, mesh.shape)), strict=True))
+
+
 def _linear(coords: Sequence[int], dims: Sequence[int], shape: Sequence[int]) -> int:
     index = 0
     for m in dims:
@@ -271,9 +294,10 @@ def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
     per_dim = []
     for blocks, interval in zip(layout, box, strict=True):
         options = []
+        checked = not fixed.isdisjoint(blocks.dims)  # most often none of its dims is fixed
         for digits, common in blocks.overlapping(interval):
             pairs = tuple(zip(blocks.dims, digits, strict=True))
-            if all(coords[m] == c for m, c in pairs if m in fixed):
+            if not checked or all(coords[m] == c for m, c in pairs if m in fixed):
                 options.append((pairs, common))
         per_dim.append(options)
     for combo in itertools.product(*per_dim):
@@ -288,20 +312,27 @@ def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, 
     """The pieces the member at ``coords`` receives: one per source block overlapping its
     out block (members of a group share the coordinates outside the team) and per
     coordinate of the reduced axes."""
-    mesh = team.mesh
-    reduced_values = list(itertools.product(*(range(mesh.shape[m]) for m in roles.reduced)))
-    replica = _replica(roles, mesh.shape, coords, coords, +1).items()
+    shape = team.mesh.shape
+    for holder, box in _sources(roles, shape, coords, out_box):
+        yield Piece(_linear(holder, roles.team, shape), member, box)
+
+
+def _sources(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], out_box: Box):
+    """(coordinates of the member it comes from, box) per piece the member at ``coords``
+    receives (:func:`_receives`); ``coords`` itself for the piece it keeps."""
+    reduced_values = list(itertools.product(*(range(shape[m]) for m in roles.reduced)))
+    replica = _replica(roles, shape, coords, coords, +1).items()
     for cell, box in _overlaps(roles.src_layout, out_box, coords, set(roles.outside)):
         for values in reduced_values:
             for m, c in zip(roles.reduced, values, strict=True):
                 cell[m] = c
             if all(cell[m] == coords[m] for m in roles.keyed):
-                yield Piece(member, member, box)
+                yield coords, box
                 continue
             holder = list(cell)
             for m, c in replica:
                 holder[m] = c
-            yield Piece(_linear(holder, roles.team, mesh.shape), member, box)
+            yield tuple(holder), box
 
 
 def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, member: int):
@@ -364,6 +395,7 @@ def _roles(src: Operand, out: Operand, team: Team, reduced: bool) -> _Roles:
         uncoverable=_uncoverable(src_layout, out_layout, mesh.shape, outside),
         group_size=math.prod(mesh.shape[m] for m in team_dims),
         free_count=math.prod(mesh.shape[m] for m in team_dims if m not in keyed),
+        reduced_count=math.prod(mesh.shape[m] for m in team_dims if m in reduced_dims),
     )
 
 
@@ -484,14 +516,15 @@ def box_range(box: Box, block: Box) -> tuple[int, int] | None:
     """``box``'s [start, stop) in ``block``'s row-major storage if it is one contiguous
     range, else None: every dim after the last one where it is narrower than the block is
     whole (by definition of "last"), and every dim before it has extent 1."""
-    narrower = [i for i, ((_, e), (_, f)) in enumerate(zip(box, block, strict=True)) if e != f]
-    if narrower and any(e != 1 for _, e in box[: narrower[-1]]):
-        return None
-    start, stride = 0, 1
-    for (offset, _), (block_offset, full) in reversed(list(zip(box, block, strict=True))):
+    # whole: the dims walked so far (the inner ones) span the block's
+    start, stride, size, whole = 0, 1, 1, True
+    for (offset, extent), (block_offset, full) in zip(reversed(box), reversed(block), strict=True):
+        if not whole and extent != 1:
+            return None
         start += (offset - block_offset) * stride
-        stride *= full
-    return start, start + volume(box)
+        stride, size = stride * full, size * extent
+        whole = whole and extent == full
+    return start, start + size
 
 
 def consecutive(boxes: Sequence[Box], block: Box) -> bool:
@@ -528,21 +561,25 @@ def keeps_through(
     return _keeps_through(exchange, _marked(sends), _marked(receives), reduced)
 
 
-Marked = Sequence[tuple[bool, Box]]
-"""Pieces as (kept: from the member to itself, box): all the buffers depend on."""
+Marked = Sequence[tuple[bool, Box, int]]
+"""Pieces as (kept: from the member to itself, box, its volume): all the buffers depend
+on (the volume computed once: the planner sums it over many rounds)."""
 
 
-def _marked(pieces: Sequence[Piece]) -> list[tuple[bool, Box]]:
-    return [(p.source == p.destination, p.box) for p in pieces]
+def _marked(pieces: Sequence[Piece]) -> list[tuple[bool, Box, int]]:
+    return [(p.source == p.destination, p.box, volume(p.box)) for p in pieces]
 
 
 def _call_buffers(exchange: Exchange, sends: Marked, receives: Marked, reduced: bool) -> int:
-    through = _keeps_through(exchange, sends, receives, reduced)
-    return _buffers(exchange, sends, receives, reduced, through)
+    # The kept piece goes through the call where that holds less (_keeps_through).
+    beside = _buffers(exchange, sends, receives, reduced, False)
+    if reduced or not any(kept for kept, _, _ in sends):
+        return beside
+    return min(beside, _buffers(exchange, sends, receives, reduced, True))
 
 
 def _keeps_through(exchange: Exchange, sends: Marked, receives: Marked, reduced: bool) -> bool:
-    if reduced or not any(kept for kept, _ in sends):
+    if reduced or not any(kept for kept, _, _ in sends):
         return False
     return _buffers(exchange, sends, receives, reduced, True) < _buffers(
         exchange, sends, receives, reduced, False
@@ -552,11 +589,12 @@ def _keeps_through(exchange: Exchange, sends: Marked, receives: Marked, reduced:
 def _buffers(
     exchange: Exchange, sends: Marked, receives: Marked, reduced: bool, through: bool
 ) -> int:
-    sent = [box for kept, box in sends if through or not kept]
-    got = [box for kept, box in receives if through or not kept]
-    packing = 0 if consecutive(sent, exchange.src_box) else sum(map(volume, sent))
-    direct = not reduced and consecutive(got, exchange.out_box)
-    return packing + (0 if direct else sum(map(volume, got)))
+    sent = [(box, size) for kept, box, size in sends if through or not kept]
+    got = [(box, size) for kept, box, size in receives if through or not kept]
+    packed = consecutive([box for box, _ in sent], exchange.src_box)
+    packing = 0 if packed else sum(size for _, size in sent)
+    direct = not reduced and consecutive([box for box, _ in got], exchange.out_box)
+    return packing + (0 if direct else sum(size for _, size in got))
 
 
 def budget(exchange: Exchange) -> int:
@@ -579,12 +617,17 @@ def profile(exchange: Exchange) -> Exchange:
     return Exchange(0, 0, origin_src, origin_out, sends, receives, exchange.communicates)
 
 
-def member_profiles(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[Exchange, ...]:
-    """The distinct :func:`profile`s of the members of every group, each computed once: one
-    member per class of members with equal profiles (:func:`_profile_key`, which costs no
-    more than the member's coordinates), so the work is linear in the mesh plus the
-    pieces of a few members, not in every member's pieces. Raises what
-    :func:`member_exchange` raises."""
+def member_profiles(
+    src: Operand, out: Operand, team: Team, reduced: bool, limit: int | None = None
+) -> tuple[Exchange, ...] | None:
+    """The distinct :func:`profile`s of the members of every group, in the order of the
+    first member (by rank) that has each. Where few classes of members have equal
+    profiles (:func:`_profile_key`, which costs no more than the member's coordinates),
+    one member per class is computed, so the work is linear in the mesh plus the pieces
+    of a few members; where every member is its own class, every member's part comes
+    from :func:`_every_profile`, linear in the pieces of the whole mesh. None where that
+    would list more than ``limit`` received pieces (counted from block geometry first:
+    :func:`_received_count`). Raises what :func:`member_exchange` raises."""
     roles = _roles(src, out, team, reduced)
     mesh = team.mesh
     placed = {m for blocks in (*roles.src_layout, *roles.out_layout) for m in blocks.dims}
@@ -594,24 +637,106 @@ def member_profiles(src: Operand, out: Operand, team: Team, reduced: bool) -> tu
     by_coordinates = roles.free_count > 1 or any(
         mesh.shape[m] > 1 and m in placed for m in roles.outside
     )
+    out_boxes = _boxes(roles.out_layout, mesh.shape)
+    if by_coordinates:
+        if limit is not None and sum(_received_count(roles, b) for b in out_boxes) > limit:
+            return None
+        if roles.uncoverable:  # what the first member whose group lacks a source raises
+            for rank in dict.fromkeys(min(team.group_of(r)) for r in mesh.devices):
+                _check_coverage(src, out, team, rank, roles)
+        return tuple(dict.fromkeys(_every_profile(roles, team)))
     out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
     swept = sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
-    found = {}
-    for rank in mesh.devices:
-        coords = mesh.coordinates(rank)
-        key = coords if by_coordinates else _profile_key(roles, coords, swept)
-        if key not in found:
-            found[key] = profile(member_exchange(src, out, team, rank, reduced))
-    return tuple(dict.fromkeys(found.values()))
+    first = {}  # one member per class, the first by rank: (rank, its out box)
+    for (rank, coords), src_box, out_box in zip(
+        _members(mesh), _boxes(roles.src_layout, mesh.shape), out_boxes, strict=True
+    ):
+        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), (rank, out_box))
+    if limit is not None and sum(_received_count(roles, b) for _, b in first.values()) > limit:
+        return None
+    found = (profile(member_exchange(src, out, team, r, reduced)) for r, _ in first.values())
+    return tuple(dict.fromkeys(found))
+
+
+def _received_count(roles: _Roles, out_box: Box) -> int:
+    """How many pieces the member whose out block is ``out_box`` receives
+    (:func:`_sources`; where its group lacks a source, at least that many, and listing
+    raises): per dim the src blocks its out interval overlaps, times the reduced copies;
+    from geometry alone."""
+    count = roles.reduced_count
+    for blocks, (start, extent) in zip(roles.src_layout, out_box, strict=True):
+        count *= (start + extent - 1) // blocks.local - start // blocks.local + 1
+    return count
+
+
+def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
+    """Every member's :func:`profile` (that of its :func:`member_exchange`), in the mesh's
+    device order, from the receiving side alone: each member's receives
+    (:func:`_sources`) are linear in its own pieces, and its sends are the pieces the
+    others receive from it, so the work is linear in the pieces of the whole mesh.
+    :func:`_sends` instead tries every member whose out block overlaps the sender's src
+    block and keeps those it serves: as many tries per member as there are replicas
+    times its pieces. The two sides agree piece by piece (every member applies the rule
+    of :func:`member_exchange`), and a member sends at most one piece to each destination
+    (the pieces a destination receives come from distinct cells, so from distinct
+    members), so sorting by destination gives the same order;
+    ``tests/lowering/test_exchange_profiles.py`` checks the result against
+    :func:`member_exchange` on every member of every exchange between the sweep's
+    distributions. The pieces are made relative as :func:`profile` makes them, without
+    the absolute exchange in between."""
+    mesh, shape = team.mesh, team.mesh.shape
+    everyone = [coords for _, coords in _members(mesh)]
+    member_of = {coords: _linear(coords, roles.team, shape) for coords in everyone}
+    src_of = dict(zip(everyone, _boxes(roles.src_layout, shape), strict=True))
+    # (destination or source member, relative piece) per member, to sort by member
+    sends: dict[tuple[int, ...], list[tuple[int, Piece]]] = {c: [] for c in everyone}
+    receives = {}
+    for coords, out_box in zip(everyone, _boxes(roles.out_layout, shape), strict=True):
+        member = member_of[coords]
+        got = []
+        for holder, box in _sources(roles, shape, coords, out_box):
+            source = member_of[holder]
+            other = int(source != member)
+            got.append((source, Piece(other, 0, _shifted(box, out_box))))
+            sends[holder].append((member, Piece(0, other, _shifted(box, src_of[holder]))))
+        receives[coords] = got
+    origin_src = tuple((0, e) for _, e in src_of[everyone[0]])
+    origin_out = tuple((0, e) for _, e in _box(roles.out_layout, everyone[0]))
+
+    def in_order(pieces: list[tuple[int, Piece]]) -> tuple[Piece, ...]:
+        return tuple(p for _, p in sorted(pieces, key=lambda mp: mp[0]))
+
+    return [
+        Exchange(
+            0,
+            0,
+            origin_src,
+            origin_out,
+            in_order(sends[coords]),
+            in_order(receives[coords]),
+            roles.communicates,
+        )
+        for coords in everyone
+    ]
+
+
+def _shifted(box: Box, block: Box) -> Box:
+    """``box`` relative to ``block``'s origin."""
+    return tuple((o - b, e) for (o, e), (b, _) in zip(box, block, strict=True))
 
 
 def busiest_member_profile(
-    src: Operand, out: Operand, team: Team, reduced: bool
+    src: Operand, out: Operand, team: Team, reduced: bool, limit: int | None = None
 ) -> tuple[Exchange, ...]:
     """The :func:`profile` of one member alone, the one that receives the most
     (:func:`most_received`'s measure): the rounds it needs (:func:`rounds_needed`) are no
-    more than all members need, a lower bound the planner gets from one member's pieces."""
+    more than all members need, a lower bound the planner gets from one member's pieces.
+    None at all where it receives more than ``limit`` pieces (:func:`_received_count`)."""
     busiest = _busiest(src, out, team, reduced)[1]
+    if limit is not None:
+        roles = _roles(src, out, team, reduced)
+        if _received_count(roles, _box(roles.out_layout, team.mesh.coordinates(busiest))) > limit:
+            return ()
     return (profile(member_exchange(src, out, team, busiest, reduced)),)
 
 
@@ -620,7 +745,9 @@ def most_received(src: Operand, out: Operand, team: Team, reduced: bool) -> int:
     coordinate (the sources tile it so), less the piece it keeps (its own ``src`` block
     within its ``out`` block), at most over members; linear in the mesh, no pieces.
     Raises what :func:`member_exchange` raises for the first member."""
-    member_exchange(src, out, team, team.mesh.devices[0], reduced)  # its errors, if any
+    roles = _roles(src, out, team, reduced)  # what member_exchange raises, without its pieces
+    if roles.uncoverable:
+        _check_coverage(src, out, team, _members(team.mesh)[0][0], roles)
     return _busiest(src, out, team, reduced)[0]
 
 
@@ -631,17 +758,22 @@ def _busiest(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[int
     roles = _roles(src, out, team, reduced)
     mesh = team.mesh
     copies = math.prod(mesh.shape[m] for m in roles.reduced)
-    most = (0, mesh.devices[0])
-    for rank in mesh.devices:
-        coords = mesh.coordinates(rank)
-        out_box = _box(roles.out_layout, coords)
-        kept = intersect(_box(roles.src_layout, coords), out_box)
+    most = (0, _members(mesh)[0][0])
+    for (rank, _), src_box, out_box in zip(
+        _members(mesh),
+        _boxes(roles.src_layout, mesh.shape),
+        _boxes(roles.out_layout, mesh.shape),
+        strict=True,
+    ):
+        kept = intersect(src_box, out_box)
         received = copies * volume(out_box) - (volume(kept) if kept else 0)
         most = (received, rank) if received > most[0] else most
     return most
 
 
-def _profile_key(roles: _Roles, coords: tuple[int, ...], swept: list[int]) -> tuple:
+def _profile_key(
+    roles: _Roles, coords: tuple[int, ...], src_box: Box, out_box: Box, swept: list[int]
+) -> tuple:
     """What a member's profile depends on (members with equal keys have equal profiles;
     ``tests/lowering/test_exchange_profiles.py`` checks it on every member of every
     exchange between the sweep's distributions).
@@ -650,15 +782,10 @@ def _profile_key(roles: _Roles, coords: tuple[int, ...], swept: list[int]) -> tu
     block, and where the carries fall among the overlapping blocks' mesh digits, which
     orders the pieces by member) and, when the member keeps a piece of its own, where
     that piece lies in that order (its offset against the out block, and the member's
-    coordinates on the ``swept`` axes: the reduced ones and those its sends run over)."""
-    src_box, out_box = _box(roles.src_layout, coords), _box(roles.out_layout, coords)
+    coordinates on the ``swept`` axes: the reduced ones and those its sends run over).
+    ``src_box``, ``out_box``: its blocks."""
     geometry = tuple(
-        (
-            o_off % mine.local,
-            s_off % theirs.local,
-            (o_off // mine.local) % math.prod(mine.sizes[1:]),
-            (s_off // theirs.local) % math.prod(theirs.sizes[1:]),
-        )
+        (_within(o_off, theirs.local, mine), _within(s_off, mine.local, theirs))
         for mine, theirs, (s_off, _), (o_off, _) in zip(
             roles.src_layout, roles.out_layout, src_box, out_box, strict=True
         )
@@ -669,9 +796,22 @@ def _profile_key(roles: _Roles, coords: tuple[int, ...], swept: list[int]) -> tu
     return geometry, offsets, tuple(coords[m] for m in swept)
 
 
+def _within(offset: int, extent: int, blocks: _DimBlocks) -> tuple[int, ...]:
+    """Where the interval ``[offset, offset + extent)`` of one dim lies among ``blocks``:
+    its offset modulo their local extent and the carry into their mesh digits (which
+    orders the pieces by member), or nothing where it lies within one block (one piece,
+    the whole interval, from one block whatever its offset: a member's pieces in that dim
+    are alike wherever its block lies)."""
+    start = offset % blocks.local
+    if start + extent <= blocks.local:
+        return ()
+    return start, (offset // blocks.local) % math.prod(blocks.sizes[1:])
+
+
 def _relative_piece(piece: Piece, member: int, block: Box) -> Piece:
-    box = tuple((o - b, e) for (o, e), (b, _) in zip(piece.box, block, strict=True))
-    return Piece(int(piece.source != member), int(piece.destination != member), box)
+    return Piece(
+        int(piece.source != member), int(piece.destination != member), _shifted(piece.box, block)
+    )
 
 
 ROUNDS_LIMIT = 64
@@ -726,17 +866,23 @@ def cut(box: Box, parts: int) -> tuple[Box, ...]:
 def round_buffers(exchange: Exchange, rounds: int, reduced: bool) -> int:
     """The most buffer elements the member holds in any of ``rounds`` rounds (the rounds of
     :func:`exchange_rounds`, cut here as bare boxes)."""
-    sends = [(p.source == p.destination, cut(p.box, rounds)) for p in exchange.sends]
-    receives = [(p.source == p.destination, cut(p.box, rounds)) for p in exchange.receives]
+    sends = [(p.source == p.destination, _sized_parts(p.box, rounds)) for p in exchange.sends]
+    receives = [(p.source == p.destination, _sized_parts(p.box, rounds)) for p in exchange.receives]
     return max(
         _call_buffers(
             exchange,
-            [(kept, parts[r]) for kept, parts in sends if r < len(parts)],
-            [(kept, parts[r]) for kept, parts in receives if r < len(parts)],
+            [(kept, *parts[r]) for kept, parts in sends if r < len(parts)],
+            [(kept, *parts[r]) for kept, parts in receives if r < len(parts)],
             reduced,
         )
         for r in range(rounds)
     )
+
+
+@lru_cache(maxsize=4096)
+def _sized_parts(box: Box, rounds: int) -> tuple[tuple[Box, int], ...]:
+    """(part, its volume) of :func:`cut`'s parts of ``box``."""
+    return tuple((part, volume(part)) for part in cut(box, rounds))
 
 
 def rounds_needed(
@@ -744,19 +890,22 @@ def rounds_needed(
     reduced: bool,
     allowance: int | None = None,
     limit: int = ROUNDS_LIMIT,
+    buffers: Callable[[Any, int, bool], int] = round_buffers,
 ) -> int:
     """The fewest rounds in which no member's buffers pass ``allowance`` elements (default:
     its :func:`budget`); ``exchanges``: every member's part, from every group; ``limit``
-    if none up to it does. What the planner writes as the instruction's ``rounds``."""
+    if none up to it does. What the planner writes as the instruction's ``rounds``.
+    ``buffers``: a member's buffers in a number of rounds (or an upper bound on them, for
+    parts that are bounds: ``hostir.analysis.exchange_bound``)."""
 
     def room(e: Exchange) -> int:
         return budget(e) if allowance is None else allowance
 
     # A round's buffers are about 1/rounds of one call's: start there, then step up.
-    one_call = max((round_buffers(e, 1, reduced) / max(room(e), 1) for e in exchanges), default=0)
+    one_call = max((buffers(e, 1, reduced) / max(room(e), 1) for e in exchanges), default=0)
     if one_call <= 1:
         return 1
     rounds = min(math.ceil(one_call), limit)
-    while rounds < limit and any(round_buffers(e, rounds, reduced) > room(e) for e in exchanges):
+    while rounds < limit and any(buffers(e, rounds, reduced) > room(e) for e in exchanges):
         rounds += 1
     return rounds

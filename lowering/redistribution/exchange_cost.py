@@ -16,16 +16,15 @@ from hostir import AllToAllV, Sharding
 from hostir.analysis.blocks import (
     ROUNDS_LIMIT,
     Operand,
-    block_box,
-    busiest_member_profile,
+    block_boxes,
     intersect,
-    member_profiles,
     most_received,
-    round_buffers,
     rounds_needed,
     volume,
 )
+from hostir.analysis.exchange_bound import buffers_in, busiest_costs, is_bound, member_costs
 from hostir.analysis.exchanges import busiest_received
+from hostir.check.collector import collector_paused
 from hostir.errors import HostIrError
 from hostir.ir.scalars import Const, Scalar, add
 from hostir.ir.team import Team
@@ -42,14 +41,18 @@ def _concrete(shape: tuple[Scalar, ...]) -> tuple[int, ...] | None:
 def _of_exchange(
     measure, before: Sharding, after: Sharding, team: Team, shape: tuple[Scalar, ...], reduced: bool
 ):
-    """``measure`` (``hostir.analysis.blocks.member_profiles``: the distinct rank profiles, each
-    computed once; ``most_received``: from block boxes alone) of the AllToAllV from
+    """``measure`` (``hostir.analysis.exchange_bound.member_costs``: the distinct rank
+    profiles, each computed once, or bounds on a large mesh; ``most_received``: from block
+    boxes alone) of the AllToAllV from
     ``before`` to ``after``; None if the shape is symbolic or the exchange cannot be
     formed. Cached: the rounds, the cost and memory models and ``explain`` ask alike."""
     concrete = _concrete(shape)
     try:
         src, out = Operand("src", before, concrete), Operand("out", after, concrete)
-        return None if concrete is None else measure(src, out, team, reduced)
+        if concrete is None:
+            return None
+        with collector_paused():  # every member's pieces: many small objects, no cycles
+            return measure(src, out, team, reduced)
     except HostIrError:
         return None
 
@@ -65,15 +68,22 @@ def exchange_rounds_for(
 ) -> int | None:
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
     buffers pass ``allowance`` elements (``hostir.analysis.blocks.rounds_needed``); None for one
-    call (or a symbolic shape). Not ``exact``: no more than it is, from one rank's
-    pieces (``busiest_member_profile``), or, for a reducing exchange, none (partial sums
-    always arrive in a buffer: at least the most received over the allowance)."""
+    call (or a symbolic shape). Where the ranks' buffers are bounded rather than listed
+    (``hostir.analysis.exchange_bound``), enough rounds for the bounds: no rank passes
+    ``allowance``, perhaps in more rounds than needed. Not ``exact``: no more than it is,
+    from one rank's pieces (``busiest_costs``: one call where that rank has too many), or,
+    for a reducing exchange, none (partial sums always arrive in a buffer: at least the
+    most received over the allowance)."""
     if not isinstance(allowance, Const):
         return None
     if exact or not reduced:  # every rank's profile, or the busiest rank's (a lower bound)
-        measure = member_profiles if exact else busiest_member_profile
-        profiles = _of_exchange(measure, before, after, team, shape, reduced)
-        rounds = None if profiles is None else rounds_needed(profiles, reduced, allowance.value)
+        measure = member_costs if exact else busiest_costs
+        costs = _of_exchange(measure, before, after, team, shape, reduced)
+        rounds = (
+            None
+            if costs is None
+            else rounds_needed(costs, reduced, allowance.value, buffers=buffers_in)
+        )
     else:
         received = _of_exchange(most_received, before, after, team, shape, reduced)
         if received is None:
@@ -85,15 +95,28 @@ def exchange_rounds_for(
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
     """The most elements of packing and receive buffers any rank holds in one round of
     step ``k`` (``hostir.analysis.blocks.exchange_rounds``; the whole input and output when the
-    exchange cannot be computed: symbolic shapes)."""
+    exchange cannot be computed: symbolic shapes). On a large mesh, an upper bound
+    (:func:`temporaries_bounded` says when)."""
     step, reduced = plan.steps[k], plan.steps[k].get("op") is not None
-    key = (plan.before(k), step.after, step.team, plan.shape, reduced)
-    profiles = _of_exchange(member_profiles, *key)
-    if profiles is None:
+    costs = _of_exchange(member_costs, *_exchange_key(plan, k))
+    if costs is None:
         return add(
             local_elements(plan.before(k), plan.shape), local_elements(step.after, plan.shape)
         )
-    return Const(value=max(round_buffers(e, step.get("rounds") or 1, reduced) for e in profiles))
+    rounds = step.get("rounds") or 1
+    return Const(value=max(buffers_in(e, rounds, reduced) for e in costs))
+
+
+def temporaries_bounded(plan: Plan, k: int) -> bool:
+    """Whether :func:`exchange_temporaries` of step ``k`` (an AllToAllV) is an upper bound
+    (``hostir.analysis.exchange_bound``: too many pieces to list) rather than exact."""
+    costs = _of_exchange(member_costs, *_exchange_key(plan, k))
+    return costs is not None and is_bound(costs)
+
+
+def _exchange_key(plan: Plan, k: int) -> tuple:
+    step = plan.steps[k]
+    return (plan.before(k), step.after, step.team, plan.shape, step.get("op") is not None)
 
 
 def step_received(plan: Plan, k: int) -> int | None:
@@ -105,9 +128,9 @@ def step_received(plan: Plan, k: int) -> int | None:
     if step.team is None:  # a local slice or copy
         return 0
     if step.kind is AllToAllV:
-        key = (plan.before(k), step.after, step.team, plan.shape, step.get("op") is not None)
-        return _of_exchange(most_received, *key)
-    group = step.team.group_of(step.team.mesh.devices[0])  # not every group: one is alike
+        return _of_exchange(most_received, *_exchange_key(plan, k))
+    mesh = step.team.mesh  # not every group: one is alike (its first device: no listing)
+    group = step.team.group_of(mesh.device((0,) * len(mesh.shape)))
     return busiest_received(plan.instruction(k), group, {})
 
 
@@ -126,8 +149,9 @@ def received_lower_bound(plan: Plan) -> int | None:
     if shape is None:
         return None
     worst, keeps = 0, not plan.src.partial and plan.src.mesh == plan.dst.mesh
-    for rank in plan.dst.mesh.devices:
-        out = block_box(plan.dst, shape, rank)
-        held = intersect(block_box(plan.src, shape, rank), out) if keeps else None
+    targets = block_boxes(plan.dst, shape)
+    sources = block_boxes(plan.src, shape) if keeps else [None] * len(targets)
+    for out, src in zip(targets, sources, strict=True):  # rank by rank: one mesh
+        held = intersect(src, out) if keeps else None
         worst = max(worst, volume(out) - (volume(held) if held is not None else 0))
     return worst

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hostir import AllToAllV
 from hostir.ir.mesh_names import MeshNames
 from hostir.ir.scalars import Const, Scalar, print_scalar
 from hostir.ir.team import print_team
@@ -14,6 +15,7 @@ from lowering.redistribution.exchange_cost import (
     received_in_all,
     received_lower_bound,
     step_received,
+    temporaries_bounded,
 )
 from lowering.redistribution.plan import Plan
 from lowering.redistribution.plan_memory import (
@@ -39,8 +41,9 @@ class ExplainedPlan(Plan):
 
 def explain_plan(plan: Plan) -> str:
     """Each step with its team, bytes received and temporaries per rank (besides the
-    input and the output; ``lowering.redistribution.plan_memory``), and why; then the
-    plan's peak against SPEC §6's bound and the fusions applied or refused."""
+    input and the output; ``lowering.redistribution.plan_memory``; "at most" where an
+    AllToAllV's are bounded rather than listed: ``hostir.analysis.exchange_bound``), and
+    why; then the plan's peak against SPEC §6's bound and the fusions applied or refused."""
     names = MeshNames()
     shape = plan.shape
 
@@ -57,20 +60,27 @@ def explain_plan(plan: Plan) -> str:
         f"{print_sharding(plan.dst, names, shape)}"
     ]
     temporaries, staging = step_temporaries(plan), step_staging(plan)
+    # An AllToAllV on a large mesh: its temporaries bounded, not listed piece by piece.
+    bounded = [
+        step.kind is AllToAllV and temporaries_bounded(plan, k) for k, step in enumerate(plan.steps)
+    ]
+    peak = peak_of(temporaries)
+    peak_bounded = any(b and t == peak for b, t in zip(bounded, temporaries, strict=True))
     for k, step in enumerate(plan.steps):
         team = f" over {print_team(step.team, names.name)}" if step.team is not None else ""
         in_rounds = f" in {step.get('rounds')} rounds" if (step.get("rounds") or 1) > 1 else ""
         staged = "" if staging[k] == Const(value=0) else f" (gloo stages {size(staging[k])})"
         lines.append(
             f"{k + 1}. {step.name}{team}{in_rounds}: receives"
-            f" {size(step_received(plan, k))} per rank, temporaries {size(temporaries[k])}"
+            f" {size(step_received(plan, k))} per rank, temporaries"
+            f" {'at most ' * bounded[k]}{size(temporaries[k])}"
             + staged
             + (f" -- {step.reason}" if step.reason else "")
         )
     lines.append(
         f"{sum(s.team is not None for s in plan.steps)} collective(s), {len(plan.steps)} step(s),"
-        " peak temporaries"
-        f" {size(peak_of(temporaries))} (bound max(in, out) = {size(memory_bound(plan))});"
+        f" peak temporaries {'at most ' * peak_bounded}{size(peak)}"
+        f" (bound max(in, out) = {size(memory_bound(plan))});"
         f" backend staging apart: {size(peak_of(staging))} (gloo)"
     )
     received, lower = received_in_all(plan), received_lower_bound(plan)
