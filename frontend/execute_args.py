@@ -7,7 +7,9 @@ tells the other ranks, so that none of them waits for this one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,54 @@ DISABLE_OPTIONS = {
     " nothing is compiled for an inferred contiguity",
 }
 """The ``_disable_options`` they pass, and what they mean here."""
+
+
+NVFUSER_FLAGS = {
+    "save_repro_inputs": "keeps the inputs for fd.last_repro_script(); hostir writes no repro"
+    " scripts (`hostir dump` prints the program a fusion runs)",
+    "override_user_schedule": "runs nvFuser's automatic scheduler instead of the user's;"
+    " hostir has no automatic scheduler",
+    "capture_debug_output": "keeps nvFuser's debug output (fd.last_debug_output()); hostir"
+    " has none to capture (HOSTIR_DUMP=host_ir prints the program)",
+    "print_repro": "prints a repro script; hostir writes none",
+    "profile": "profiles the kernels nvFuser compiles (fd.profile()); hostir compiles none:"
+    " record with torch.profiler, which sees every host IR instruction (docs/streams.md)",
+}
+"""``execute`` keywords of nvFuser's (``nvfuser_direct`` and the older ``nvfuser``
+frontend) that have no meaning here, with what they do there: accepted as False, their
+default, and refused by name as True."""
+
+
+def nvfuser_keywords(execute: Callable[..., Any]) -> Callable[..., Any]:
+    """``execute`` taking nvFuser's keywords as well: each of :data:`NVFUSER_FLAGS` as False
+    (refused as True, with why), and any other unknown keyword refused with the list of
+    the known ones (DefinitionError, where Python's TypeError would name none). A call
+    without keywords goes straight through."""
+    known = [
+        name
+        for name, parameter in inspect.signature(execute).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+
+    @functools.wraps(execute)
+    def checked(self: Any, inputs: Any, **keywords: Any) -> Any:
+        if not keywords:
+            return execute(self, inputs)
+        for name in [name for name in keywords if name not in known]:
+            if name not in NVFUSER_FLAGS:
+                raise DefinitionError(
+                    f"execute: unknown keyword argument {name!r}; execute takes {known}, and"
+                    f" nvFuser's {sorted(NVFUSER_FLAGS)} as False (docs/frontend_api.md)"
+                )
+            flag = keywords.pop(name)
+            if flag is not False:
+                raise DefinitionError(
+                    f"execute: {name}={shown(flag)} is not supported (only False, the default):"
+                    f" in nvFuser it {NVFUSER_FLAGS[name]}"
+                )
+        return execute(self, inputs, **keywords)
+
+    return checked
 
 
 @dataclass(frozen=True)

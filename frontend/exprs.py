@@ -14,25 +14,44 @@ from dataclasses import dataclass, field
 from frontend.iter_domain import IterDomain
 from frontend.tensor_view import TensorView, ValueOwner
 from frontend.types import DataType
-from hostir import BinaryOpKind, UnaryOpKind
+from hostir import BinaryOpKind, Const, Scalar, Symbol, TernaryOpKind, UnaryOpKind
+from hostir.ir.scalars import print_scalar
 
 
 @dataclass(eq=False)
 class ScalarVal:
-    """A scalar of the fusion: a constant (``value`` set) or an input."""
+    """A scalar of the fusion: a constant (``value`` set), an input (bound at execute), or
+    an extent (``extent`` set): a tensor's size (``tv.size(i)``, ``tv.shape()``) or
+    arithmetic on sizes and int constants, known when the fusion's inputs are bound."""
 
     name: str
     dtype: DataType
     value: int | float | bool | None = None
     fusion: ValueOwner | None = field(default=None, repr=False)
     """The fusion that defined it (set by ``Fusion.new_scalar``)."""
+    extent: Scalar | None = field(default=None, repr=False)
+    """The host IR expression of the extent it equals (``i0``, ``i0 * 2``, a constant), for
+    a size and arithmetic on sizes; None for other scalars."""
 
     def is_input(self) -> bool:
-        """Whether the scalar is bound at execute (no constant value)."""
-        return self.value is None
+        """Whether the scalar is a fusion input, bound at execute."""
+        return self.value is None and self.extent is None
+
+    def to_hostir(self) -> Scalar:
+        """The scalar in a host IR program: a constant, the input's symbol, or the extent's
+        expression (its symbols are bound from the input tensors' shapes)."""
+        if self.value is not None:
+            return Const(value=self.value)
+        if self.extent is not None:
+            return self.extent
+        return Symbol(name=self.name)
 
     def __repr__(self) -> str:
-        return self.name if self.value is None else f"{self.name}={self.value}"
+        if self.value is not None:
+            return f"{self.name}={self.value}"
+        if self.extent is not None:
+            return f"{self.name}={print_scalar(self.extent)}"
+        return self.name
 
 
 Operand = TensorView | ScalarVal | int | float | bool
@@ -93,7 +112,7 @@ class SetOp(Expr):
 
 @dataclass(eq=False)
 class UnaryOp(Expr):
-    """Elementwise ``neg``/``relu``."""
+    """An elementwise one-operand op (``hostir.ir.ops``)."""
 
     op: UnaryOpKind
     src: TensorView
@@ -107,7 +126,7 @@ class UnaryOp(Expr):
 
 @dataclass(eq=False)
 class BinaryOp(Expr):
-    """Elementwise ``add``/``sub``/``mul``/``div`` with broadcasting."""
+    """An elementwise two-operand op with broadcasting (``hostir.ir.ops``)."""
 
     op: BinaryOpKind
     lhs: Operand
@@ -115,6 +134,22 @@ class BinaryOp(Expr):
 
     def inputs(self) -> list[Operand]:
         return [self.lhs, self.rhs]
+
+    def keyword(self) -> str:
+        return self.op.value
+
+
+@dataclass(eq=False)
+class TernaryOp(Expr):
+    """An elementwise three-operand op with broadcasting (``where``, ``hostir.ir.ops``)."""
+
+    op: TernaryOpKind
+    a: Operand
+    b: Operand
+    c: Operand
+
+    def inputs(self) -> list[Operand]:
+        return [self.a, self.b, self.c]
 
     def keyword(self) -> str:
         return self.op.value

@@ -11,7 +11,7 @@ from frontend.iter_domain import IterDomain
 from frontend.schedule_clock import ScheduleClock
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import Symbol
+from hostir import Scalar, Symbol
 
 _numbers = itertools.count(1)
 
@@ -46,9 +46,12 @@ class Fusion:
         self._tensors.append(tv)
         return tv
 
-    def new_scalar(self, dtype: DataType, value: int | float | bool | None) -> ScalarVal:
-        """A new scalar named ``s<n>``."""
-        scalar = ScalarVal(f"s{len(self._scalars)}", dtype, value)
+    def new_scalar(
+        self, dtype: DataType, value: int | float | bool | None, extent: Scalar | None = None
+    ) -> ScalarVal:
+        """A new scalar named ``s<n>``: a constant (``value``), an extent (``extent``: a size,
+        or arithmetic on sizes), or with neither an input (``define_scalar`` registers it)."""
+        scalar = ScalarVal(f"s{len(self._scalars)}", dtype, value, extent=extent)
         scalar.fusion = self
         self._scalars.append(scalar)
         return scalar

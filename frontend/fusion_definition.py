@@ -16,6 +16,7 @@ import torch
 from frontend.arguments import (
     MAX_EXTENT,
     as_list,
+    check_bool,
     contiguity_flags,
     int_list,
     is_int,
@@ -28,6 +29,7 @@ from frontend.execute_args import (
     check_execute_arguments,
     check_scalar_inputs,
     integer_limits,
+    nvfuser_keywords,
     uses_cuda,
 )
 from frontend.exprs import ScalarVal
@@ -35,6 +37,7 @@ from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.ops import Ops
 from frontend.sharding import validate_schedule
+from frontend.strides import builder_sizes, stride_order_of, tensor_descriptor
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
@@ -93,14 +96,48 @@ class FusionDefinition:
     # ----- definition -----
     def define_tensor(
         self,
-        shape: Sequence[int],
+        shape: Sequence[int] | None = None,
         contiguity: bool | Sequence[bool | None] | None = None,
         dtype: DataType | torch.dtype = DataType.Float,
+        is_cpu: bool = False,
         stride_order: Sequence[int] | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        static_sizes: bool = False,
     ) -> TensorView:
-        """A fusion input of global ``shape`` (-1: symbolic extent, 1: broadcast)."""
+        """A fusion input of global ``shape`` (-1: symbolic extent, 1: broadcast), with
+        nvFuser's keywords and order: ``contiguity`` (one flag or one per dim, None for a
+        broadcast dim; nvFuser gives them in allocation order), ``dtype``, ``is_cpu`` (a CPU
+        scalar tensor of shape ``[]``, such as an attention seed or offset) and
+        ``stride_order`` (dim ``i`` is ``rank - 1 - stride_order[i]``-th outermost).
+
+        Or nvFuser's other form, ``define_tensor(sizes=..., strides=..., dtype=...,
+        static_sizes=False, is_cpu=False)``: contiguity and stride order are read from the
+        strides; every size but 1 is symbolic unless ``static_sizes``.
+
+        The layout is recorded, not enforced: hostir runs torch ops, which take any strides
+        (docs/frontend_api.md).
+        """
         self._check_open("define_tensor")
+        is_cpu = check_bool(DefinitionError, "define_tensor", "is_cpu", is_cpu)
+        static_sizes = check_bool(DefinitionError, "define_tensor", "static_sizes", static_sizes)
+        if sizes is not None or strides is not None:
+            shape, contiguity, stride_order = _from_strides(
+                shape, contiguity, stride_order, sizes, strides, static_sizes
+            )
+        elif static_sizes:
+            raise DefinitionError(
+                "define_tensor: static_sizes goes with sizes and strides; with shape, give -1"
+                " for a symbolic extent"
+            )
         shape = as_list(DefinitionError, "define_tensor", "shape", shape, "ints")
+        if is_cpu and shape:
+            raise DefinitionError(
+                f"define_tensor: is_cpu=True is for a CPU scalar tensor of shape [] (a seed or"
+                f" an offset), got shape {shown(shape)}: a CPU tensor with dims is not"
+                " supported (nvFuser refuses it too)"
+            )
         axes = []
         for dim, size in enumerate(shape):
             if not is_int(size) or not (size == -1 or 1 <= size <= MAX_EXTENT):
@@ -115,23 +152,46 @@ class FusionDefinition:
                 axes.append(IterDomain(Const(value=size), iter_type))
         dtype = DataType.of(dtype)
         flags = contiguity_flags(DefinitionError, "define_tensor", contiguity, len(shape))
-        order = _stride_order(shape, stride_order)
+        order = stride_order_of(len(shape), stride_order)
         tv = self._fusion.new_tensor(dtype, axes)
         tv.contiguity = flags
         tv.stride_order = order
+        tv.is_cpu = is_cpu
         self._fusion.add_input(tv)
         return tv
 
+    def from_pytorch(self, tensor: torch.Tensor, static_sizes: bool = False) -> TensorView:
+        """A fusion input shaped like ``tensor``, as nvFuser's ``fd.from_pytorch``: its
+        dtype, its layout (read from its strides), every size but 1 symbolic unless
+        ``static_sizes``; a 0-dim CPU tensor is a CPU scalar (``is_cpu``). Unlike nvFuser, a
+        CPU tensor with dims is accepted: hostir runs on CPU ranks too."""
+        self._check_open("from_pytorch")
+        if not isinstance(tensor, torch.Tensor):
+            raise DefinitionError(f"from_pytorch: expected a torch.Tensor, got {shown(tensor)}")
+        return self.define_tensor(
+            sizes=tensor.size(),
+            strides=tensor.stride(),
+            dtype=DataType.of(tensor.dtype),
+            static_sizes=static_sizes,
+            is_cpu=tensor.device.type == "cpu" and tensor.ndim == 0,
+        )
+
     def define_scalar(
-        self, value: int | float | bool | None = None, dtype: DataType | torch.dtype | None = None
+        self,
+        value: int | float | bool | DataType | torch.dtype | None = None,
+        dtype: DataType | torch.dtype | None = None,
     ) -> ScalarVal:
         """A scalar: a constant if ``value`` is given, else an input bound at execute.
 
         Without ``dtype`` it is the dtype of ``value`` (bool: Bool, int: Int, float or
         None: Double). A constant must be exact in its dtype: 1.5 as an Int, or 2**40 as an
         Int32, is refused (it would be truncated or wrap around); floats may be inf or nan.
+        As in nvFuser, ``define_scalar(DataType.Int)`` (a dtype alone) is an input of that
+        dtype.
         """
         self._check_open("define_scalar")
+        if isinstance(value, DataType | torch.dtype) and dtype is None:
+            value, dtype = None, value  # nvFuser's define_scalar(dtype) form
         dtype = scalar_dtype(value, dtype)
         if value is not None:
             value = scalar_constant(value, dtype)
@@ -174,6 +234,7 @@ class FusionDefinition:
             check_meshes_fit(program, world_size)
         return program
 
+    @nvfuser_keywords  # nvFuser's keywords; any other refused by name
     def execute(
         self,
         inputs: Sequence[Any],
@@ -444,12 +505,39 @@ def _signature(value: Any) -> tuple:
     return (type(value).__name__,)
 
 
-def _stride_order(shape: list[int], stride_order: Any) -> list[int] | None:
-    if stride_order is None:
-        return None
-    order = int_list(DefinitionError, "define_tensor", "stride_order", stride_order)
-    if sorted(order) != list(range(len(shape))):
-        raise DefinitionError(
-            f"define_tensor: stride_order {order} must be a permutation of 0..{len(shape) - 1}"
+def _from_strides(
+    shape: Any, contiguity: Any, stride_order: Any, sizes: Any, strides: Any, static_sizes: bool
+) -> tuple[list[int], list[bool | None], list[int]]:
+    """``define_tensor``'s shape, contiguity and stride order from its ``sizes`` and
+    ``strides`` form (nvFuser's), refusing a mix of the two forms."""
+    mixed = [
+        name
+        for name, given in (
+            ("shape", shape),
+            ("contiguity", contiguity),
+            ("stride_order", stride_order),
         )
-    return order
+        if given is not None
+    ]
+    if mixed:
+        raise DefinitionError(
+            f"define_tensor: give either shape (with contiguity and stride_order) or sizes and"
+            f" strides, not both: got sizes/strides with {', '.join(mixed)}"
+        )
+    if sizes is None or strides is None:
+        missing = "sizes" if sizes is None else "strides"
+        raise DefinitionError(f"define_tensor: sizes and strides go together; {missing} is missing")
+    sizes = int_list(DefinitionError, "define_tensor", "sizes", sizes)
+    strides = int_list(DefinitionError, "define_tensor", "strides", strides)
+    if len(sizes) != len(strides):
+        raise DefinitionError(
+            f"define_tensor: {len(sizes)} sizes {shown(sizes)} but {len(strides)} strides"
+            f" {shown(strides)}"
+        )
+    for dim, stride in enumerate(strides):
+        if stride < 0:
+            raise DefinitionError(
+                f"define_tensor: strides[{dim}] = {stride}: a negative stride is not supported"
+            )
+    flags, order = tensor_descriptor(sizes, strides)
+    return builder_sizes(sizes, static_sizes), flags, order

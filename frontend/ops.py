@@ -29,13 +29,25 @@ from frontend.exprs import (
     ScalarVal,
     SetOp,
     SumOp,
+    TernaryOp,
     UnaryOp,
 )
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
+from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import BinaryOpKind, Const, Scalar, UnaryOpKind
+from hostir import BinaryOpKind, Const, Scalar, TernaryOpKind, UnaryOpKind
+from hostir.ir.ops import (
+    POINTWISE_OPS,
+    DtypeRule,
+    OpDtypeError,
+    OperandType,
+    PointwiseOp,
+    promote,
+    scalar_operand,
+    tensor_operand,
+)
 from hostir.ir.scalars import print_scalar
 
 _PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
@@ -71,6 +83,16 @@ def infer_dtype(op: str, fn: Callable[..., torch.Tensor], operands: Sequence[Ope
         )
         raise OperandError(f"{op}({described}): dtypes are incompatible: {error}") from None
     return DataType.from_torch(result.dtype)
+
+
+def _operand_type(operand: Operand) -> OperandType:
+    """What the dtype rule reads of a frontend operand. A scalar counts by its kind (bool,
+    int, or float as Double), as the host IR's scalars do."""
+    if isinstance(operand, TensorView):
+        return tensor_operand(operand.dtype.to_hostir(), len(operand.shape_domain()), operand.name)
+    if isinstance(operand, ScalarVal):
+        return scalar_operand(_PY_TYPE.get(operand.dtype, float), operand.name)
+    return scalar_operand(type(operand), repr(operand))
 
 
 def _check_tensor(op: str, value: Any, role: str) -> TensorView:
@@ -132,18 +154,16 @@ class Ops:
         tv = _check_tensor("set", tv, "operand")
         return self._elementwise(lambda o, m: SetOp(o, axis_map=m, src=tv), tv, tv.dtype)
 
-    def neg(self, tv: TensorView) -> TensorView:
-        """``-tv``."""
-        return self._unary(UnaryOpKind.NEG, torch.neg, tv)
+    def gelu(self, x: TensorView, approximate: str = "none") -> TensorView:
+        """GELU, exact (``approximate="none"``, with erf) or its tanh approximation
+        (``"tanh"``, the op ``tanh_gelu``), as ``torch.nn.functional.gelu``.
 
-    def relu(self, tv: TensorView) -> TensorView:
-        """``max(tv, 0)``."""
-        return self._unary(UnaryOpKind.RELU, torch.relu, tv)
-
-    def _unary(self, kind: UnaryOpKind, fn: Callable, tv: TensorView) -> TensorView:
-        tv = _check_tensor(kind.value, tv, "operand")
-        dtype = infer_dtype(kind.value, fn, [tv])
-        return self._elementwise(lambda o, m: UnaryOp(o, axis_map=m, op=kind, src=tv), tv, dtype)
+        Dtype: Half, BFloat16, integer and bool operands compute and return Float.
+        nvFuser's Python frontend has no gelu; its C++ composites are ``gelu`` and
+        ``tanh_gelu`` (docs/ops.md)."""
+        if approximate not in ("none", "tanh"):
+            raise OperandError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return self._pointwise("gelu" if approximate == "none" else "tanh_gelu", (x,))
 
     def cast(self, tv: TensorView, dtype: DataType | torch.dtype) -> TensorView:
         """``tv`` converted to ``dtype``."""
@@ -151,43 +171,33 @@ class Ops:
         dtype = DataType.of(dtype)
         return self._elementwise(lambda o, m: CastOp(o, axis_map=m, src=tv), tv, dtype)
 
-    # ----- binary -----
-    def add(self, lhs: Operand, rhs: Operand) -> TensorView:
-        """``lhs + rhs`` with broadcasting (dims aligned from the right)."""
-        return self._binary(BinaryOpKind.ADD, torch.add, lhs, rhs)
-
-    def sub(self, lhs: Operand, rhs: Operand) -> TensorView:
-        """``lhs - rhs``."""
-        return self._binary(BinaryOpKind.SUB, torch.sub, lhs, rhs)
-
-    def mul(self, lhs: Operand, rhs: Operand) -> TensorView:
-        """``lhs * rhs``."""
-        return self._binary(BinaryOpKind.MUL, torch.mul, lhs, rhs)
-
-    def div(self, lhs: Operand, rhs: Operand) -> TensorView:
-        """``lhs / rhs`` (true division, as torch)."""
-        return self._binary(BinaryOpKind.DIV, torch.true_divide, lhs, rhs)
-
-    def _binary(self, kind: BinaryOpKind, fn: Callable, lhs: Operand, rhs: Operand) -> TensorView:
-        op = kind.value
-        for operand in (lhs, rhs):
+    # ----- pointwise ops (declared in hostir.ir.ops; their methods are made below) -----
+    def _pointwise(self, name: str, operands: tuple[Any, ...]) -> TensorView:
+        """Op ``name`` on ``operands`` (tensors or scalars): extents broadcast from the
+        right, the dtype from the op's declared rule (nvFuser's promotion)."""
+        op = POINTWISE_OPS[name]
+        for param, operand in zip(op.params, operands, strict=True):
             if not isinstance(operand, TensorView | ScalarVal | int | float | bool):
-                raise OperandError(f"{op}: operand {operand!r} is not a tensor or scalar")
-        tensors = [x for x in (lhs, rhs) if isinstance(x, TensorView)]
-        if not tensors:
-            raise OperandError(
-                f"{op}({_name(lhs)}, {_name(rhs)}): at least one operand must be a tensor"
-            )
-        for operand in (lhs, rhs):
+                raise OperandError(f"{name}: {param} {operand!r} is not a tensor or scalar")
             if is_int(operand):
                 why = ": torch and nvFuser take a Python int as an int64 scalar"
-                check_fits(OperandError, op, "the constant", operand, DataType.Int, why)
-        dtype = infer_dtype(op, fn, [lhs, rhs])
-        for operand in (lhs, rhs):
-            _check_constant_fits(op, operand, dtype)
-        axes, axis_map = _broadcast_axes(op, tensors)
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(BinaryOp(out, axis_map=axis_map, op=kind, lhs=lhs, rhs=rhs))
+                check_fits(OperandError, name, "the constant", operand, DataType.Int, why)
+        tensors = [x for x in operands if isinstance(x, TensorView)]
+        if not tensors and name in SCALAR_OPS:  # a constant or an extent: frontend.scalar_math
+            return scalar_binary(self._fusion, name, *operands)
+        if not tensors:
+            shown_operands = ", ".join(_name(x) for x in operands)
+            raise OperandError(f"{name}({shown_operands}): at least one operand must be a tensor")
+        types = tuple(_operand_type(x) for x in operands)
+        try:
+            promotion = promote(op, types)
+        except OpDtypeError as error:
+            raise OperandError(str(error)) from None
+        for operand in operands:
+            _check_constant_fits(name, operand, DataType(promotion.compute))
+        axes, axis_map = _broadcast_axes(name, tensors)
+        out = self._new(DataType(promotion.result), axes)
+        self._fusion.add_expr(_POINTWISE_EXPRS[op.arity](out, axis_map, name, operands))
         return out
 
     # ----- reductions and contractions -----
@@ -263,6 +273,8 @@ class Ops:
         ``shape`` entry of -1 keeps the mapped input extent.
         """
         tv = _check_tensor("broadcast_in_dim", tv, "operand")
+        # Entries may be scalars: sizes (tv.size(i)) and constants become ints here.
+        shape = shape_sizes("broadcast_in_dim", tv, shape, broadcast_dims)
         shape = int_list(OperandError, "broadcast_in_dim", "shape", shape)
         broadcast_dims = int_list(
             OperandError, "broadcast_in_dim", "broadcast_dims", broadcast_dims
@@ -377,12 +389,61 @@ def _checked(method: Callable) -> Callable:
         except TypeError as error:
             raise OperandError(f"{where}({parameters}): {error}") from None
         for name, value in list(bound.arguments.items())[1:]:
-            role = "operand" if name == "tv" else name
+            role = "operand" if name in ("tv", "x") else name
             self._fusion.check_owns(where, value, role)
         return method(self, *args, **kwargs)
 
     return checked
 
+
+_POINTWISE_EXPRS: dict[int, Callable[..., Any]] = {
+    1: lambda out, axis_map, name, o: UnaryOp(
+        out, axis_map=axis_map, op=UnaryOpKind(name), src=o[0]
+    ),
+    2: lambda out, axis_map, name, o: BinaryOp(
+        out, axis_map=axis_map, op=BinaryOpKind(name), lhs=o[0], rhs=o[1]
+    ),
+    3: lambda out, axis_map, name, o: TernaryOp(
+        out, axis_map=axis_map, op=TernaryOpKind(name), a=o[0], b=o[1], c=o[2]
+    ),
+}
+"""The frontend expression of a pointwise op, by its arity."""
+
+_RULE_TEXT = {
+    DtypeRule.PROMOTE: "the operands' common dtype (nvFuser's promotion); Half and BFloat16"
+    " compute and return Float",
+    DtypeRule.FLOAT: "as the common dtype, but integer and bool operands give Float; Half and"
+    " BFloat16 compute and return Float",
+    DtypeRule.SAME: "the operand's dtype (Half stays Half)",
+    DtypeRule.COMPARE: "Bool; the operands are compared in their common dtype",
+    DtypeRule.SELECT: "the common dtype of x and y (Half stays Half); condition must be Bool",
+}
+
+
+def _pointwise_method(op: PointwiseOp) -> Callable[..., TensorView]:
+    """The ``fd.ops`` method of a declared pointwise op."""
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in op.params]
+    signature = inspect.Signature(parameters, return_annotation=TensorView)
+
+    def method(self: Ops, *args: Any, **kwargs: Any) -> TensorView:
+        bound = signature.bind(self, *args, **kwargs)
+        return self._pointwise(op.name, tuple(bound.arguments[p] for p in op.params))
+
+    method.__name__ = op.name
+    method.__qualname__ = f"Ops.{op.name}"
+    method.__signature__ = signature
+    method.__doc__ = (
+        f"{op.summary}\n\nDtype: {_RULE_TEXT[op.rule]}. Scalars are taken as operands."
+        f" Shards as its operands, communicates nothing (docs/ops.md)."
+    )
+    return method
+
+
+# Every declared pointwise op is an fd.ops method, unless written out above (gelu).
+for _op in POINTWISE_OPS.values():
+    if _op.name not in vars(Ops):
+        setattr(Ops, _op.name, _pointwise_method(_op))
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:

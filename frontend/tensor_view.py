@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from frontend.arguments import as_list, check_bool, contiguity_flags, is_int, shown
-from frontend.errors import MeshError, ScheduleError
+from frontend.errors import DefinitionError, MeshError, OperandError, ScheduleError
 from frontend.iter_domain import IterDomain, Split, Swizzle1D
 from frontend.mesh import DeviceMesh, as_mesh
 from frontend.schedule_clock import ScheduleClock
 from frontend.types import DataType, ParallelType
-from hostir import Const
+from hostir import Const, Scalar
 
 # What a tensor knows of the fusion around it, declared here rather than imported: the
 # modules defining ``Fusion`` and ``Expr`` import this one, so naming them here would close
@@ -33,6 +33,11 @@ class ValueOwner(Protocol):
 
     def describe(self) -> str:
         """``fusion #2 (inputs T0, T1)``: which fusion, in a message."""
+
+    def new_scalar(
+        self, dtype: DataType, value: int | float | bool | None, extent: Scalar | None = None
+    ) -> Any:
+        """A new scalar of the fusion (a ``ScalarVal``): ``size`` makes its sizes with it."""
 
 
 class TensorExpr(Protocol):
@@ -59,6 +64,7 @@ class TensorView:
         self.allocation_contiguity: list[bool | None] | None = None
         self.contiguity: list[bool | None] = [True] * len(self.shape_domain())
         self.stride_order: list[int] | None = None
+        self.is_cpu = False  # a CPU scalar tensor (define_tensor's is_cpu)
         self.device_mesh: DeviceMesh | None = None
         self.mesh_set_by_user = False
         self.definition: TensorExpr | None = None
@@ -101,6 +107,28 @@ class TensorView:
                 f" {len(self._loop)} axes {self._loop}"
             )
         return index % len(self._loop)
+
+    def size(self, dim: int) -> Any:
+        """The extent of data dim ``dim`` (negative counts from the end; reduction axes are
+        not dims) as an Int scalar of the fusion, as nvFuser's ``tv.size(dim)``: the
+        global extent, a constant if it is one, else known once the inputs are bound. It
+        serves as a shape entry (``broadcast_in_dim``), in arithmetic with ints on scalars
+        alone, and as the scalar operand of a pointwise op."""
+        dims = self.shape_domain()
+        if not is_int(dim) or not -len(dims) <= dim < len(dims):
+            raise OperandError(
+                f"size: dim {shown(dim)} is out of range for {self.name}, which has"
+                f" {len(dims)} dims"
+            )
+        if self.fusion is None:
+            raise DefinitionError(f"size: {self.name} belongs to no FusionDefinition")
+        extent = dims[dim].extent
+        value = extent.value if isinstance(extent, Const) else None
+        return self.fusion.new_scalar(DataType.Int, value, extent)
+
+    def shape(self) -> list[Any]:
+        """Every data dim's size (``size(i)`` for each dim), as nvFuser's ``tv.shape()``."""
+        return [self.size(dim) for dim in range(len(self.shape_domain()))]
 
     # ----- scheduling -----
     def set_device_mesh(self, mesh: DeviceMesh) -> TensorView:

@@ -57,6 +57,8 @@ from hostir.ir.instructions import (
     Set,
     ShardByStream,
     Sum,
+    Ternary,
+    TernaryOpKind,
     Unary,
     UnaryOpKind,
 )
@@ -152,6 +154,8 @@ __all__ = [
     "Symbol",
     "TensorValue",
     "TorchCommunicator",
+    "Ternary",
+    "TernaryOpKind",
     "Unary",
     "UnaryOpKind",
     "VerifyError",

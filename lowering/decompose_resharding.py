@@ -14,7 +14,8 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 
-from hostir import Binary, BinaryOpKind, Linear, Matmul, Set, TensorValue
+from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
+from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
@@ -108,7 +109,31 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
         return
     reduced = builder.new_tensor(out)
     builder.add_set(result, reduced)
-    _decompose(_bias_add(op, reduced, out, bias), builder)
+    bias_dtype = op.instruction.bias.dtype
+    added = _add_dtype(out.dtype, bias_dtype)
+    if added is out.dtype:
+        _decompose(_bias_add(op, reduced, out, bias, bias_dtype), builder)
+        return
+    # Half/BFloat16 add in Float (nvFuser's promotion, hostir.ir.ops); the linear's result
+    # keeps its own dtype, as torch's linear with a bias: add in Float, then cast back.
+    summed = builder.new_tensor(out, dtype=added)
+    _decompose(_bias_add(op, reduced, summed, bias, bias_dtype), builder)
+    pairs = tuple((i, i) for i, axis in enumerate(out.axes) if not axis.reduction)
+    cast = Cast(out=out.value(), src=summed.value())
+    builder.ops.append(
+        LoweringOp(
+            instruction=cast,
+            output=out.name,
+            inputs=(summed.name,),
+            axis_maps=((summed.name, pairs),),
+        )
+    )
+
+
+def _add_dtype(lhs: DType, rhs: DType) -> DType:
+    """The dtype of ``add`` on tensors of these dtypes (the declared rule)."""
+    operands = (tensor_operand(lhs, 1, "lhs"), tensor_operand(rhs, 1, "rhs"))
+    return promote(POINTWISE_OPS["add"], operands).result
 
 
 def _compute_tensor(
@@ -228,7 +253,7 @@ def _operand_names(instruction: object) -> list[str]:
 
 
 def _bias_add(
-    op: LoweringOp, reduced: LoweringTensor, out: LoweringTensor, bias: str
+    op: LoweringOp, reduced: LoweringTensor, out: LoweringTensor, bias: str, bias_dtype: DType
 ) -> LoweringOp:
     """``out = reduced + bias``, with the linear's bias axis map."""
     data = [i for i, axis in enumerate(out.axes) if not axis.reduction]
@@ -237,7 +262,7 @@ def _bias_add(
         op=BinaryOpKind.ADD,
         out=out.value(),
         lhs=reduced.value(),
-        rhs=TensorValue(name=bias, dtype=out.dtype, shape=(), sharding=None),
+        rhs=TensorValue(name=bias, dtype=bias_dtype, shape=(), sharding=None),
     )
     return LoweringOp(
         instruction=instruction,

@@ -38,8 +38,8 @@ from hostir import (
     Sharding,
     ShardPart,
     Sum,
-    Symbol,
     TensorValue,
+    Ternary,
     Unary,
 )
 from hostir.ir.instructions import Instruction
@@ -206,7 +206,7 @@ def _operand(value: fe.Operand) -> TensorValue | Scalar:
     if isinstance(value, TensorView):
         return _placeholder(value)
     if isinstance(value, fe.ScalarVal):
-        return Symbol(name=value.name) if value.is_input() else Const(value=value.value)
+        return value.to_hostir()  # a constant, the input's symbol or a size's extent
     return Const(value=value)
 
 
@@ -214,6 +214,9 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
     fe.SetOp: lambda e, out: Set(out=out, src=_placeholder(e.src)),
     fe.UnaryOp: lambda e, out: Unary(op=e.op, out=out, src=_placeholder(e.src)),
     fe.BinaryOp: lambda e, out: Binary(op=e.op, out=out, lhs=_operand(e.lhs), rhs=_operand(e.rhs)),
+    fe.TernaryOp: lambda e, out: Ternary(
+        op=e.op, out=out, a=_operand(e.a), b=_operand(e.b), c=_operand(e.c)
+    ),
     fe.CastOp: lambda e, out: Cast(out=out, src=_placeholder(e.src)),
     fe.SumOp: lambda e, out: Sum(out=out, src=_placeholder(e.src), dims=e.dims),
     fe.LinearOp: lambda e, out: Linear(

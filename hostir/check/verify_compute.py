@@ -3,25 +3,25 @@ its op and operands.
 
 One rule per compute class, in :data:`COMPUTE_RULES`. A rule returns the problem as a
 sentence, or None. Extents are global and compared symbolically
-(:mod:`hostir.ir.extents`); dtypes are what torch returns for the op on operands of the
-declared dtypes (the compute handlers call the same torch ops), computed once per
-combination of dtypes on one-element tensors.
+(:mod:`hostir.ir.extents`). A pointwise op's dtype is its declared rule's
+(``hostir.ir.ops``, nvFuser's promotion); linear's and matmul's are what torch returns on
+operands of the declared dtypes (the compute handlers call the same torch ops), computed
+once per combination of dtypes on one-element tensors.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
 import torch
 
+from hostir.errors import HostIrError
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ, is_one, local_extents, same_extent
 from hostir.ir.instructions import (
     Binary,
-    BinaryOpKind,
     BroadcastInDim,
     Cast,
     Linear,
@@ -30,9 +30,10 @@ from hostir.ir.instructions import (
     Set,
     ShardByStream,
     Sum,
+    Ternary,
     Unary,
-    UnaryOpKind,
 )
+from hostir.ir.ops import POINTWISE_OPS, promote, scalar_operand, tensor_operand
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, Symbol, print_scalar
 from hostir.ir.values import TensorValue
 
@@ -79,12 +80,6 @@ def _torch_dtype(kind: str, operands: tuple[object, ...]) -> DType | str:
 
 
 _TORCH_OPS: dict[str, Callable[..., torch.Tensor]] = {
-    UnaryOpKind.NEG.value: torch.neg,
-    UnaryOpKind.RELU.value: torch.relu,
-    BinaryOpKind.ADD.value: operator.add,
-    BinaryOpKind.SUB.value: operator.sub,
-    BinaryOpKind.MUL.value: operator.mul,
-    BinaryOpKind.DIV.value: operator.truediv,
     "linear": lambda a, w: torch.nn.functional.linear(a.reshape(1, 1), w.reshape(1, 1)),
     "matmul": lambda a, b: torch.matmul(a.reshape(1, 1), b.reshape(1, 1)),
 }
@@ -128,26 +123,43 @@ def _rule_cast(instruction: Cast, scalars: ScalarTypes) -> str | None:
     return _expect(instruction, instruction.src.shape, None)
 
 
-def _rule_unary(instruction: Unary, scalars: ScalarTypes) -> str | None:
-    dtype = _dtype_of(instruction.op.value, (instruction.src,), scalars)
-    if isinstance(dtype, str):
-        return f"{instruction.op.value} of a {instruction.src.dtype.value} tensor: {dtype}"
-    return _expect(instruction, instruction.src.shape, dtype)
+def _declared_dtype(instruction: Any, fields: tuple[str, ...], scalars: ScalarTypes) -> DType | str:
+    """The result dtype of a pointwise instruction under its op's declared rule, or the
+    rule's refusal as text."""
+    operands = []
+    for name in fields:
+        value = getattr(instruction, name)
+        if isinstance(value, TensorValue):
+            operands.append(tensor_operand(value.dtype, value.ndim, value.name))
+        else:
+            operands.append(scalar_operand(_operand_type(value, scalars), print_scalar(value)))
+    try:
+        return promote(POINTWISE_OPS[instruction.op.value], tuple(operands)).result
+    except HostIrError as error:
+        return str(error)
 
 
-def _rule_binary(instruction: Binary, scalars: ScalarTypes) -> str | None:
-    lhs, rhs = instruction.lhs, instruction.rhs
-    dtype = _dtype_of(instruction.op.value, (lhs, rhs), scalars)
+def _rule_pointwise(instruction: Any, scalars: ScalarTypes) -> str | None:
+    """Unary, Binary and Ternary: the declared dtype rule, and the operands' extents
+    broadcast together (at least one operand is a tensor)."""
+    fields = _POINTWISE_FIELDS[type(instruction)]
+    dtype = _declared_dtype(instruction, fields, scalars)
     if isinstance(dtype, str):
-        return f"{instruction.op.value} of these operands: {dtype}"
-    shapes = [o.shape for o in (lhs, rhs) if isinstance(o, TensorValue)]
-    shape = _broadcast(shapes[0], shapes[1]) if len(shapes) == 2 else shapes[0] if shapes else ()
-    if shape is None:
-        return (
-            f"{instruction.op.value}: the extents {_shape(lhs)} and {_shape(rhs)} do not"
-            " broadcast together"
-        )
+        return dtype
+    values = [getattr(instruction, name) for name in fields]
+    tensors = [o for o in values if isinstance(o, TensorValue)]
+    if not tensors:
+        return f"{instruction.op.value}: no operand is a tensor"
+    shape: tuple[Scalar, ...] | None = tensors[0].shape
+    for tensor in tensors[1:]:
+        shape = _broadcast(shape, tensor.shape)
+        if shape is None:
+            shown = " and ".join(_shape(t) for t in tensors)
+            return f"{instruction.op.value}: the extents {shown} do not broadcast together"
     return _expect(instruction, shape, dtype)
+
+
+_POINTWISE_FIELDS = {Unary: ("src",), Binary: ("lhs", "rhs"), Ternary: ("a", "b", "c")}
 
 
 def _broadcast(a: tuple[Scalar, ...], b: tuple[Scalar, ...]) -> tuple[Scalar, ...] | None:
@@ -267,8 +279,9 @@ def _rule_shard_by_stream(instruction: ShardByStream, scalars: ScalarTypes) -> s
 COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     Set: _rule_set,
     Cast: _rule_cast,
-    Unary: _rule_unary,
-    Binary: _rule_binary,
+    Unary: _rule_pointwise,
+    Binary: _rule_pointwise,
+    Ternary: _rule_pointwise,
     Sum: _rule_sum,
     Linear: _rule_linear,
     Matmul: _rule_matmul,

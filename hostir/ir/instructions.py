@@ -11,32 +11,20 @@ compute writes into it (torch's ``out=``): then ``out`` is read, not defined.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from hostir.ir.catalog import Instruction, Kind, classes_of_kind, declare, instruction_classes
 from hostir.ir.catalog import keyword as keyword
+from hostir.ir.ops import BinaryOpKind as BinaryOpKind
+from hostir.ir.ops import TernaryOpKind as TernaryOpKind
+from hostir.ir.ops import UnaryOpKind as UnaryOpKind
 from hostir.ir.scalars import Scalar, Symbol
 from hostir.ir.values import RequestValue, TensorValue
 
 Operand = TensorValue | Scalar
-
-
-class UnaryOpKind(enum.Enum):
-    """Elementwise one-operand ops; the value is the keyword."""
-
-    NEG = "neg"
-    RELU = "relu"
-
-
-class BinaryOpKind(enum.Enum):
-    """Elementwise two-operand ops; the value is the keyword."""
-
-    ADD = "add"
-    SUB = "sub"
-    MUL = "mul"
-    DIV = "div"
+# The op enums (UnaryOpKind, ...) are generated from the pointwise op declarations
+# (hostir.ir.ops) and re-exported here, next to the instructions they name.
 
 
 @declare(kind=Kind.MEMORY, keyword="allocate")
@@ -74,7 +62,7 @@ class Set:
 @declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Unary:
-    """``out = op(src)`` elementwise."""
+    """``out = op(src)`` elementwise; ``op`` is declared in ``hostir.ir.ops``."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
     INS: ClassVar[tuple[str, ...]] = ("src",)
@@ -87,7 +75,7 @@ class Unary:
 @declare(kind=Kind.COMPUTE, op_field="op", positional=("lhs", "rhs"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Binary:
-    """``out = op(lhs, rhs)`` elementwise; an operand may be a scalar."""
+    """``out = op(lhs, rhs)`` elementwise; an operand may be a scalar (``hostir.ir.ops``)."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
     INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
@@ -95,6 +83,22 @@ class Binary:
     out: TensorValue
     lhs: Operand
     rhs: Operand
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("a", "b", "c"))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ternary:
+    """``out = op(a, b, c)`` elementwise (``where(condition, x, y)``); ``b`` and ``c`` may
+    be scalars (``hostir.ir.ops``)."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("a", "b", "c")
+    op: TernaryOpKind
+    out: TensorValue
+    a: Operand
+    b: Operand
+    c: Operand
     preallocated: bool = False
 
 

@@ -10,7 +10,6 @@ has one, ``copy_`` otherwise).
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +17,6 @@ import torch
 
 from hostir.ir.instructions import (
     Binary,
-    BinaryOpKind,
     BroadcastInDim,
     Cast,
     Linear,
@@ -26,9 +24,13 @@ from hostir.ir.instructions import (
     Permute,
     Set,
     Sum,
+    Ternary,
     Unary,
-    UnaryOpKind,
 )
+from hostir.ir.ops import OperandType, scalar_operand, tensor_operand
+from hostir.ir.scalars import Const
+from hostir.ir.values import TensorValue
+from hostir.run.pointwise import pointwise_call
 
 Operands = dict[str, Any]
 
@@ -51,10 +53,8 @@ def plain_call(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str
     kind = type(instruction)
     if kind is Set:
         return torch.clone, ("src",)
-    if kind is Unary:
-        return _UNARY[instruction.op], ("src",)
-    if kind is Binary:
-        return _BINARY[instruction.op], ("lhs", "rhs")
+    if kind in _POINTWISE_FIELDS:
+        return _pointwise_plain(instruction)
     if kind is Cast:
         return functools.partial(torch.Tensor.to, dtype=instruction.out.dtype.to_torch()), ("src",)
     if kind is Sum:
@@ -85,27 +85,46 @@ def run_set(instruction: Set, operands: Operands, out_shape: list[int]) -> torch
     return _plain(instruction, operands)
 
 
-_UNARY: dict[UnaryOpKind, Callable[[torch.Tensor], torch.Tensor]] = {
-    UnaryOpKind.NEG: torch.neg,
-    UnaryOpKind.RELU: torch.relu,
+_POINTWISE_FIELDS: dict[type, tuple[str, ...]] = {
+    Unary: ("src",),
+    Binary: ("lhs", "rhs"),
+    Ternary: ("a", "b", "c"),
 }
+"""The operand fields of each pointwise instruction class, in the op's order."""
 
 
-def run_unary(instruction: Unary, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``neg``/``relu``."""
-    return _into(instruction, operands, _plain(instruction, operands))
+_BUILT_CALLS: dict[int, tuple[Any, tuple[Callable[..., torch.Tensor], tuple[str, ...]]]] = {}
+"""Pointwise calls built, by the id of their instruction (kept with it, so that an id
+reused by a later instruction is told apart): a handler asks at every run."""
+_MAX_BUILT_CALLS = 4096
 
 
-_BINARY: dict[BinaryOpKind, Callable[[Any, Any], torch.Tensor]] = {
-    BinaryOpKind.ADD: operator.add,
-    BinaryOpKind.SUB: operator.sub,
-    BinaryOpKind.MUL: operator.mul,
-    BinaryOpKind.DIV: operator.truediv,
-}
+def _pointwise_plain(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str, ...]]:
+    """The pointwise instruction's call (built once per instruction) and its fields."""
+    built = _BUILT_CALLS.get(id(instruction))
+    if built is not None and built[0] is instruction:
+        return built[1]
+    fields = _POINTWISE_FIELDS[type(instruction)]
+    operands = [_operand_type(getattr(instruction, name), name) for name in fields]
+    result = pointwise_call(instruction.op.value, operands, instruction.out.dtype), fields
+    if len(_BUILT_CALLS) >= _MAX_BUILT_CALLS:  # many programs made and dropped (tests)
+        _BUILT_CALLS.clear()
+    _BUILT_CALLS[id(instruction)] = (instruction, result)
+    return result
 
 
-def run_binary(instruction: Binary, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``add``/``sub``/``mul``/``div`` with torch broadcasting and type promotion."""
+def _operand_type(value: Any, name: str) -> OperandType | None:
+    """What the dtype rule reads of an operand; None for a scalar whose type is known only
+    when it runs."""
+    if isinstance(value, TensorValue):
+        return tensor_operand(value.dtype, value.ndim, value.name)
+    if isinstance(value, Const):
+        return scalar_operand(type(value.value), name)
+    return None
+
+
+def run_pointwise(instruction: Any, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """A pointwise op (``hostir.ir.ops``): torch broadcasting, nvFuser's dtype promotion."""
     return _into(instruction, operands, _plain(instruction, operands))
 
 
@@ -172,8 +191,9 @@ def run_permute(instruction: Permute, operands: Operands, out_shape: list[int]) 
 
 COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {
     Set: run_set,
-    Unary: run_unary,
-    Binary: run_binary,
+    Unary: run_pointwise,
+    Binary: run_pointwise,
+    Ternary: run_pointwise,
     Cast: run_cast,
     Sum: run_sum,
     Linear: run_linear,

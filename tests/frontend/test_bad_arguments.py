@@ -143,7 +143,7 @@ BAD: list[tuple[str, Callable[[], Any], type[hostir.HostIrError], str]] = [
     ("add-missing-operand", ops_call("add"), OperandError,
      r"fd.ops.add\(lhs, rhs\): missing a required argument: 'rhs'"),
     ("relu-extra-argument", ops_call("relu", 1), OperandError,
-     r"fd.ops.relu\(tv\): too many positional arguments"),
+     r"fd.ops.relu\(x\): too many positional arguments"),
     ("cast-complex", ops_call("cast", torch.complex64), DefinitionError,
      r"dtype torch.complex64 is not supported"),
     ("sum-dims-None", ops_call("sum", None), OperandError,

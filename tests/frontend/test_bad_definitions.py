@@ -28,6 +28,7 @@ from frontend import (
     shard_tensor,
 )
 from hostir.errors import PeerFailureError, SettingError
+from hostir.ir.ops import POINTWISE_OPS
 
 X = ParallelType.mesh_x
 
@@ -63,6 +64,9 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "broadcast_in_dim": lambda: fd.ops.broadcast_in_dim(a, [4, 8], [0, 1]),
         "permute": lambda: fd.ops.permute(a, [1, 0]),
     }
+    if op not in calls and op in POINTWISE_OPS:  # the foreign tensor first, then x
+        arity = POINTWISE_OPS[op].arity if op != "gelu" else 1
+        return getattr(fd.ops, op)(a, *[x] * (arity - 1))
     return calls[op]()
 
 
@@ -76,6 +80,8 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     and both definitions: it used to stand, silently, for this definition's own T0."""
     a, s = foreign()
     role = {"linear": "bias", "sub": "lhs", "add": "rhs", "matmul": "rhs", "mul": "rhs"}
+    if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
+        role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand
     name = "s0" if op in ("mul", "div") else "T0"
     pattern = (
         rf"fd.ops.{op}: {role.get(op, 'lhs' if op == 'div' else 'operand')} {name} belongs"
@@ -159,13 +165,14 @@ def test_an_int_constant_that_would_wrap_is_refused(rhs, pattern, edge, edge_val
 
 
 def test_a_scalar_constant_has_its_dtype() -> None:
-    """``define_scalar(2, dtype=Double)`` added to an Int32 tensor is a float32 sum, as
-    torch's ``int32_tensor + 2.0``; it used to fail in the verifier (declared float32, the
-    program computed int32). Float constants stay as given: large, inf and nan."""
+    """``define_scalar(2, dtype=Double)`` added to an Int32 tensor is a float64 sum, as
+    nvFuser's promotion gives (a Double scalar raises an integer tensor to Double; torch
+    would give float32); it used to fail in the verifier (declared float, the program
+    computed int32). Float constants stay as given: large, inf and nan."""
     data = torch.randint(-100, 100, (4,), dtype=torch.int32)
     out = run_int32_plus(lambda fd: fd.define_scalar(2, dtype=DataType.Double), data)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, data + 2.0)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, data.double() + 2.0)
     floats = torch.randn(4)
     for constant in (2.0**40, math.inf, math.nan):
         with FusionDefinition() as fd:

@@ -176,9 +176,13 @@ LOW_PRECISION_CASES = [c for c in OP_CASES if c.name in {"add", "mul", "linear",
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
 @pytest.mark.parametrize("case", LOW_PRECISION_CASES, ids=lambda c: c.name)
 def test_op_low_precision(case: OpCase, dtype: torch.dtype) -> None:
-    """add/mul/linear/matmul/sum on bfloat16 and float16 match torch on the same dtype."""
+    """linear/matmul/sum on bfloat16 and float16 match torch on the same dtype; add and
+    mul compute and return float32, as nvFuser (docs/ops.md)."""
     specs = [(shape, dtype) for shape in case.shapes]
-    run_and_check(specs, case.build, case.reference, [case.keyword])
+    reference = case.reference
+    if case.name in ("add", "mul"):
+        reference = lambda *ts: case.reference(*(t.float() for t in ts))  # noqa: E731
+    run_and_check(specs, case.build, reference, [case.keyword])
 
 
 @pytest.mark.parametrize(
@@ -230,7 +234,7 @@ def test_binary_with_scalar_constant() -> None:
     def build(fd: FusionDefinition, x: TensorView) -> TensorView:
         return fd.ops.mul(fd.define_scalar(3.0), x)
 
-    fd = run_and_check([((4,), F16)], build, lambda x: 3.0 * x, ["mul"])
+    fd = run_and_check([((4,), F16)], build, lambda x: 3.0 * x.float(), ["mul"])
     assert "mul(3.0, T0)" in str(fd.host_ir())
 
 
@@ -485,10 +489,10 @@ INTEGER_CASES = [
     ),
     pytest.param(
         [((4,), BOOL), ((4,), BOOL)],
-        lambda fd, x, y: fd.ops.add(x, y),
-        torch.add,
+        lambda fd, x, y: fd.ops.add(fd.ops.add(x, 1), y),
+        lambda x, y: x.long() + 1 + y.long(),
         "add",
-        id="add_bool_bool",
+        id="add_bool_python_int",
     ),
     pytest.param(
         [((4,), I32), ((4,), I64)],
@@ -507,28 +511,35 @@ INTEGER_CASES = [
     pytest.param(
         [((4,), I32)],
         lambda fd, x: fd.ops.add(x, 0.5),
-        lambda x: x + 0.5,
+        lambda x: x.double() + 0.5,  # nvFuser: a Double scalar raises an int tensor to Double
         "add",
         id="add_int32_python_float",
     ),
     pytest.param(
         [((4,), I32)],
         lambda fd, x: fd.ops.div(x, 2),
-        lambda x: x / 2,
+        lambda x: torch.div(x, 2, rounding_mode="trunc"),
         "div",
-        id="div_int32_true_division",
+        id="div_int32_truncates",
+    ),
+    pytest.param(
+        [((4,), I32)],
+        lambda fd, x: fd.ops.truediv(x, 2),
+        lambda x: x / 2,
+        "truediv",
+        id="truediv_int32_float",
     ),
     pytest.param(
         [((4,), BOOL)],
         lambda fd, x: fd.ops.mul(x, 1.5),
-        lambda x: x * 1.5,
+        lambda x: x.double() * 1.5,
         "mul",
         id="mul_bool_python_float",
     ),
     pytest.param(
         [((4,), I32), ((4,), F16)],
         lambda fd, x, y: fd.ops.sub(x, y),
-        torch.sub,
+        lambda x, y: x.float() - y.float(),
         "sub",
         id="sub_int32_half",
     ),
@@ -567,32 +578,44 @@ INTEGER_CASES = [
 
 @pytest.mark.parametrize(("specs", "build", "reference", "keyword"), INTEGER_CASES)
 def test_integer_and_bool(specs: list, build: Build, reference: Reference, keyword: str) -> None:
-    """Integer and bool inputs give torch's values and result dtypes."""
+    """Integer and bool inputs give nvFuser's values and result dtypes."""
     run_and_check(specs, build, reference, [keyword])
 
 
 @pytest.mark.parametrize(
-    ("lhs", "rhs"),
-    [(F16, F32), (BF16, F16), (BF16, F32), (I32, F16), (BOOL, BF16), (I64, torch.float64)],
+    ("lhs", "rhs", "result"),
+    [
+        (F16, F32, F32),
+        (BF16, F16, F32),
+        (BF16, F32, F32),
+        (I32, F16, F32),
+        (BOOL, BF16, F32),
+        (I64, torch.float64, torch.float64),
+        (I32, I64, I64),
+    ],
     ids=str,
 )
-def test_promotion_matches_torch(lhs: torch.dtype, rhs: torch.dtype) -> None:
-    """Mixed-dtype add promotes exactly as torch."""
+def test_promotion_is_nvfusers(lhs: torch.dtype, rhs: torch.dtype, result: torch.dtype) -> None:
+    """Mixed-dtype add promotes as nvFuser: reduced precision computes in float32."""
     run_and_check(
-        [((3, 4), lhs), ((3, 4), rhs)], lambda fd, a, b: fd.ops.add(a, b), torch.add, ["add"]
+        [((3, 4), lhs), ((3, 4), rhs)],
+        lambda fd, a, b: fd.ops.add(a, b),
+        lambda a, b: a.to(result) + b.to(result),
+        ["add"],
     )
 
 
 def test_scalar_input_keeps_declared_dtype() -> None:
-    """A float scalar input bound to a Python int still gives the declared float result."""
+    """A float scalar input bound to a Python int still gives the declared float result
+    (Double: nvFuser's promotion of an int tensor by a Double scalar)."""
 
     def build(fd: FusionDefinition, x: TensorView) -> TensorView:
         return fd.ops.mul(x, fd.define_scalar())
 
     fd = define_fusion([((4,), I32)], build)
     (out,) = fd.execute([torch.arange(4, dtype=I32), 2])
-    assert out.dtype == fd.fusion.outputs()[0].dtype.to_torch() == torch.float32
-    torch.testing.assert_close(out, torch.arange(4, dtype=I32) * 2.0)
+    assert out.dtype == fd.fusion.outputs()[0].dtype.to_torch() == torch.float64
+    torch.testing.assert_close(out, torch.arange(4, dtype=torch.float64) * 2.0)
 
 
 # ----- symbolic shapes -----

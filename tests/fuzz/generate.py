@@ -46,6 +46,8 @@ MAX_ELEMENTS = 1024
 MAX_INPUTS = 5
 SCALARS = (2.0, 0.5, -1.5, 3.0)
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+FD_OPS = {"div": "truediv"}
+"""The fd.ops name of a kind: torch's ``/`` is nvFuser's truediv (its div truncates ints)."""
 
 
 @dataclass
@@ -142,6 +144,8 @@ def _numel(shape) -> int:
 
 
 def _promote(a: torch.dtype, b: torch.dtype | float, op: str) -> torch.dtype:
+    if isinstance(b, float) and not a.is_floating_point:
+        return torch.float64  # nvFuser: a Double scalar lifts an integer tensor to Double
     lhs = torch.ones(1, dtype=a)
     rhs = b if isinstance(b, float) else torch.ones(1, dtype=b)
     return {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.true_divide}[op](
@@ -219,7 +223,7 @@ def op_binary(b: Builder) -> Tensor | None:
     out.positive = lhs.positive and rhs.positive and kind != "sub"
     b.features.add(f"op:{kind}")
     uses = (lhs.name, rhs.name)
-    fusion = f"fd.ops.{kind}({lhs.name}, {rhs.name})"
+    fusion = f"fd.ops.{FD_OPS.get(kind, kind)}({lhs.name}, {rhs.name})"
     return b.add_op(out, fusion, f"{lhs.name} {symbol} {rhs.name}", uses)
 
 
@@ -228,14 +232,17 @@ def _binary_scalar(b: Builder, kind: str, symbol: str, t: Tensor) -> Tensor:
     dtype = _promote(t.dtype, value, symbol)
     out = Tensor(b.fresh(), [Axis(a.extent, a.symbolic) for a in t.data], dtype)
     b.features.update({f"op:{kind}", "scalar_operand"})
+    name = FD_OPS.get(kind, kind)
+    # torch computes an int tensor with a float in float32, nvFuser in Double.
+    ref = t.name if t.dtype.is_floating_point else f"{t.name}.double()"
     if kind != "div" and b.rng.random() < 0.3:  # the scalar on the left
         out.positive = False
         return b.add_op(
-            out, f"fd.ops.{kind}({value!r}, {t.name})", f"{value!r} {symbol} {t.name}", (t.name,)
+            out, f"fd.ops.{name}({value!r}, {t.name})", f"{value!r} {symbol} {ref}", (t.name,)
         )
     out.positive = t.positive and value > 0 and kind in ("mul", "div", "add")
     return b.add_op(
-        out, f"fd.ops.{kind}({t.name}, {value!r})", f"{t.name} {symbol} {value!r}", (t.name,)
+        out, f"fd.ops.{name}({t.name}, {value!r})", f"{ref} {symbol} {value!r}", (t.name,)
     )
 
 

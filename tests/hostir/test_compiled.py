@@ -1,7 +1,8 @@
 """Compiled host programs (hostir.run.compiled) and their replays (hostir.run.replay): the
-same outputs as the interpreter, bitwise, on loops, pipelined stream loops, ranks outside a mesh and scalar inputs; a
-failure raises what the interpreter raises, naming the instruction's line; the switches
-(``compiled=``, ``HOSTIR_INTERPRET``); listeners and profilers get the interpreter."""
+same outputs as the interpreter, bitwise, on loops, pipelined stream loops, ranks outside a
+mesh and scalar inputs; a failure raises what the interpreter raises, naming the
+instruction's line; the switches (``compiled=``, ``HOSTIR_INTERPRET``); listeners and
+profilers get the interpreter."""
 
 from __future__ import annotations
 

@@ -65,6 +65,8 @@ from hostir import (
     Symbol,
     Synchronize,
     Team,
+    Ternary,
+    TernaryOpKind,
     Unary,
     UnaryOpKind,
     VerifyError,
@@ -162,6 +164,7 @@ def every_instruction() -> tuple:
         CollectivePermute(**comm, send_peer=peer, recv_peer=back),
         Wait(request=request),
         Synchronize(stream=StreamValue(index=c(2))),
+        Ternary(op=TernaryOpKind.WHERE, out=y, a=x, b=Const(value=1.5), c=y),
     )
 
 
@@ -190,6 +193,7 @@ def local_compute() -> FusionDefinition:
         s = fd.define_scalar(dtype=DataType.Int)
         y = fd.ops.mul(fd.ops.linear(x, w, b), 0.5)
         y = fd.ops.div(fd.ops.sub(2, fd.ops.add(y, s)), True)
+        y = fd.ops.where(fd.ops.gt(y, s), y, 1.5)
         y = fd.ops.cast(fd.ops.neg(fd.ops.relu(y)), DataType.Double)
         m = fd.ops.permute(fd.ops.matmul(y, fd.ops.cast(w, DataType.Double)), [1, 0])
         fd.add_output(fd.ops.sum(m, [1], keepdim=True))
