@@ -293,6 +293,39 @@ class Ops:
         self._fusion.add_expr(expr)
         return out
 
+    def broadcast(self, tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
+        """nvFuser's ``broadcast(arg, is_broadcast_dim)``: the output has one dim per
+        entry, a new broadcast dim of extent 1 where it is True, and ``tv``'s dims in
+        order where it is False (``broadcast_in_dim`` with those dims kept)."""
+        tv = _check_tensor("broadcast", tv, "operand")
+        if isinstance(is_broadcast_dim, str | bytes) or not isinstance(is_broadcast_dim, Sequence):
+            raise OperandError(
+                f"broadcast of {tv.name}: is_broadcast_dim must be a list of bools, got"
+                f" {shown(is_broadcast_dim)}"
+            )
+        flags = [
+            check_bool(OperandError, "broadcast", f"is_broadcast_dim[{i}]", flag)
+            for i, flag in enumerate(is_broadcast_dim)
+        ]
+        kept = [i for i, flag in enumerate(flags) if not flag]
+        dims = len(tv.shape_domain())
+        if len(kept) != dims:
+            raise OperandError(
+                f"broadcast of {tv.name}: is_broadcast_dim {flags} keeps {len(kept)} dims,"
+                f" but {tv.name} has {dims}: one False per dim of the operand"
+            )
+        return self.broadcast_in_dim(tv, [1 if flag else -1 for flag in flags], kept)
+
+    def size(self, tv: TensorView, dim: int) -> Any:
+        """nvFuser's ``size(arg, dim)``: the extent of ``tv``'s dim ``dim`` as an Int scalar
+        (``TensorView.size``)."""
+        return _check_tensor("size", tv, "operand").size(dim)
+
+    def shape(self, tv: TensorView) -> list[Any]:
+        """nvFuser's ``shape(arg)``: every dim's extent as Int scalars
+        (``TensorView.shape``)."""
+        return _check_tensor("shape", tv, "operand").shape()
+
     def permute(self, tv: TensorView, dims: Sequence[int]) -> TensorView:
         """Output dim ``i`` is ``tv``'s dim ``dims[i]``."""
         tv = _check_tensor("permute", tv, "operand")

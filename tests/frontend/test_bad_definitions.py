@@ -63,6 +63,9 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "matmul": lambda: fd.ops.matmul(x, a),
         "broadcast_in_dim": lambda: fd.ops.broadcast_in_dim(a, [4, 8], [0, 1]),
         "permute": lambda: fd.ops.permute(a, [1, 0]),
+        "broadcast": lambda: fd.ops.broadcast(a, [True, False, False]),
+        "size": lambda: fd.ops.size(a, 1),
+        "shape": lambda: fd.ops.shape(a),
     }
     if op not in calls and op in POINTWISE_OPS:  # the foreign tensor first, then x
         arity = POINTWISE_OPS[op].arity if op != "gelu" else 1
