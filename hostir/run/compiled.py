@@ -154,14 +154,9 @@ class _Writer:
 
     def _instruction(self, instruction: Instruction, line: int, text: str) -> list[str]:
         """The block running one instruction, indented once."""
-        step = self.step_of(instruction)
-        k = len(self.sites)
-        self.sites.append((instruction, step, f"{LINE_NOTE}{line}: {text}"))
-        code = [f"# [{k}] line {line}: {text}"]
+        k, step, code = self._site(instruction, line, text)
         if step.mesh is not None and not step.mesh.contains(self.rank):
-            code[0] += "  (not on this rank)"
-            code += [f"t[{name!r}] = None" for name in step.defined] or ["pass"]
-            return [INDENT + c for c in code]
+            return [INDENT + c for c in self._absent(step, code)]
         self.names[f"I{k}"] = instruction
         checks, operands = self._operands(step)
         body = [f"{name} = {expression}" for name, expression in checks]
@@ -173,15 +168,39 @@ class _Writer:
         else:
             if isinstance(instruction, ForLoop):
                 code[0] += "  (pipelined: the interpreter runs its stages)"
-            self.names[f"H{k}"] = step.handler
-            call = f"H{k}(ctx, I{k}, {{{', '.join(f'{n!r}: {e}' for n, e in operands)}}})"
-            body.append(f"r = {call}" if step.binds else call)
-            body += [f"t[{name!r}] = r[{index}]" for index, name in step.binds]
-            if step.posts is not None:
-                body.append(f"ctx.posted[{step.posts!r}] = I{k}")
+            body += self._handler_call(k, step, operands)
         code += ["try:"] + [INDENT + b for b in body]
         code += ["except Exception as e:", INDENT + f"fail({k}, e, ctx)"]
         return [INDENT + c for c in code]
+
+    def _site(self, instruction: Instruction, line: int, text: str) -> tuple[int, Step, list]:
+        """Numbers ``instruction`` (on ``line``, printed ``text``) among the sites: its
+        number, its prepared step, and the comment opening its block."""
+        step = self.step_of(instruction)
+        k = len(self.sites)
+        self.sites.append((instruction, step, f"{LINE_NOTE}{line}: {text}"))
+        return k, step, [f"# [{k}] line {line}: {text}"]
+
+    def _target(self, name: str) -> str:
+        """Where the generated code binds value ``name``: ``t[name]`` (``ctx.tensors``)."""
+        return f"t[{name!r}]"
+
+    def _absent(self, step: Step, code: list[str]) -> list[str]:
+        """The block (``code``: its opening comment) of an instruction this rank does not
+        run: the comment says so, and what it defines is None here."""
+        code[0] += "  (not on this rank)"
+        return code + ([f"{self._target(name)} = None" for name in step.defined] or ["pass"])
+
+    def _handler_call(self, k: int, step: Step, operands: Sequence[tuple[str, str]]) -> list[str]:
+        """The statements calling instruction ``k``'s handler on ``operands`` (field name,
+        expression) and binding its results, a posted request recorded."""
+        self.names[f"H{k}"] = step.handler
+        call = f"H{k}(ctx, I{k}, {{{', '.join(f'{n!r}: {e}' for n, e in operands)}}})"
+        code = [f"r = {call}" if step.binds else call]
+        code += [f"{self._target(name)} = r[{index}]" for index, name in step.binds]
+        if step.posts is not None:
+            code.append(f"ctx.posted[{step.posts!r}] = I{k}")
+        return code
 
     def _loop(self, loop: ForLoop, k: int, line: int) -> list[str]:
         """The statements of a ``for`` loop run as the interpreter's handler runs it."""

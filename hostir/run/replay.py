@@ -51,7 +51,7 @@ from hostir.ir.instructions import (
 from hostir.ir.program_info import walk_instructions
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.run.communication_handlers import run_wait
-from hostir.run.compiled import INDENT, LINE_NOTE, CompiledProgram, _Writer
+from hostir.run.compiled import INDENT, CompiledProgram, _Writer
 from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
 from hostir.run.steps import Step
@@ -177,13 +177,9 @@ class _ReplayWriter(_Writer):
 
     def _statement(self, instruction: Instruction, line: int, text: str) -> list[str]:
         """The statements running one instruction, unindented."""
-        step = self.step_of(instruction)
-        k = len(self.sites)
-        self.sites.append((instruction, step, f"{LINE_NOTE}{line}: {text}"))
-        code = [f"# [{k}] line {line}: {text}"]
+        k, step, code = self._site(instruction, line, text)
         if step.mesh is not None and not step.mesh.contains(self.rank):
-            code[0] += "  (not on this rank)"
-            return code + ([f"{self.variable(n)} = None" for n in step.defined] or ["pass"])
+            return self._absent(step, code)
         if isinstance(instruction, Deallocate):
             return code + [f"{self.variable(instruction.tensor.name)} = None"]
         self.names[f"I{k}"] = instruction
@@ -223,13 +219,11 @@ class _ReplayWriter(_Writer):
                 f"{out} = {src} if {src}.is_contiguous() else {src}.contiguous()",
                 f"{self.variable(request)} = None",
             ]
-        self.names[f"H{k}"] = step.handler
-        call = f"H{k}(ctx, I{k}, {{{', '.join(f'{n!r}: {e}' for n, e in operands.items())}}})"
-        code = [f"r = {call}" if step.binds else call]
-        code += [f"{self.variable(name)} = r[{index}]" for index, name in step.binds]
-        if step.posts is not None:
-            code.append(f"ctx.posted[{step.posts!r}] = I{k}")
-        return code
+        return self._handler_call(k, step, list(operands.items()))
+
+    def _target(self, name: str) -> str:
+        """A replay binds value ``name`` to its local variable."""
+        return self.variable(name)
 
     def _alone(self, instruction: Instruction, step: Step) -> bool:
         """Whether ``instruction`` is an Allreduce this rank makes alone whose result may
