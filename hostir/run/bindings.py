@@ -63,14 +63,17 @@ class Bindings:
         inputs: Sequence[Any], device: torch.device, communicator: Communicator
     ) -> tuple | None:
         """What a binding depends on: the run's device, the rank and world size, each
-        tensor's local shape, dtype and device, each scalar's type and value. None for
-        inputs of other kinds (the full binding names what is wrong with them)."""
+        tensor's local shape, dtype and device, each scalar's type and value, None for an
+        input passed as None. None for inputs of other kinds (the full binding names what
+        is wrong with them)."""
         found: list[Any] = [device, communicator.rank, communicator.world_size]
         for given in inputs:
             if isinstance(given, torch.Tensor):
                 found.append((tuple(given.shape), given.dtype, given.device))
             elif isinstance(given, bool | int | float):
                 found.append((type(given), given))
+            elif given is None:  # an input this rank does not hold (else binding refuses it)
+                found.append(None)
             else:
                 return None
         return tuple(found)

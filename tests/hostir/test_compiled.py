@@ -61,19 +61,16 @@ def both_ways(program, inputs, **options) -> list:
     loops; returns the outputs."""
     compiled = HostIrEvaluator(program, **options)
     assert compiled.runs_compiled()
-    with mock.patch.object(
-        HostIrEvaluator,
-        "run_instruction",
-        autospec=True,
-        side_effect=HostIrEvaluator.run_instruction,
-    ) as interpreted:
+    with _counting_interpreted() as interpreted:
         outputs = compiled.run(inputs)
     if not compiled.pipeline or "pipeline_stage" not in str(program):
         assert interpreted.call_count == 0
     expected = HostIrEvaluator(program, compiled=False, **options).run(inputs)
-    # A second run of the signature replays (hostir.run.replay) where the program has a
-    # replay; the same bits again.
-    replayed = compiled.run(inputs)
+    # A second run of the signature replays (hostir.run.replay), pipelined loops too,
+    # interpreting nothing; the same bits again.
+    with _counting_interpreted() as interpreted:
+        replayed = compiled.run(inputs)
+    assert interpreted.call_count == 0
     assert len(outputs) == len(expected) == len(replayed)
     for index, (a, b, c) in enumerate(zip(outputs, expected, replayed, strict=True)):
         assert (a is None and b is None) or bitwise_equal(a, b), f"output {index}"
@@ -231,12 +228,7 @@ def test_the_switches_choose_the_interpreter():
     with environment(HOSTIR_INTERPRET="0"):
         assert HostIrEvaluator(program).runs_compiled()
     evaluator = HostIrEvaluator(program)
-    with mock.patch.object(
-        HostIrEvaluator,
-        "run_instruction",
-        autospec=True,
-        side_effect=HostIrEvaluator.run_instruction,
-    ) as interpreted:
+    with _counting_interpreted() as interpreted:
         evaluator.run(inputs)
         assert interpreted.call_count == 0
         evaluator.run(inputs, compiled=False)
