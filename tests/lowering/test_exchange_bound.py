@@ -30,7 +30,7 @@ from lowering.redistribution import exchange_cost
 from lowering.redistribution.distribution import parse_notation
 from lowering.redistribution.plan_memory import memory_bound, peak_temporaries
 from lowering.redistribution.plan_resharding import plan_resharding
-from tests.lowering.test_exchange_profiles import CASES, _notations, _teams
+from tests.lowering.test_exchange_profiles import CASES, _teams, exchange_cases
 from tests.lowering.test_redistribution_sweep import SHAPES, _mesh, _pairs, value
 
 ROUNDS = (1, 2, 3, 5, 16)
@@ -44,16 +44,12 @@ def _exact_received(exchange) -> int:
 @pytest.mark.parametrize("mesh_shape", SWEPT, ids=lambda s: "x".join(map(str, s)))
 def test_bound_holds_every_rank_in_every_number_of_rounds(mesh_shape):
     mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
-    shape, k = SWEPT[mesh_shape], len(mesh_shape)
+    shape = SWEPT[mesh_shape]
     checked, problems = 0, []
-    for a, b in itertools.product(
-        _notations(k, ["R", "S0", "S1", "P"]), _notations(k, ["R", "S0", "S1"])
-    ):
-        src = Operand("src", parse_notation(a, mesh, ndim=2).to_sharding(shape), shape)
-        out = Operand("out", parse_notation(b, mesh, ndim=2).to_sharding(shape), shape)
+    for pair, src, out in exchange_cases(mesh, shape):
         reduced = bool(src.sharding.partial)
         for team in _teams(mesh):
-            case = f"{a} -> {b} over {team}"
+            case = f"{pair} over {team}"
             try:
                 every = [member_exchange(src, out, team, r, reduced) for r in mesh.devices]
             except HostIrError:

@@ -41,6 +41,19 @@ def _notations(k: int, placements: list[str]) -> list[str]:
     return ["".join(p) for p in itertools.product(placements, repeat=k)] + ORDERS[k]
 
 
+def exchange_cases(mesh: Mesh, shape: tuple[int, int]):
+    """(label, src, out) for every pair of the sweep's distributions on ``mesh`` of a
+    ``shape`` tensor: sources ``R``, ``S0``, ``S1``, ``P`` per axis (and the orders of
+    :data:`ORDERS`), targets without ``P``."""
+    k = len(mesh.shape)
+    for a, b in itertools.product(
+        _notations(k, ["R", "S0", "S1", "P"]), _notations(k, ["R", "S0", "S1"])
+    ):
+        src = Operand("src", parse_notation(a, mesh, ndim=2).to_sharding(shape), shape)
+        out = Operand("out", parse_notation(b, mesh, ndim=2).to_sharding(shape), shape)
+        yield f"{a} -> {b}", src, out
+
+
 def _teams(mesh: Mesh) -> list[Team]:
     axes = mesh.axes()
     if len(axes) > 2:  # the planner's team (every axis involved) keeps the case fast
@@ -51,13 +64,9 @@ def _teams(mesh: Mesh) -> list[Team]:
 @pytest.mark.parametrize("mesh_shape", CASES, ids=lambda s: "x".join(map(str, s)))
 def test_profiles_and_most_received_match_every_rank(mesh_shape):
     mesh = Mesh(devices=tuple(range(math.prod(mesh_shape))), shape=mesh_shape)
-    shape, k = CASES[mesh_shape], len(mesh_shape)
+    shape = CASES[mesh_shape]
     checked, problems = 0, []
-    for a, b in itertools.product(
-        _notations(k, ["R", "S0", "S1", "P"]), _notations(k, ["R", "S0", "S1"])
-    ):
-        src = Operand("src", parse_notation(a, mesh, ndim=2).to_sharding(shape), shape)
-        out = Operand("out", parse_notation(b, mesh, ndim=2).to_sharding(shape), shape)
+    for pair, src, out in exchange_cases(mesh, shape):
         reduced = bool(src.sharding.partial)
         for team in _teams(mesh):
             try:
@@ -72,9 +81,9 @@ def test_profiles_and_most_received_match_every_rank(mesh_shape):
             most = max(received)
             (busiest,) = busiest_member_profile(src, out, team, reduced)
             if busiest != profile(every[received.index(most)]):
-                problems.append(f"{a} -> {b} over {team}: not the busiest rank's profile")
+                problems.append(f"{pair} over {team}: not the busiest rank's profile")
             if set(member_profiles(src, out, team, reduced)) != profiles:
-                problems.append(f"{a} -> {b} over {team}: profiles differ")
+                problems.append(f"{pair} over {team}: profiles differ")
             if most_received(src, out, team, reduced) != most:
-                problems.append(f"{a} -> {b} over {team}: most received differs from {most}")
+                problems.append(f"{pair} over {team}: most received differs from {most}")
     assert checked > 200 and not problems, "\n".join(problems[:20])
