@@ -12,13 +12,14 @@ from unittest import mock
 import pytest
 import torch
 
-from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from frontend import FusionDefinition
 from hostir import EvaluationError, HostIrEvaluator, Listener, parse
 from hostir.errors import CommunicationError, ExtentError, HostIrError, SettingError
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
 from hostir.run.compiled import LINE_NOTE
 from hostir.run.compiled_runs import bitwise_equal, check_compiled_outputs
+from tests.hostir.test_pipelined_loops import _row_parallel as row_parallel_streams
 from tests.hostir.test_pipelined_loops import environment
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
@@ -106,24 +107,7 @@ def test_every_instruction_kind_runs_the_same_compiled(multidevice_test, pipelin
 def _row_parallel(devices: int, rank: int) -> tuple[FusionDefinition, list, list]:
     """``x @ w.T + b`` over a mesh of ``devices`` ranks (ranks beyond it hold nothing), the
     tokens in 4 stream chunks: a pipelined stream loop with one Allreduce per chunk."""
-    mesh = DeviceMesh(torch.arange(devices))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, 8))
-        w = fd.define_tensor((6, 8))
-        b = fd.define_tensor((6,))
-        fd.add_output(fd.ops.linear(x, w, b))
-    for tv in (x, w):
-        tv.set_device_mesh(mesh)
-        tv.outer_split(1, devices)
-        tv.axis(1).parallelize(ParallelType.mesh_x)
-    b.set_device_mesh(mesh)
-    x.outer_split(0, 4)
-    x.axis(0).parallelize(ParallelType.stream)
-    generator = torch.Generator().manual_seed(3)
-    full = [torch.randn(16, 8, generator=generator), torch.randn(6, 8, generator=generator)]
-    full.append(torch.randn(6, generator=generator))
-    local = [shard_tensor(t, tv, rank) for t, tv in zip(full, (x, w, b), strict=True)]
-    return fd, local, full
+    return row_parallel_streams(devices, 4, rank)
 
 
 @pytest.mark.world_sizes(1, 2, 4)
