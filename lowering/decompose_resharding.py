@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterator
 
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
+from hostir.ir.instructions import Instruction
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
@@ -39,8 +40,13 @@ class _Builder:
         return tensor
 
     def add_set(self, src: LoweringTensor, dst: LoweringTensor) -> None:
+        self.add_elementwise(Set(out=dst.value(), src=src.value()), src, dst)
+
+    def add_elementwise(
+        self, instruction: Instruction, src: LoweringTensor, dst: LoweringTensor
+    ) -> None:
+        """Appends ``instruction`` from ``src`` to ``dst``, their dims mapped one to one."""
         pairs = tuple((i, i) for i, axis in enumerate(dst.axes) if not axis.reduction)
-        instruction = Set(out=dst.value(), src=src.value())
         self.ops.append(
             LoweringOp(
                 instruction=instruction,
@@ -118,16 +124,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     # keeps its own dtype, as torch's linear with a bias: add in Float, then cast back.
     summed = builder.new_tensor(out, dtype=added)
     _decompose(_bias_add(op, reduced, summed, bias, bias_dtype), builder)
-    pairs = tuple((i, i) for i, axis in enumerate(out.axes) if not axis.reduction)
-    cast = Cast(out=out.value(), src=summed.value())
-    builder.ops.append(
-        LoweringOp(
-            instruction=cast,
-            output=out.name,
-            inputs=(summed.name,),
-            axis_maps=((summed.name, pairs),),
-        )
-    )
+    builder.add_elementwise(Cast(out=out.value(), src=summed.value()), summed, out)
 
 
 def _add_dtype(lhs: DType, rhs: DType) -> DType:
