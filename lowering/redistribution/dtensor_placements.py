@@ -19,13 +19,12 @@ This module does not import ``lowering.redistribution.distribution``, which buil
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
-
-from torch.distributed.tensor import Partial, Replicate, Shard
-from torch.distributed.tensor.placement_types import _StridedShard
 
 from hostir import Mesh, MeshAxis, PartialAxis, ReduceOp
 from lowering.errors import ReshardingError
@@ -36,6 +35,19 @@ _DTENSOR_OPS_BACK = {
     "max": ReduceOp.MAX,
     "min": ReduceOp.MIN,
 }
+
+
+@functools.cache
+def _dtensor() -> SimpleNamespace:
+    """DTensor's placement classes, imported when placements are first built or read:
+    ``torch.distributed.tensor`` imports sympy, about a second of every process's start,
+    and most programs never meet a DTensor placement."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return SimpleNamespace(
+        Partial=Partial, Replicate=Replicate, Shard=Shard, StridedShard=_StridedShard
+    )
 
 
 def mesh_axis_of_dim(mesh: Mesh, dim: int) -> MeshAxis:
@@ -99,21 +111,22 @@ def placements_of(
     ``shard_order`` (tensor dim -> mesh dims, outer first) and partial over ``partial``. A
     non-default shard order is written with ``_StridedShard`` as DTensor itself does.
     Raises for reduce ops DTensor's Partial does not have."""
-    placements: list[Any] = [Replicate()] * mesh.ndim
+    dt = _dtensor()
+    placements: list[Any] = [dt.Replicate()] * mesh.ndim
     for p in partial:
         if p.op not in _DTENSOR_OPS:
             raise ReshardingError(
                 f"partial {p.op.value} over {p.axis.value} has no DTensor placement"
                 f" (Partial supports {sorted(_DTENSOR_OPS_BACK)})"
             )
-        placements[p.axis.dim(mesh.ndim)] = Partial(_DTENSOR_OPS[p.op])
+        placements[p.axis.dim(mesh.ndim)] = dt.Partial(_DTENSOR_OPS[p.op])
     for dim, mesh_dims in shard_order.items():
         for index, mesh_dim in enumerate(mesh_dims):
             # DTensor's encoding: the product of the sizes of the mesh dims nested
             # outside this one that come after it in placement order.
             factor = math.prod(mesh.shape[m] for m in mesh_dims[:index] if m > mesh_dim)
             placements[mesh_dim] = (
-                Shard(dim) if factor == 1 else _StridedShard(dim, split_factor=factor)
+                dt.Shard(dim) if factor == 1 else dt.StridedShard(dim, split_factor=factor)
             )
     return tuple(placements)
 
@@ -126,25 +139,26 @@ def _read_placements(
     sharded: dict[int, list[int]] = {}
     split_factors: dict[int, int] = {}
     partial = []
+    dt = _dtensor()
     for mesh_dim, placement in enumerate(placements):
-        if isinstance(placement, Shard | _StridedShard):
+        if isinstance(placement, dt.Shard | dt.StridedShard):
             dim = placement.dim + ndim if placement.dim < 0 else placement.dim
             if not 0 <= dim < ndim:
                 raise ReshardingError(
                     f"{placement} on mesh dim {mesh_dim} names no dim of a {ndim}-d tensor"
                 )
             sharded.setdefault(dim, []).append(mesh_dim)
-            if isinstance(placement, _StridedShard):
+            if isinstance(placement, dt.StridedShard):
                 split_factors[mesh_dim] = placement.split_factor
-        elif isinstance(placement, Partial):
-            if type(placement) is not Partial or placement.reduce_op not in _DTENSOR_OPS_BACK:
+        elif isinstance(placement, dt.Partial):
+            if type(placement) is not dt.Partial or placement.reduce_op not in _DTENSOR_OPS_BACK:
                 raise ReshardingError(
                     f"{placement!r} on mesh dim {mesh_dim} is not supported: a Distribution"
                     f" has partial ops {sorted(_DTENSOR_OPS_BACK)}"
                 )
             op = _DTENSOR_OPS_BACK[placement.reduce_op]
             partial.append(PartialAxis(axis=mesh_axis_of_dim(mesh, mesh_dim), op=op))
-        elif not isinstance(placement, Replicate):
+        elif not isinstance(placement, dt.Replicate):
             raise ReshardingError(
                 f"placement {placement!r} on mesh dim {mesh_dim} is not supported"
                 " (Shard, Replicate, Partial and _StridedShard are)"
