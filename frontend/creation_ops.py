@@ -6,7 +6,8 @@ sizes of the fusion's tensors), its dtype from ``dtype``. Each is a frontend exp
 here (:class:`FullOp`, :class:`IotaOp`, :class:`RandomOp`) that lowering turns into its
 host IR instruction (``hostir.ir.creation``). ``triu`` is built from ``iota``,
 ``broadcast``, ``le`` and ``where``, as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
-The methods are joined to ``frontend.ops.Ops`` by :data:`CREATION_METHODS`.
+The methods are joined to ``frontend.ops.Ops`` by :data:`CREATION_METHODS`; their ``self`` is
+that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from frontend.arguments import MAX_EXTENT, check_fits, is_int, shown
 from frontend.errors import OperandError
@@ -24,9 +25,6 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
 from hostir.ir.creation import Distribution
-
-if TYPE_CHECKING:
-    from frontend.ops import Ops
 
 _FLOATS = (DataType.Float, DataType.Double, DataType.Half, DataType.BFloat16)
 _INTEGERS = (DataType.Int, DataType.Int32)
@@ -161,7 +159,7 @@ def _seed(op: str, rng_seed: Any, rng_offset: Any) -> tuple[Operand | None, Oper
 # ----- the methods ------------------------------------------------------------------------
 
 
-def full(self: Ops, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> TensorView:
+def full(self, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> TensorView:
     """nvFuser's ``full(shape, fill_value, dtype)``: a tensor of ``shape`` with every element
     ``fill_value`` converted to ``dtype`` (a float truncates into an integer dtype). Each
     rank makes its own shard; it communicates nothing."""
@@ -175,7 +173,7 @@ def full(self: Ops, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> T
 
 
 def iota(
-    self: Ops, length: Any, start: Any = None, step: Any = None, dtype: DataType = DataType.Int
+    self, length: Any, start: Any = None, step: Any = None, dtype: DataType = DataType.Int
 ) -> TensorView:
     """nvFuser's ``iota(length, start=None, step=None, dtype=DataType.Int)``: the 1-d tensor
     ``start + i * step`` for ``i`` in ``range(length)`` (start 0 and step 1 by default).
@@ -207,7 +205,7 @@ def iota(
 
 
 def _random(
-    self: Ops,
+    self,
     distribution: Distribution,
     params: tuple[tuple[str, Any], tuple[str, Any]],
     shape: Sequence[Any],
@@ -233,7 +231,7 @@ def _random(
 
 
 def uniform(
-    self: Ops,
+    self,
     minval: Any,
     maxval: Any,
     shape: Sequence[Any],
@@ -252,7 +250,7 @@ def uniform(
 
 
 def normal(
-    self: Ops,
+    self,
     mean: Any,
     std: Any,
     shape: Sequence[Any],
@@ -268,7 +266,7 @@ def normal(
     return _random(self, Distribution.NORMAL, params, shape, rng_seed, rng_offset, dtype)
 
 
-def triu(self: Ops, arg: TensorView, diagonal: int = 0) -> TensorView:
+def triu(self, arg: TensorView, diagonal: int = 0) -> TensorView:
     """nvFuser's ``triu(arg, diagonal=0)``: ``arg`` with the elements below diagonal
     ``diagonal`` of its last two dims set to zero, as its C++ composite builds it:
     ``where(le(iota(rows)[:, None], iota(cols, -diagonal)[None, :]), arg, 0)``. Shards as

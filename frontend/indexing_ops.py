@@ -7,13 +7,14 @@ scanned is computed whole (lowering gathers it first where it is sharded, see
 ``lowering.indexing``); the other dims map to the output's and compute locally.
 ``topk`` returns two tensors, each its own expression naming its result (a projection):
 each used result computes the op, and a result nothing uses is not computed. The methods
-are joined to ``frontend.ops.Ops`` by :data:`INDEXING_METHODS`.
+are joined to ``frontend.ops.Ops`` by :data:`INDEXING_METHODS`; their ``self`` is that ``Ops``
+(not imported here: ``frontend.ops`` imports this module).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from frontend.arguments import MAX_EXTENT, check_bool, is_int, shown
 from frontend.errors import OperandError
@@ -24,9 +25,6 @@ from frontend.types import DataType
 from hostir import Const, Scalar
 from hostir.ir.indexing import GatherKind, TopKResult
 from hostir.ir.scalars import print_scalar
-
-if TYPE_CHECKING:
-    from frontend.ops import Ops
 
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
 
@@ -157,7 +155,7 @@ def _shown_extent(axis: IterDomain) -> str:
 # ----- the methods ------------------------------------------------------------------------
 
 
-def index_select(self: Ops, arg: TensorView, index: TensorView, dim: int) -> TensorView:
+def index_select(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
     """nvFuser's ``index_select(arg, index, dim)``: the entries of ``arg``'s dim ``dim`` at
     the positions in the 1-d (or 0-d) ``index``, as ``torch.index_select``; the dtype is
     ``arg``'s. Shards: ``arg``'s dim ``dim`` is read whole (gathered first where sharded);
@@ -181,7 +179,7 @@ def index_select(self: Ops, arg: TensorView, index: TensorView, dim: int) -> Ten
     return out
 
 
-def _gather(self: Ops, kind: GatherKind, arg: Any, index: Any, dim: Any) -> TensorView:
+def _gather(self, kind: GatherKind, arg: Any, index: Any, dim: Any) -> TensorView:
     op = kind.value
     arg, index = _tensor(op, "arg", arg), _index(op, index)
     dim = _dim(op, arg, dim)
@@ -224,7 +222,7 @@ def _gather(self: Ops, kind: GatherKind, arg: Any, index: Any, dim: Any) -> Tens
     return out
 
 
-def gather(self: Ops, arg: TensorView, index: TensorView, dim: int) -> TensorView:
+def gather(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
     """nvFuser's ``gather(arg, index, dim)``, as ``torch.gather``: ``out[i.., j, k..] =
     arg[i.., index[i.., j, k..], k..]``; ``index`` has ``arg``'s number of dims, extents at
     most ``arg``'s on the other dims, and gives the output's extents; the dtype is
@@ -233,14 +231,14 @@ def gather(self: Ops, arg: TensorView, index: TensorView, dim: int) -> TensorVie
     return _gather(self, GatherKind.GATHER, arg, index, dim)
 
 
-def take_along_axis(self: Ops, arg: TensorView, index: TensorView, dim: int) -> TensorView:
+def take_along_axis(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
     """nvFuser's ``take_along_axis(arg, index, dim)``: ``gather`` whose ``index`` has
     ``arg``'s extents on every other dim (or 1 on either side, which broadcasts, as
     ``torch.take_along_dim``). Shards as ``gather``."""
     return _gather(self, GatherKind.TAKE_ALONG_AXIS, arg, index, dim)
 
 
-def cumsum(self: Ops, arg: TensorView, dim: int, init: Any = None) -> TensorView:
+def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
     """nvFuser's ``cumsum(arg, dim, init=None)``: the running sum along ``dim`` in ``arg``'s
     dtype (nvFuser's scan does not promote: Half stays Half, Int32 stays Int32). Shards:
     ``dim`` is scanned whole (gathered first where sharded, the result sliced back); the
@@ -286,7 +284,7 @@ def _k_extent(arg: TensorView, dim: int, k: Any) -> Scalar:
 
 
 def topk(
-    self: Ops, arg: TensorView, k: Any, dim: int = -1, largest: bool = True, sorted: bool = False
+    self, arg: TensorView, k: Any, dim: int = -1, largest: bool = True, sorted: bool = False
 ) -> tuple[TensorView, TensorView]:
     """nvFuser's ``topk(arg, k, dim=-1, largest=True, sorted=False)``: ``(values,
     indices)`` of the ``k`` largest (or smallest) entries along ``dim``, as ``torch.topk``;

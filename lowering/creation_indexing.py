@@ -1,14 +1,8 @@
-"""Lowering of the creation and indexing ops (``frontend.creation_ops``,
-``frontend.indexing_ops``): their instruction builders, the dims they compute whole, and
-the projections nothing uses.
+"""Snapshots of the creation and indexing ops (``frontend.creation_ops``,
+``frontend.indexing_ops``): their instruction builders and the projections nothing uses.
 
 - :data:`BUILDERS`: one host IR instruction per frontend expression (joined to
   ``lowering.snapshot``'s table).
-- :func:`computed_whole`: an op that scans or indexes along a dim (``cumsum``, ``topk``;
-  ``gather`` where ``index`` and ``arg`` differ in extent) computes that dim unsharded.
-  ``decompose_resharding`` calls it on the op's compute layout, so a sharded input is
-  gathered by a ``set`` before the op (an Allgather) and a sharded output sliced after
-  it (no communication).
 - :func:`unused_projections`: the results of multi-output ops (``topk``) that no op reads
   and the fusion does not output; ``lowering.snapshot`` leaves them out, so they are not
   computed.
@@ -16,9 +10,8 @@ the projections nothing uses.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from frontend import creation_ops as fc
 from frontend import exprs as fe
@@ -27,11 +20,8 @@ from frontend.fusion import Fusion
 from frontend.tensor_view import TensorView
 from hostir import Const, Scalar, TensorValue
 from hostir.ir.creation import Full, Iota, Random
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
+from hostir.ir.indexing import Cumsum, GatherAlong, IndexSelect, TopK
 from hostir.ir.instructions import Instruction
-
-if TYPE_CHECKING:  # lowering.snapshot imports this module: no import cycle at run time
-    from lowering.snapshot import LoweringOp, LoweringTensor
 
 
 def _tensor(tv: TensorView) -> TensorValue:
@@ -83,32 +73,6 @@ BUILDERS: dict[type, Callable[[Any, TensorValue], Instruction]] = {
     ),
 }
 """One instruction builder per frontend expression class of these ops."""
-
-
-def _whole_dims(op: LoweringOp) -> set[int]:
-    """The output dims ``op`` computes unsharded (see the module docstring)."""
-    instruction = op.instruction
-    if isinstance(instruction, Cumsum | TopK):
-        return {instruction.dim}
-    if isinstance(instruction, GatherAlong) and instruction.kind is GatherKind.GATHER:
-        mapped = {o for o, _ in dict(op.axis_maps).get(instruction.src.name, ())}
-        return {d for d in range(instruction.out.ndim) if d != instruction.dim and d not in mapped}
-    return set()
-
-
-def computed_whole(op: LoweringOp, compute: LoweringTensor) -> LoweringTensor:
-    """``compute`` (an op's compute layout) with the dims ``op`` scans or indexes along
-    unsharded: a rank needs all of such a dim to compute its part."""
-    whole = _whole_dims(op)
-    if not whole:
-        return compute
-    from lowering.layouts import local_parts  # layouts imports snapshot, which imports us
-
-    data = [i for i, axis in enumerate(compute.axes) if not axis.reduction]
-    axes = list(compute.axes)
-    for dim in whole:
-        axes[data[dim]] = local_parts(axes[data[dim]])
-    return dataclasses.replace(compute, axes=tuple(axes))
 
 
 def unused_projections(fusion: Fusion) -> set[str]:

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
 from hostir.ir.instructions import Instruction
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
-from lowering.creation_indexing import computed_whole
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
+from lowering.scanned_dims import computed_whole
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
 

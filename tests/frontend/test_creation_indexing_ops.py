@@ -311,24 +311,32 @@ def test_indexing_sharded(multidevice_test) -> None:
     text = str(fd.host_ir())
     assert "Allgather" not in text and "Allreduce" not in text, text
 
+    fewer = along[:d]  # gather's index may be smaller than arg: its rows do not line up
     with FusionDefinition() as fd:
-        tx, tr = _define(fd, x), _define(fd, rows)
+        tx, tr, tf = _define(fd, x), _define(fd, rows), _define(fd, fewer)
         outs = [
             fd.ops.cumsum(tx, 0),
             fd.ops.topk(tx, 2, dim=0, sorted=True)[0],
             fd.ops.index_select(tx, tr, 0),
+            fd.ops.gather(tx, tf, 1),
         ]
         for out in outs:
             fd.add_output(out)
-    _shard_dim0([tx, tr, outs[0], outs[2]], d)
+    _shard_dim0([tx, tr, tf, outs[0], outs[2], outs[3]], d)
     outs[1].set_device_mesh(DeviceMesh(torch.arange(d)))
-    results = fd.execute([shard(x, tx, rank), shard(rows, tr, rank)])
-    expected = [torch.cumsum(x, 0), torch.topk(x, 2, dim=0).values, x.index_select(0, rows)]
+    results = fd.execute([shard(x, tx, rank), shard(rows, tr, rank), shard(fewer, tf, rank)])
+    expected = [
+        torch.cumsum(x, 0),
+        torch.topk(x, 2, dim=0).values,
+        x.index_select(0, rows),
+        torch.gather(x, 1, fewer),
+    ]
     for got, tv, want in zip(results, outs, expected, strict=True):
         torch.testing.assert_close(got, shard(want, tv, rank))
     text = str(fd.host_ir())
-    # T0 gathered for each of the three ops (each op's inputs are resharded on their own)
-    assert text.count("Allgather") == 3, text
+    # T0 gathered for each of the four ops (each op's inputs are resharded on their own),
+    # and gather's index too
+    assert text.count("Allgather") == 5, text
 
 
 @pytest.mark.world_sizes(2)
@@ -344,4 +352,3 @@ def test_uint64_sharded(multidevice_test) -> None:
     whole.set_device_mesh(DeviceMesh(torch.arange(d)))
     (got,) = fd.execute([shard(seeds, t, rank)])
     assert torch.equal(got, seeds)
-
