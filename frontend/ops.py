@@ -482,8 +482,8 @@ for _op in POINTWISE_OPS.values():
 from frontend.creation_ops import CREATION_METHODS  # noqa: E402 - joins the class above
 from frontend.indexing_ops import INDEXING_METHODS  # noqa: E402
 
-for _name, _method in {**CREATION_METHODS, **INDEXING_METHODS}.items():
-    setattr(Ops, _name, _method)
+for _method_name, _method in {**CREATION_METHODS, **INDEXING_METHODS}.items():
+    setattr(Ops, _method_name, _method)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:
