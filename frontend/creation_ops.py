@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from frontend.arguments import MAX_EXTENT, check_fits, is_int, shown
-from frontend.errors import OperandError
+from frontend.errors import DefinitionError, OperandError
 from frontend.exprs import Expr, Operand, ScalarVal
 from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
@@ -28,6 +28,7 @@ from hostir.ir.creation import Distribution
 
 _FLOATS = (DataType.Float, DataType.Double, DataType.Half, DataType.BFloat16)
 _INTEGERS = (DataType.Int, DataType.Int32)
+_ARTICLED = {int: "an int", float: "a float"}
 
 
 # ----- expressions ------------------------------------------------------------------------
@@ -140,7 +141,7 @@ def _axes(op: str, shape: Any) -> list[IterDomain]:
 def _dtype(op: str, dtype: Any) -> DataType:
     try:
         return DataType.of(dtype)
-    except Exception as error:  # noqa: BLE001 - DataType.of's message names the choices
+    except DefinitionError as error:  # its message names the dtypes taken
         raise OperandError(f"{op}: {error}") from None
 
 
@@ -191,7 +192,7 @@ def iota(
         if _scalar_kind(value) is not wanted:
             raise OperandError(
                 f"iota: {what} {shown(value)} is a {_scalar_kind(value).__name__}, but dtype is"
-                f" {dtype.name}: nvFuser's iota takes a {wanted.__name__} {what} for it"
+                f" {dtype.name}: nvFuser's iota takes {_ARTICLED[wanted]} {what} for it"
             )
         constant = value.value if isinstance(value, ScalarVal) else value
         if isinstance(constant, float) and not math.isfinite(constant):

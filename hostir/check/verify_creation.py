@@ -83,7 +83,7 @@ def _rule_iota(instruction: Iota, scalars: ScalarTypes) -> str | None:
         if (found is float) != (wanted is float) or found is bool:
             return (
                 f"{name} is a {found.__name__}, but {out.name} is {out.dtype.value}: nvFuser's"
-                f" iota takes a {wanted.__name__} {name} for it"
+                f" iota takes {'a float' if wanted is float else 'an int'} {name} for it"
             )
     return None
 
