@@ -8,7 +8,7 @@ signature and the program is run by ``hostir.HostIrEvaluator``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -302,6 +302,8 @@ class FusionDefinition:
         fast = device is None and timeout is None and not _enable_options and not _disable_options
         if graphed:
             return self._graphed(evaluator, key, inputs, timeout, cuda_graph if fast else False)
+        checking = pipeline_checking_enabled() or compiled_checking_enabled()
+        draws = torch.random.get_rng_state() if checking else None
         outputs = evaluator.run(inputs, timeout=timeout)
         if fast:
             self._prepare_call(evaluator, inputs, cuda_graph)
@@ -309,10 +311,14 @@ class FusionDefinition:
             again = HostIrEvaluator(
                 evaluator.program, communicator=communicator, device=device, pipeline=False
             )
-            check_same_outputs(outputs, again.run(inputs, timeout=timeout))
+            check_same_outputs(
+                outputs, _drawing_again(draws, lambda: again.run(inputs, timeout=timeout))
+            )
         if compiled_checking_enabled():  # the same evaluator, the other way: nothing rebuilt
             compiled = evaluator.runs_compiled()
-            other = evaluator.run(inputs, timeout=timeout, compiled=not compiled)
+            other = _drawing_again(
+                draws, lambda: evaluator.run(inputs, timeout=timeout, compiled=not compiled)
+            )
             check_compiled_outputs(outputs, other, compiled)
         return outputs
 
@@ -490,13 +496,27 @@ def _checked_against_interpreter(again: Any, evaluator: HostIrEvaluator) -> Any:
     (``HOSTIR_CHECK_COMPILED``)."""
 
     def checked(inputs: Sequence[Any]) -> list:
+        draws = torch.random.get_rng_state()
         outputs = again(inputs)
         if not compiled_checking_enabled():  # a profiler records: no second run's events
             return outputs
-        check_compiled_outputs(outputs, evaluator.run(inputs, compiled=False), True)
+        other = _drawing_again(draws, lambda: evaluator.run(inputs, compiled=False))
+        check_compiled_outputs(outputs, other, True)
         return outputs
 
     return checked
+
+
+def _drawing_again(draws: torch.Tensor, run: Callable[[], list]) -> list:
+    """``run()`` with torch's default generator as it was (``draws``) before the run it
+    checks, so that an unseeded random op draws the same seed again
+    (``hostir.run.creation``); the generator is left as the checked run left it."""
+    after = torch.random.get_rng_state()
+    torch.random.set_rng_state(draws)
+    try:
+        return run()
+    finally:
+        torch.random.set_rng_state(after)
 
 
 def _signature(value: Any) -> tuple:

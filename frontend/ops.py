@@ -478,6 +478,13 @@ for _op in POINTWISE_OPS.values():
     if _op.name not in vars(Ops):
         setattr(Ops, _op.name, _pointwise_method(_op))
 
+# The creation, random, indexing and scan ops are written in their own modules.
+from frontend.creation_ops import CREATION_METHODS  # noqa: E402 - joins the class above
+from frontend.indexing_ops import INDEXING_METHODS  # noqa: E402
+
+for _method_name, _method in {**CREATION_METHODS, **INDEXING_METHODS}.items():
+    setattr(Ops, _method_name, _method)
+
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:
     setattr(Ops, _op_name, _checked(getattr(Ops, _op_name)))

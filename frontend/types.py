@@ -20,6 +20,12 @@ class DataType(enum.Enum):
     Int = DType.INT64
     Int32 = DType.INT32
     Bool = DType.BOOL
+    UInt64 = DType.UINT64
+
+    def __call__(self) -> DataType:
+        """The DataType itself: ``tv.dtype`` is an attribute here and a method in nvFuser,
+        so ``tv.dtype()`` (nvFuser's spelling) gives the same DataType as ``tv.dtype``."""
+        return self
 
     def to_torch(self) -> torch.dtype:
         """The matching ``torch.dtype``."""

@@ -39,7 +39,9 @@ from hostir.ir.communications import (
     Wait,
 )
 from hostir.ir.container import HostIrContainer, ScalarInput
+from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.dtypes import DType
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
 from hostir.ir.instructions import (
     COMPUTE,
     INSTRUCTIONS,
@@ -84,6 +86,17 @@ from hostir.viz.dot import to_dot
 from hostir.viz.traffic_dot import to_traffic_dot
 
 __all__ = [
+    # the creation and indexing instructions (hostir.ir.creation, hostir.ir.indexing)
+    "Cumsum",
+    "Distribution",
+    "Full",
+    "GatherAlong",
+    "GatherKind",
+    "IndexSelect",
+    "Iota",
+    "Random",
+    "TopK",
+    "TopKResult",
     "COLLECTIVES",
     "ROOTED",
     "AllToAll",

@@ -20,6 +20,7 @@ from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
+from lowering.scanned_dims import computed_whole
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -78,7 +79,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     if out.mesh is None:  # propagation left no tensor on a mesh: a single-device fusion
         builder.ops.append(op)
         return
-    compute = _compute_tensor(op, tensors, out)
+    compute = computed_whole(op, _compute_tensor(op, tensors, out))  # scanned dims whole
     bias = _bias_after_reduction(op, compute)
     _refuse_sharded_repeats(op, tensors, compute)
     renames: dict[str, str] = {}

@@ -44,6 +44,8 @@ from hostir import (
 )
 from hostir.ir.instructions import Instruction
 from hostir.ir.sharding import normalized
+from lowering.creation_indexing import BUILDERS as CREATION_INDEXING_BUILDERS
+from lowering.creation_indexing import unused_projections
 from lowering.errors import LoweringError
 
 
@@ -232,6 +234,7 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
     fe.PermuteOp: lambda e, out: Permute(out=out, src=_placeholder(e.src), dims=e.dims),
 }
 """One instruction builder per frontend expression class."""
+_BUILDERS.update(CREATION_INDEXING_BUILDERS)
 
 
 def snapshot_op(expr: fe.Expr) -> LoweringOp:
@@ -254,8 +257,9 @@ def snapshot_op(expr: fe.Expr) -> LoweringOp:
 def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
     """The frozen form of ``fusion``."""
     inputs = fusion.inputs()
+    unused = unused_projections(fusion)  # results of multi-output ops that nothing reads
     return LoweringFusion(
-        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors()),
+        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors() if tv.name not in unused),
         inputs=tuple(v.name for v in inputs),
         scalar_inputs=tuple(
             ScalarInput(name=v.name, dtype=v.dtype.to_hostir())
@@ -263,5 +267,5 @@ def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
             if isinstance(v, fe.ScalarVal)
         ),
         outputs=tuple(tv.name for tv in fusion.outputs()),
-        ops=tuple(snapshot_op(expr) for expr in fusion.exprs()),
+        ops=tuple(snapshot_op(e) for e in fusion.exprs() if e.output.name not in unused),
     )

@@ -290,3 +290,8 @@ COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     ShardByStream: _rule_shard_by_stream,
 }
 """One rule per instruction that computes (or aliases) a tensor from tensors."""
+
+# The creation and indexing ops' rules live in their own module (verify_creation).
+from hostir.check.verify_creation import CREATION_RULES  # noqa: E402 - joins the table above
+
+COMPUTE_RULES.update(CREATION_RULES)

@@ -426,6 +426,8 @@ class Communicator:
         guard = self.run_guard()
         if guard.held_elsewhere():  # the message is built only when it is needed
             guard.check(f"{what} over {describe_group(team)}", self.where())
+        # Backends take no uint64 (gloo: "Invalid scalar type"): its bits move as int64.
+        args = tuple(_as_int64(a) if isinstance(a, torch.Tensor) else a for a in args)
         try:
             return hook(*args)
         except CommunicationError:
@@ -525,3 +527,9 @@ def backend_failure(
     if len(first) > 240:
         first = first[:240] + "..."
     return CommunicationError(f"{where} failed on rank {rank}: {reason} [{first}]")
+
+
+def _as_int64(tensor: torch.Tensor) -> torch.Tensor:
+    """A uint64 tensor viewed as int64 (the same bits; a sum wraps alike), others as they
+    are."""
+    return tensor.view(torch.int64) if tensor.dtype == torch.uint64 else tensor

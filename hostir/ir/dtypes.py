@@ -19,6 +19,10 @@ class DType(enum.Enum):
     INT64 = "int64"
     INT32 = "int32"
     BOOL = "bool"
+    UINT64 = "uint64"
+    """nvFuser's UInt64 (the philox seed and offset of its attention ops): torch's
+    ``uint64`` copies, casts, views and communicates, but has no arithmetic on CPU, so
+    the pointwise ops refuse it (docs/ops.md)."""
 
     def to_torch(self) -> torch.dtype:
         """The matching ``torch.dtype``."""
@@ -42,6 +46,7 @@ _TO_TORCH = {
     DType.INT64: torch.int64,
     DType.INT32: torch.int32,
     DType.BOOL: torch.bool,
+    DType.UINT64: torch.uint64,
 }
 
 INT_RANGES: dict[DType, tuple[int, int]] = {

@@ -249,6 +249,13 @@ def promote(op: PointwiseOp, operands: tuple[OperandType, ...]) -> Promotion:
     and the operand it does not take."""
     if len(operands) != op.arity:
         raise OpDtypeError(f"{op.name} takes {op.arity} operands, got {len(operands)}")
+    for operand in operands:
+        if operand.dtype is DType.UINT64:  # torch's uint64 has no arithmetic on CPU
+            raise OpDtypeError(
+                f"{op.name}: the {operand.kind.value} {operand.name} is uint64, which the"
+                " pointwise ops do not take (torch has no uint64 arithmetic); cast it to"
+                " DataType.Int first"
+            )
     values = operands
     if op.rule is DtypeRule.SELECT:
         condition, *rest = operands

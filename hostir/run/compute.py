@@ -202,3 +202,8 @@ COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]]
     Permute: run_permute,
 }
 """One handler per compute instruction class."""
+
+# The indexing and scan ops' handlers live in their own module (hostir.run.indexing).
+from hostir.run.indexing import INDEXING_HANDLERS  # noqa: E402 - after the table it joins
+
+COMPUTE_HANDLERS.update(INDEXING_HANDLERS)

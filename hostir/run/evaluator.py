@@ -66,6 +66,7 @@ from hostir.run.compiled import CompiledProgram, compile_program
 from hostir.run.compiled_runs import compiling
 from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
+from hostir.run.creation import CREATION_HANDLERS
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
@@ -146,6 +147,7 @@ HANDLERS: dict[type, Handler] = {
     ForLoop: _run_for_loop,
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
     **{cls: _compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
+    **CREATION_HANDLERS,
 }
 """One handler per instruction class."""
 

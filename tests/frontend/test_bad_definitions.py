@@ -66,6 +66,16 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "broadcast": lambda: fd.ops.broadcast(a, [True, False, False]),
         "size": lambda: fd.ops.size(a, 1),
         "shape": lambda: fd.ops.shape(a),
+        "full": lambda: fd.ops.full([2], s, DataType.Float),
+        "iota": lambda: fd.ops.iota(4, s, dtype=DataType.Double),
+        "uniform": lambda: fd.ops.uniform(s, 1.0, [2]),
+        "normal": lambda: fd.ops.normal(0.0, s, [2]),
+        "triu": lambda: fd.ops.triu(a),
+        "index_select": lambda: fd.ops.index_select(a, x, 1),
+        "gather": lambda: fd.ops.gather(a, x, 1),
+        "take_along_axis": lambda: fd.ops.take_along_axis(a, x, 1),
+        "cumsum": lambda: fd.ops.cumsum(a, 0),
+        "topk": lambda: fd.ops.topk(a, 2),
     }
     if op not in calls and op in POINTWISE_OPS:  # the foreign tensor first, then x
         arity = POINTWISE_OPS[op].arity if op != "gelu" else 1
@@ -83,9 +93,12 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     and both definitions: it used to stand, silently, for this definition's own T0."""
     a, s = foreign()
     role = {"linear": "bias", "sub": "lhs", "add": "rhs", "matmul": "rhs", "mul": "rhs"}
+    role |= {"full": "fill_value", "iota": "start", "uniform": "minval", "normal": "std"}
+    role |= dict.fromkeys(("triu", "index_select", "gather", "take_along_axis"), "arg")
+    role |= dict.fromkeys(("cumsum", "topk"), "arg")
     if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
         role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand
-    name = "s0" if op in ("mul", "div") else "T0"
+    name = "s0" if op in ("mul", "div", "full", "iota", "uniform", "normal") else "T0"
     pattern = (
         rf"fd.ops.{op}: {role.get(op, 'lhs' if op == 'div' else 'operand')} {name} belongs"
         rf" to another FusionDefinition \(fusion #{a.fusion.number} \(inputs T0\)\), not to"

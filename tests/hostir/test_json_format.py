@@ -74,6 +74,8 @@ from hostir import (
     parse,
 )
 from hostir.errors import JsonFormatError
+from hostir.ir.creation import Distribution, Full, Iota, Random
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
 from hostir.text import json_format
 from hostir.text.round_trip import check_round_trip
 from tests.hostir.programs import c, tensor
@@ -165,6 +167,15 @@ def every_instruction() -> tuple:
         Wait(request=request),
         Synchronize(stream=StreamValue(index=c(2))),
         Ternary(op=TernaryOpKind.WHERE, out=y, a=x, b=Const(value=1.5), c=y),
+        Full(out=y, fill_value=Const(value=-2.5)),
+        Iota(out=w, start=Symbol(name="n"), step=c(3), preallocated=True),
+        Random(distribution=Distribution.UNIFORM, out=y, a=c(0), b=Const(value=2.0)),
+        Random(distribution=Distribution.NORMAL, out=y, a=c(1), b=c(2), seed=i, offset=c(7)),
+        IndexSelect(out=y, src=x, index=w, dim=1),
+        GatherAlong(kind=GatherKind.GATHER, out=y, src=x, index=w, dim=0),
+        GatherAlong(kind=GatherKind.TAKE_ALONG_AXIS, out=y, src=x, index=w, dim=1),
+        Cumsum(out=y, src=x, dim=1, preallocated=True),
+        TopK(out=w, src=x, k=c(2), dim=0, largest=False, sorted=True, result=TopKResult.INDICES),
     )
 
 
@@ -198,6 +209,22 @@ def local_compute() -> FusionDefinition:
         m = fd.ops.permute(fd.ops.matmul(y, fd.ops.cast(w, DataType.Double)), [1, 0])
         fd.add_output(fd.ops.sum(m, [1], keepdim=True))
         fd.add_output(fd.ops.set(x))
+    return fd
+
+
+def creation_indexing() -> FusionDefinition:
+    """The creation, random, indexing and scan ops (frontend.creation_ops, indexing_ops)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 6))
+        index = fd.define_tensor((4, 2), dtype=DataType.Int)
+        seed = fd.define_scalar(dtype=DataType.Int)
+        picks = fd.ops.iota(3, 1, 2)
+        noise = fd.ops.uniform(0.0, 1.0, [4, 6], rng_seed=seed, rng_offset=seed)
+        y = fd.ops.add(fd.ops.index_select(x, picks, 1), fd.ops.full([4, 3], 2.0, DataType.Float))
+        fd.add_output(y)
+        fd.add_output(fd.ops.gather(fd.ops.cumsum(x, 0), index, 1))
+        fd.add_output(fd.ops.take_along_axis(fd.ops.normal(0.0, 1.0, [4, 6]), index, 1))
+        fd.add_output(fd.ops.topk(noise, 2)[1])
     return fd
 
 
@@ -312,6 +339,7 @@ FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
     "stream_broadcast": stream_allgather(swizzle=False),
     "mesh_2d_all_to_all": mesh_2d_all_to_all,
     "mesh_2x4_all_to_all_v": mesh_2x4_all_to_all_v,
+    "creation_indexing": creation_indexing,
 }
 
 

@@ -1,0 +1,299 @@
+"""``fd.ops`` creation and random ops, as nvFuser's Python frontend names and defines them:
+``full``, ``iota``, ``uniform``, ``normal``, and the composite ``triu``.
+
+The factories read no tensor: their output's extents come from a ``shape`` (ints, or
+sizes of the fusion's tensors), its dtype from ``dtype``. Each is a frontend expression
+here (:class:`FullOp`, :class:`IotaOp`, :class:`RandomOp`) that lowering turns into its
+host IR instruction (``hostir.ir.creation``). ``triu`` is built from ``iota``,
+``broadcast``, ``le`` and ``where``, as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
+The methods are joined to ``frontend.ops.Ops`` by :data:`CREATION_METHODS`; their ``self`` is
+that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from frontend.arguments import MAX_EXTENT, check_fits, is_int, shown
+from frontend.errors import DefinitionError, OperandError
+from frontend.exprs import Expr, Operand, ScalarVal
+from frontend.iter_domain import IterDomain, IterType
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import Const, Scalar
+from hostir.ir.creation import Distribution
+
+_FLOATS = (DataType.Float, DataType.Double, DataType.Half, DataType.BFloat16)
+_INTEGERS = (DataType.Int, DataType.Int32)
+_ARTICLED = {int: "an int", float: "a float"}
+
+
+# ----- expressions ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class FullOp(Expr):
+    """``full``: every element of the output is ``fill_value``."""
+
+    fill_value: Operand
+
+    def inputs(self) -> list[Operand]:
+        return [self.fill_value]
+
+    def keyword(self) -> str:
+        return "full"
+
+
+@dataclass(eq=False)
+class IotaOp(Expr):
+    """``iota``: the 1-d output's element ``i`` is ``start + i * step``."""
+
+    start: Operand
+    step: Operand
+
+    def inputs(self) -> list[Operand]:
+        return [self.start, self.step]
+
+    def keyword(self) -> str:
+        return "iota"
+
+
+@dataclass(eq=False)
+class RandomOp(Expr):
+    """``uniform`` (``a``, ``b`` = minval, maxval) or ``normal`` (mean, std)."""
+
+    distribution: Distribution
+    a: Operand
+    b: Operand
+    seed: Operand | None = None
+    offset: Operand | None = None
+
+    def inputs(self) -> list[Operand]:
+        seeded = [self.seed, self.offset] if self.seed is not None else []
+        return [self.a, self.b, *seeded]
+
+    def keyword(self) -> str:
+        return self.distribution.value
+
+
+# ----- argument checks --------------------------------------------------------------------
+
+
+def _scalar_kind(value: Any) -> type | None:
+    """The Python type a scalar argument stands for (bool, int, float), None if it is not
+    a scalar."""
+    if isinstance(value, ScalarVal):
+        if value.dtype is DataType.Bool:
+            return bool
+        return int if value.dtype in _INTEGERS else float
+    if isinstance(value, bool | int | float):
+        return type(value)
+    return None
+
+
+def _number(op: str, what: str, value: Any) -> Operand:
+    """A scalar argument (a Python number or a scalar of the fusion); OperandError else."""
+    if _scalar_kind(value) is None:
+        raise OperandError(f"{op}: {what} must be a number or a scalar, got {shown(value)}")
+    if is_int(value):
+        check_fits(OperandError, op, what, value, DataType.Int)
+    return value
+
+
+def _extent(op: str, what: str, entry: Any) -> Scalar:
+    """A shape entry as an extent: an int, or an Int scalar that is a constant or a size
+    of the fusion's tensors (``tv.size(i)``, arithmetic on sizes)."""
+    if isinstance(entry, ScalarVal):
+        if entry.dtype not in _INTEGERS:
+            raise OperandError(
+                f"{op}: {what} = {entry.name} must be an integer, not a {entry.dtype.name}"
+            )
+        if entry.is_input():
+            raise OperandError(
+                f"{op}: {what} = {entry.name} is a scalar input, bound only at execute; an"
+                " extent is an int, a size of a tensor of the fusion (tv.size(i), tv.shape())"
+                " or arithmetic on sizes and ints"
+            )
+        if entry.value is None:
+            return entry.extent
+        entry = entry.value
+    if not is_int(entry) or not 0 <= entry <= MAX_EXTENT:
+        raise OperandError(f"{op}: {what} must be a non-negative int, got {shown(entry)}")
+    return Const(value=int(entry))
+
+
+def _axes(op: str, shape: Any) -> list[IterDomain]:
+    """The output axes of a factory of ``shape``; a constant extent of 1 is a broadcast
+    (nvFuser's ``factoryOutput``)."""
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
+        raise OperandError(f"{op}: shape must be a list of extents, got {shown(shape)}")
+    axes = []
+    for position, entry in enumerate(shape):
+        extent = _extent(op, f"shape[{position}]", entry)
+        one = extent == Const(value=1)
+        axes.append(IterDomain(extent, IterType.BROADCAST if one else IterType.ITERATION))
+    return axes
+
+
+def _dtype(op: str, dtype: Any) -> DataType:
+    try:
+        return DataType.of(dtype)
+    except DefinitionError as error:  # its message names the dtypes taken
+        raise OperandError(f"{op}: {error}") from None
+
+
+def _seed(op: str, rng_seed: Any, rng_offset: Any) -> tuple[Operand | None, Operand | None]:
+    """nvFuser's rule: a seed and an offset together or neither; each an integer."""
+    if (rng_seed is None) != (rng_offset is None):
+        raise OperandError(f"{op}: rng_seed and rng_offset must be provided together")
+    for what, value in (("rng_seed", rng_seed), ("rng_offset", rng_offset)):
+        if value is not None and _scalar_kind(value) is not int:
+            raise OperandError(f"{op}: {what} must be an integer, got {shown(value)}")
+        if is_int(value):
+            check_fits(OperandError, op, what, value, DataType.Int)
+    return rng_seed, rng_offset
+
+
+# ----- the methods ------------------------------------------------------------------------
+
+
+def full(self, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> TensorView:
+    """nvFuser's ``full(shape, fill_value, dtype)``: a tensor of ``shape`` with every element
+    ``fill_value`` converted to ``dtype`` (a float truncates into an integer dtype). Each
+    rank makes its own shard; it communicates nothing."""
+    dtype = _dtype("full", dtype)
+    fill_value = _number("full", "fill_value", fill_value)
+    if is_int(fill_value) and dtype in _INTEGERS:
+        check_fits(OperandError, "full", "fill_value", fill_value, dtype)
+    out = self._new(dtype, _axes("full", shape))
+    self._fusion.add_expr(FullOp(out, fill_value=fill_value))
+    return out
+
+
+def iota(
+    self, length: Any, start: Any = None, step: Any = None, dtype: DataType = DataType.Int
+) -> TensorView:
+    """nvFuser's ``iota(length, start=None, step=None, dtype=DataType.Int)``: the 1-d tensor
+    ``start + i * step`` for ``i`` in ``range(length)`` (start 0 and step 1 by default).
+    ``start`` and ``step`` are integers for an integer ``dtype`` and floats for a
+    floating-point one, as nvFuser requires; a constant step is not 0. Each rank makes its
+    own shard (its elements' global indices); it communicates nothing."""
+    dtype = _dtype("iota", dtype)
+    if dtype not in _INTEGERS + _FLOATS:
+        raise OperandError(f"iota: dtype {dtype.name} is neither an integer nor a float dtype")
+    wanted = float if dtype in _FLOATS else int
+    zero, one = wanted(0), wanted(1)
+    start = zero if start is None else _number("iota", "start", start)
+    step = one if step is None else _number("iota", "step", step)
+    for what, value in (("start", start), ("step", step)):
+        if _scalar_kind(value) is not wanted:
+            raise OperandError(
+                f"iota: {what} {shown(value)} is a {_scalar_kind(value).__name__}, but dtype is"
+                f" {dtype.name}: nvFuser's iota takes {_ARTICLED[wanted]} {what} for it"
+            )
+        constant = value.value if isinstance(value, ScalarVal) else value
+        if isinstance(constant, float) and not math.isfinite(constant):
+            raise OperandError(f"iota: {what} must be finite, got {constant}")
+    if (step.value if isinstance(step, ScalarVal) else step) == 0:
+        raise OperandError("iota: step must not be 0")
+    extent = _extent("iota", "length", length)
+    out = self._new(dtype, [IterDomain(extent, IterType.ITERATION)])
+    self._fusion.add_expr(IotaOp(out, start=start, step=step))
+    return out
+
+
+def _random(
+    self,
+    distribution: Distribution,
+    params: tuple[tuple[str, Any], tuple[str, Any]],
+    shape: Sequence[Any],
+    rng_seed: Any,
+    rng_offset: Any,
+    dtype: Any,
+) -> TensorView:
+    op = distribution.value
+    dtype = _dtype(op, dtype)
+    if dtype not in _FLOATS:
+        raise OperandError(
+            f"{op}: dtype {dtype.name} is not a floating-point dtype; random"
+            " distributions only create floating-point tensors"
+        )
+    (name_a, a), (name_b, b) = params
+    a, b = _number(op, name_a, a), _number(op, name_b, b)
+    seed, offset = _seed(op, rng_seed, rng_offset)
+    out = self._new(dtype, _axes(op, shape))
+    self._fusion.add_expr(
+        RandomOp(out, distribution=distribution, a=a, b=b, seed=seed, offset=offset)
+    )
+    return out
+
+
+def uniform(
+    self,
+    minval: Any,
+    maxval: Any,
+    shape: Sequence[Any],
+    *,
+    rng_seed: Any = None,
+    rng_offset: Any = None,
+    dtype: DataType = DataType.Float,
+) -> TensorView:
+    """nvFuser's ``uniform(minval, maxval, shape, *, rng_seed=None, rng_offset=None,
+    dtype=DataType.Float)``: values drawn uniformly from ``[minval, maxval)``. Seeded, the
+    values depend on ``(rng_seed, rng_offset)`` and the shape only: replicas agree, and a
+    sharded result is the slice of the unsharded one. Unseeded, each execute draws a seed
+    from torch's default generator (docs/ops.md)."""
+    params = (("minval", minval), ("maxval", maxval))
+    return _random(self, Distribution.UNIFORM, params, shape, rng_seed, rng_offset, dtype)
+
+
+def normal(
+    self,
+    mean: Any,
+    std: Any,
+    shape: Sequence[Any],
+    *,
+    rng_seed: Any = None,
+    rng_offset: Any = None,
+    dtype: DataType = DataType.Float,
+) -> TensorView:
+    """nvFuser's ``normal(mean, std, shape, *, rng_seed=None, rng_offset=None,
+    dtype=DataType.Float)``: values drawn from the normal distribution; seeded and sharded
+    as ``uniform``."""
+    params = (("mean", mean), ("std", std))
+    return _random(self, Distribution.NORMAL, params, shape, rng_seed, rng_offset, dtype)
+
+
+def triu(self, arg: TensorView, diagonal: int = 0) -> TensorView:
+    """nvFuser's ``triu(arg, diagonal=0)``: ``arg`` with the elements below diagonal
+    ``diagonal`` of its last two dims set to zero, as its C++ composite builds it:
+    ``where(le(iota(rows)[:, None], iota(cols, -diagonal)[None, :]), arg, 0)``. Shards as
+    ``where``: each rank masks its own shard (the iotas make the rows and columns it holds)."""
+    if not isinstance(arg, TensorView):
+        raise OperandError(f"triu: arg must be a TensorView, got {shown(arg)}")
+    ndim = len(arg.shape_domain())
+    if ndim < 2:
+        raise OperandError(f"triu: {arg.name} has {ndim} dims; triu needs at least 2")
+    if not is_int(diagonal):
+        raise OperandError(f"triu: diagonal must be an int, got {shown(diagonal)}")
+    check_fits(OperandError, "triu", "diagonal", -diagonal, DataType.Int)
+    rows = self.iota(arg.size(-2))
+    cols = self.iota(arg.size(-1), -diagonal)
+    mask = self.le(self.broadcast(rows, [False, True]), self.broadcast(cols, [True, False]))
+    zero: bool | int | float = 0.0 if arg.dtype in _FLOATS else 0
+    if arg.dtype is DataType.Bool:
+        zero = False
+    return self.where(mask, arg, zero)
+
+
+CREATION_METHODS = {
+    "full": full,
+    "iota": iota,
+    "uniform": uniform,
+    "normal": normal,
+    "triu": triu,
+}
+"""The ``fd.ops`` methods of this module, by name."""

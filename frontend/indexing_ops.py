@@ -1,0 +1,329 @@
+"""``fd.ops`` indexing and scan ops, as nvFuser's Python frontend names and defines them:
+``index_select``, ``gather``, ``take_along_axis``, ``cumsum`` and ``topk``.
+
+Each is a frontend expression here that lowering turns into its host IR instruction
+(``hostir.ir.indexing``). Their axis maps say how they shard: a dim that is indexed or
+scanned is computed whole (lowering gathers it first where it is sharded, see
+``lowering.indexing``); the other dims map to the output's and compute locally.
+``topk`` returns two tensors, each its own expression naming its result (a projection):
+each used result computes the op, and a result nothing uses is not computed. The methods
+are joined to ``frontend.ops.Ops`` by :data:`INDEXING_METHODS`; their ``self`` is that ``Ops``
+(not imported here: ``frontend.ops`` imports this module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from frontend.arguments import MAX_EXTENT, check_bool, is_int, shown
+from frontend.errors import OperandError
+from frontend.exprs import Expr, Operand, ScalarVal
+from frontend.iter_domain import IterDomain, IterType
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import Const, Scalar
+from hostir.ir.indexing import GatherKind, TopKResult
+from hostir.ir.scalars import print_scalar
+
+_INDEX_DTYPES = (DataType.Int, DataType.Int32)
+
+AxisPairs = list[tuple[IterDomain, IterDomain]]
+
+
+# ----- expressions ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class IndexSelectOp(Expr):
+    """``index_select(arg, index, dim)``."""
+
+    src: TensorView
+    index: TensorView
+    dim: int
+
+    def inputs(self) -> list[Operand]:
+        return [self.src, self.index]
+
+    def keyword(self) -> str:
+        return "index_select"
+
+    def attributes(self) -> str:
+        return f", dim={self.dim}"
+
+
+@dataclass(eq=False)
+class GatherOp(Expr):
+    """``gather`` or ``take_along_axis(arg, index, dim)``."""
+
+    kind: GatherKind
+    src: TensorView
+    index: TensorView
+    dim: int
+
+    def inputs(self) -> list[Operand]:
+        return [self.src, self.index]
+
+    def keyword(self) -> str:
+        return self.kind.value
+
+    def attributes(self) -> str:
+        return f", dim={self.dim}"
+
+
+@dataclass(eq=False)
+class CumsumOp(Expr):
+    """``cumsum(arg, dim)``."""
+
+    src: TensorView
+    dim: int
+
+    def inputs(self) -> list[Operand]:
+        return [self.src]
+
+    def keyword(self) -> str:
+        return "cumsum"
+
+    def attributes(self) -> str:
+        return f", dim={self.dim}"
+
+
+@dataclass(eq=False)
+class TopKOp(Expr):
+    """One result of ``topk(arg, k, dim, largest, sorted)``: its values or its indices."""
+
+    projection: ClassVar[bool] = True
+    """One result of a multi-output op: not lowered when nothing uses it."""
+    src: TensorView
+    k: Operand
+    dim: int
+    largest: bool
+    sorted: bool
+    result: TopKResult
+
+    def inputs(self) -> list[Operand]:
+        return [self.src, self.k]
+
+    def keyword(self) -> str:
+        return "topk"
+
+    def attributes(self) -> str:
+        return (
+            f", dim={self.dim}, largest={self.largest}, sorted={self.sorted},"
+            f" result={self.result.value}"
+        )
+
+
+# ----- argument checks --------------------------------------------------------------------
+
+
+def _tensor(op: str, role: str, value: Any) -> TensorView:
+    if not isinstance(value, TensorView):
+        raise OperandError(f"{op}: {role} must be a TensorView, got {shown(value)}")
+    return value
+
+
+def _dim(op: str, tv: TensorView, dim: Any) -> int:
+    """``dim`` of ``tv``'s data dims, normalized; OperandError naming the tensor else."""
+    ndim = len(tv.shape_domain())
+    if ndim == 0:
+        raise OperandError(f"{op}: {tv.name} is 0-d; {op} needs a tensor with dims")
+    if not is_int(dim) or not -ndim <= dim < ndim:
+        raise OperandError(f"{op}: dim {shown(dim)} is out of range for {tv.name} with {ndim} dims")
+    return dim % ndim
+
+
+def _index(op: str, index: Any) -> TensorView:
+    index = _tensor(op, "index", index)
+    if index.dtype not in _INDEX_DTYPES:
+        raise OperandError(
+            f"{op}: the index {index.name} is {index.dtype.name}; indices are Int or Int32"
+        )
+    return index
+
+
+def _copy(axis: IterDomain, extent: Scalar | None = None) -> IterDomain:
+    extent = axis.extent if extent is None else extent
+    one = extent == Const(value=1)
+    return IterDomain(extent, IterType.BROADCAST if one else IterType.ITERATION)
+
+
+def _shown_extent(axis: IterDomain) -> str:
+    return print_scalar(axis.extent)
+
+
+# ----- the methods ------------------------------------------------------------------------
+
+
+def index_select(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
+    """nvFuser's ``index_select(arg, index, dim)``: the entries of ``arg``'s dim ``dim`` at
+    the positions in the 1-d (or 0-d) ``index``, as ``torch.index_select``; the dtype is
+    ``arg``'s. Shards: ``arg``'s dim ``dim`` is read whole (gathered first where sharded);
+    its other dims, and the output's dim ``dim`` through ``index``, compute locally."""
+    arg = _tensor("index_select", "arg", arg)
+    index = _index("index_select", index)
+    dim = _dim("index_select", arg, dim)
+    if len(index.shape_domain()) == 0:  # nvFuser selects and unsqueezes: one entry
+        index = self.broadcast(index, [True])
+    if len(index.shape_domain()) != 1:
+        raise OperandError(
+            f"index_select: the index {index.name} has {len(index.shape_domain())} dims;"
+            " it must be 1-d (or 0-d)"
+        )
+    source, (index_axis,) = arg.shape_domain(), index.shape_domain()
+    axes = [_copy(index_axis) if d == dim else _copy(axis) for d, axis in enumerate(source)]
+    out = self._new(arg.dtype, axes)
+    arg_pairs = [(axes[d], axis) for d, axis in enumerate(source) if d != dim]
+    axis_map = {arg: arg_pairs, index: [(axes[dim], index_axis)]}
+    self._fusion.add_expr(IndexSelectOp(out, axis_map=axis_map, src=arg, index=index, dim=dim))
+    return out
+
+
+def _gather(self, kind: GatherKind, arg: Any, index: Any, dim: Any) -> TensorView:
+    op = kind.value
+    arg, index = _tensor(op, "arg", arg), _index(op, index)
+    dim = _dim(op, arg, dim)
+    source, indices = arg.shape_domain(), index.shape_domain()
+    if len(indices) != len(source):
+        raise OperandError(
+            f"{op}: the index {index.name} has {len(indices)} dims and {arg.name}"
+            f" {len(source)}; they must have the same number of dims"
+        )
+    axes, arg_pairs, index_pairs = [], [], []
+    one = Const(value=1)
+    for d, (a, i) in enumerate(zip(source, indices, strict=True)):
+        both_constant = isinstance(a.extent, Const) and isinstance(i.extent, Const)
+        if d == dim:
+            new = _copy(i)
+        elif kind is GatherKind.GATHER:
+            if both_constant and i.extent.value > a.extent.value:
+                raise OperandError(
+                    f"gather: dim {d} of the index {index.name} ({_shown_extent(i)}) is larger"
+                    f" than {arg.name}'s ({_shown_extent(a)})"
+                )
+            new = _copy(i)
+        else:
+            if both_constant and a.extent != i.extent and one not in (a.extent, i.extent):
+                raise OperandError(
+                    f"take_along_axis: dim {d} of {arg.name} ({_shown_extent(a)}) and of the"
+                    f" index {index.name} ({_shown_extent(i)}) differ; they must be equal"
+                    " (or one of them 1)"
+                )
+            new = _copy(a if i.extent == one else i)
+        axes.append(new)
+        if d != dim and a.extent == new.extent:
+            arg_pairs.append((new, a))
+        if i.extent == new.extent:
+            index_pairs.append((new, i))
+    out = self._new(arg.dtype, axes)
+    axis_map = {arg: arg_pairs, index: index_pairs}
+    expr = GatherOp(out, axis_map=axis_map, kind=kind, src=arg, index=index, dim=dim)
+    self._fusion.add_expr(expr)
+    return out
+
+
+def gather(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
+    """nvFuser's ``gather(arg, index, dim)``, as ``torch.gather``: ``out[i.., j, k..] =
+    arg[i.., index[i.., j, k..], k..]``; ``index`` has ``arg``'s number of dims, extents at
+    most ``arg``'s on the other dims, and gives the output's extents; the dtype is
+    ``arg``'s. Shards: ``arg``'s dim ``dim`` (and any dim where the extents differ) is read
+    whole, gathered first where sharded; the other dims compute locally."""
+    return _gather(self, GatherKind.GATHER, arg, index, dim)
+
+
+def take_along_axis(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
+    """nvFuser's ``take_along_axis(arg, index, dim)``: ``gather`` whose ``index`` has
+    ``arg``'s extents on every other dim (or 1 on either side, which broadcasts, as
+    ``torch.take_along_dim``). Shards as ``gather``."""
+    return _gather(self, GatherKind.TAKE_ALONG_AXIS, arg, index, dim)
+
+
+def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
+    """nvFuser's ``cumsum(arg, dim, init=None)``: the running sum along ``dim`` in ``arg``'s
+    dtype (nvFuser's scan does not promote: Half stays Half, Int32 stays Int32). Shards:
+    ``dim`` is scanned whole (gathered first where sharded, the result sliced back); the
+    other dims compute locally."""
+    arg = _tensor("cumsum", "arg", arg)
+    dim = _dim("cumsum", arg, dim)
+    if init is not None:
+        raise OperandError(
+            f"cumsum: init={shown(init)} is not supported; only the default (None: the sum"
+            " starts at 0) is, and nvFuser's evaluator ignores init too (ScanOp::evaluate)"
+        )
+    if arg.dtype in (DataType.Bool, DataType.UInt64):
+        raise OperandError(f"cumsum: {arg.name} is {arg.dtype.name}; cumsum takes numbers")
+    axes, pairs = self._copy_axes(arg)
+    out = self._new(arg.dtype, axes)
+    self._fusion.add_expr(CumsumOp(out, axis_map={arg: pairs}, src=arg, dim=dim))
+    return out
+
+
+def _k_extent(arg: TensorView, dim: int, k: Any) -> Scalar:
+    """``k`` as the extent of the results' dim ``dim``: an int, or an Int scalar that is
+    a constant or a size; at most ``arg``'s extent there where both are known."""
+    if isinstance(k, ScalarVal):
+        if k.dtype not in _INDEX_DTYPES:
+            raise OperandError(f"topk: k = {k.name} must be an integer, not a {k.dtype.name}")
+        if k.is_input():
+            raise OperandError(
+                f"topk: k = {k.name} is a scalar input, bound only at execute; k is the"
+                " extent of the results' dim: an int or a size of a tensor of the fusion"
+            )
+        extent = k.extent if k.value is None else Const(value=int(k.value))
+    elif is_int(k) and 0 <= k <= MAX_EXTENT:
+        extent = Const(value=int(k))
+    else:
+        raise OperandError(f"topk: k must be a non-negative int, got {shown(k)}")
+    source = arg.shape_domain()[dim].extent
+    if isinstance(extent, Const) and isinstance(source, Const) and extent.value > source.value:
+        raise OperandError(
+            f"topk: k = {extent.value} is larger than dim {dim} of {arg.name}"
+            f" ({source.value} entries)"
+        )
+    return extent
+
+
+def topk(
+    self, arg: TensorView, k: Any, dim: int = -1, largest: bool = True, sorted: bool = False
+) -> tuple[TensorView, TensorView]:
+    """nvFuser's ``topk(arg, k, dim=-1, largest=True, sorted=False)``: ``(values,
+    indices)`` of the ``k`` largest (or smallest) entries along ``dim``, as ``torch.topk``;
+    values have ``arg``'s dtype, indices are Int. Each result used computes the op (a
+    result nothing uses is not computed). Shards: ``dim`` is read whole (gathered first
+    where sharded); the other dims compute locally."""
+    arg = _tensor("topk", "arg", arg)
+    dim = _dim("topk", arg, dim)
+    largest = check_bool(OperandError, "topk", "largest", largest)
+    sorted = check_bool(OperandError, "topk", "sorted", sorted)
+    if arg.dtype in (DataType.Bool, DataType.UInt64):
+        raise OperandError(f"topk: {arg.name} is {arg.dtype.name}; topk compares numbers")
+    extent = _k_extent(arg, dim, k)
+    results = []
+    for result, dtype in ((TopKResult.VALUES, arg.dtype), (TopKResult.INDICES, DataType.Int)):
+        source = arg.shape_domain()
+        axes = [_copy(axis, extent if d == dim else None) for d, axis in enumerate(source)]
+        pairs = [(axes[d], axis) for d, axis in enumerate(source) if d != dim]
+        out = self._new(dtype, axes)
+        expr = TopKOp(
+            out,
+            axis_map={arg: pairs},
+            src=arg,
+            k=k,
+            dim=dim,
+            largest=largest,
+            sorted=sorted,
+            result=result,
+        )
+        self._fusion.add_expr(expr)
+        results.append(out)
+    return results[0], results[1]
+
+
+INDEXING_METHODS = {
+    "index_select": index_select,
+    "gather": gather,
+    "take_along_axis": take_along_axis,
+    "cumsum": cumsum,
+    "topk": topk,
+}
+"""The ``fd.ops`` methods of this module, by name."""

@@ -1,0 +1,68 @@
+"""Evaluator handlers for the indexing and scan instructions (``hostir.ir.indexing``): one
+torch call each on local data (lowering makes the indexed or scanned dim whole first).
+
+A handler takes the instruction, its resolved operands and the local shape of ``out``
+(as ``hostir.run.compute``'s), and writes into a preallocated ``out`` with ``copy_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
+
+
+def _into(instruction: Any, operands: dict, result: torch.Tensor) -> torch.Tensor:
+    """``result``, or copied into the preallocated ``out``."""
+    if not instruction.preallocated:
+        return result
+    return operands["out"].copy_(result)
+
+
+def run_index_select(instruction: IndexSelect, operands: dict, out_shape: list[int]) -> Any:
+    """``torch.index_select`` (int32 indices are taken as they are)."""
+    result = torch.index_select(operands["src"], instruction.dim, operands["index"])
+    return _into(instruction, operands, result)
+
+
+def run_gather(instruction: GatherAlong, operands: dict, out_shape: list[int]) -> Any:
+    """``torch.gather`` or ``torch.take_along_dim`` (which broadcasts dims of extent 1),
+    with the indices as int64 (both take no other)."""
+    src, index = operands["src"], operands["index"].to(torch.int64)
+    if instruction.kind is GatherKind.GATHER:
+        result = torch.gather(src, instruction.dim, index)
+    else:
+        result = torch.take_along_dim(src, index, instruction.dim)
+    return _into(instruction, operands, result)
+
+
+def run_cumsum(instruction: Cumsum, operands: dict, out_shape: list[int]) -> Any:
+    """``torch.cumsum`` in the output's dtype (torch would widen int32 to int64)."""
+    dtype = instruction.out.dtype.to_torch()
+    result = torch.cumsum(operands["src"], instruction.dim, dtype=dtype)
+    return _into(instruction, operands, result)
+
+
+def run_topk(instruction: TopK, operands: dict, out_shape: list[int]) -> Any:
+    """``torch.topk``, keeping the result the instruction names."""
+    values, indices = torch.topk(
+        operands["src"],
+        int(operands["k"]),
+        instruction.dim,
+        largest=instruction.largest,
+        sorted=instruction.sorted,
+    )
+    result = values if instruction.result is TopKResult.VALUES else indices
+    return _into(instruction, operands, result)
+
+
+INDEXING_HANDLERS: dict[type, Callable[[Any, dict, list[int]], torch.Tensor]] = {
+    IndexSelect: run_index_select,
+    GatherAlong: run_gather,
+    Cumsum: run_cumsum,
+    TopK: run_topk,
+}
+"""One handler per indexing instruction class (merged into ``COMPUTE_HANDLERS``)."""

@@ -1,0 +1,88 @@
+"""Snapshots of the creation and indexing ops (``frontend.creation_ops``,
+``frontend.indexing_ops``): their instruction builders and the projections nothing uses.
+
+- :data:`BUILDERS`: one host IR instruction per frontend expression (joined to
+  ``lowering.snapshot``'s table).
+- :func:`unused_projections`: the results of multi-output ops (``topk``) that no op reads
+  and the fusion does not output; ``lowering.snapshot`` leaves them out, so they are not
+  computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from frontend import creation_ops as fc
+from frontend import exprs as fe
+from frontend import indexing_ops as fi
+from frontend.fusion import Fusion
+from frontend.tensor_view import TensorView
+from hostir import Const, Scalar, TensorValue
+from hostir.ir.creation import Full, Iota, Random
+from hostir.ir.indexing import Cumsum, GatherAlong, IndexSelect, TopK
+from hostir.ir.instructions import Instruction
+
+
+def _tensor(tv: TensorView) -> TensorValue:
+    """The placeholder value of ``tv`` (unsharded; lowering binds the sharded one)."""
+    shape = tuple(axis.extent for axis in tv.shape_domain())
+    return TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=shape)
+
+
+def _scalar(value: Any) -> Scalar | None:
+    """A scalar argument in host IR: a constant, a scalar input's symbol or a size."""
+    if value is None:
+        return None
+    if isinstance(value, fe.ScalarVal):
+        return value.to_hostir()
+    return Const(value=value)
+
+
+def _topk_k(expr: fi.TopKOp, out: TensorValue) -> Scalar:
+    """``k`` is the extent of the results' dim ``dim``."""
+    return out.shape[expr.dim]
+
+
+BUILDERS: dict[type, Callable[[Any, TensorValue], Instruction]] = {
+    fc.FullOp: lambda e, out: Full(out=out, fill_value=_scalar(e.fill_value)),
+    fc.IotaOp: lambda e, out: Iota(out=out, start=_scalar(e.start), step=_scalar(e.step)),
+    fc.RandomOp: lambda e, out: Random(
+        distribution=e.distribution,
+        out=out,
+        a=_scalar(e.a),
+        b=_scalar(e.b),
+        seed=_scalar(e.seed),
+        offset=_scalar(e.offset),
+    ),
+    fi.IndexSelectOp: lambda e, out: IndexSelect(
+        out=out, src=_tensor(e.src), index=_tensor(e.index), dim=e.dim
+    ),
+    fi.GatherOp: lambda e, out: GatherAlong(
+        kind=e.kind, out=out, src=_tensor(e.src), index=_tensor(e.index), dim=e.dim
+    ),
+    fi.CumsumOp: lambda e, out: Cumsum(out=out, src=_tensor(e.src), dim=e.dim),
+    fi.TopKOp: lambda e, out: TopK(
+        out=out,
+        src=_tensor(e.src),
+        k=_topk_k(e, out),
+        dim=e.dim,
+        largest=e.largest,
+        sorted=e.sorted,
+        result=e.result,
+    ),
+}
+"""One instruction builder per frontend expression class of these ops."""
+
+
+def unused_projections(fusion: Fusion) -> set[str]:
+    """The names of the results of multi-output ops that nothing reads and the fusion does
+    not output: they are not lowered (so not computed)."""
+    outputs = {tv.name for tv in fusion.outputs()}
+    return {
+        expr.output.name
+        for expr in fusion.exprs()
+        if getattr(expr, "projection", False)
+        and not expr.output.uses
+        and expr.output.name not in outputs
+    }
