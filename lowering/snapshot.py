@@ -44,6 +44,7 @@ from hostir import (
 )
 from hostir.ir.instructions import Instruction
 from hostir.ir.sharding import normalized
+from lowering.attention import attention_builders, unused_projections
 from lowering.errors import LoweringError
 
 
@@ -230,6 +231,7 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
         out=out, src=_placeholder(e.src), broadcast_dims=e.broadcast_dims
     ),
     fe.PermuteOp: lambda e, out: Permute(out=out, src=_placeholder(e.src), dims=e.dims),
+    **attention_builders(_placeholder),  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
 }
 """One instruction builder per frontend expression class."""
 
@@ -252,10 +254,11 @@ def snapshot_op(expr: fe.Expr) -> LoweringOp:
 
 
 def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
-    """The frozen form of ``fusion``."""
+    """The frozen form of ``fusion``, without the projections nobody uses."""
     inputs = fusion.inputs()
+    unused = unused_projections(fusion)
     return LoweringFusion(
-        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors()),
+        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors() if tv.name not in unused),
         inputs=tuple(v.name for v in inputs),
         scalar_inputs=tuple(
             ScalarInput(name=v.name, dtype=v.dtype.to_hostir())
@@ -263,5 +266,5 @@ def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
             if isinstance(v, fe.ScalarVal)
         ),
         outputs=tuple(tv.name for tv in fusion.outputs()),
-        ops=tuple(snapshot_op(expr) for expr in fusion.exprs()),
+        ops=tuple(snapshot_op(e) for e in fusion.exprs() if e.output.name not in unused),
     )
