@@ -188,10 +188,20 @@ def run_sdpa_bwd(instruction: SdpaBwd, operands: Operands, out_shape: list[int])
 
 
 def grouped_mm(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """``torch._grouped_mm`` where torch has it, else the same product group by group."""
-    if hasattr(torch, "_grouped_mm"):
+    """``torch._grouped_mm`` where torch has it and takes these operands, else the same
+    product group by group (``_grouped_mm`` wants 16-byte aligned strides and pointers:
+    it refuses a ``[M, 5]`` BFloat16 operand, which the op accepts)."""
+    if hasattr(torch, "_grouped_mm") and _aligned(mat1) and _aligned(mat2):
         return torch._grouped_mm(mat1, mat2, offsets)
     return _grouped_mm_loop(mat1, mat2, offsets)
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """Whether ``t``'s data pointer and its strides but the unit one are multiples of 16
+    bytes (what ``torch._grouped_mm`` requires)."""
+    size = t.element_size()
+    strides = [stride * size for stride in t.stride() if stride != 1]
+    return t.data_ptr() % 16 == 0 and all(stride % 16 == 0 for stride in strides)
 
 
 def _grouped_mm_loop(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
