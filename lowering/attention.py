@@ -1,15 +1,7 @@
-"""Lowering of the attention and MoE ops (``frontend.attention_ops``): their instruction
-builders, which projections are left out, and which output axes each computes whole.
-
-- **Projections nobody uses** (a result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that is neither
-  read nor a fusion output) are not lowered: :func:`unused_projections`.
-- **Axes computed whole** (:func:`whole_axes`): attention's sequence and head-size axes
-  (a sharded one would need ring attention or a causal mask offset), and the dim
-  ``grouped_mm``'s offsets index (the groups are global row, column or K ranges).
-  ``decompose_resharding`` keeps them unsharded in the op's compute layout, so a sharded
-  operand is gathered by a ``set`` before the op, and a sharded output sliced after it.
-  Input axes that map to no output axis (the key's sequence, ``grouped_mm``'s groups, the
-  embedding's vocabulary) are read whole by the same pass.
+"""Snapshotting the attention and MoE ops (``frontend.attention_ops``): their instruction
+builders, and the projections left out. A result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that is
+neither read nor a fusion output is not lowered (:func:`unused_projections`). How they
+shard is ``lowering.attention_layout``'s.
 """
 
 from __future__ import annotations
@@ -75,22 +67,3 @@ def unused_projections(fusion: Fusion) -> set[str]:
         and not expr.output.uses
         and expr.output.name not in outputs
     }
-
-
-def whole_axes(instruction: Instruction) -> tuple[int, ...]:
-    """The logical axes of its output that ``instruction`` computes unsharded (see the
-    module docstring)."""
-    if isinstance(instruction, SdpaFwd | SdpaBwd):
-        rank = instruction.out.ndim
-        return tuple(range(instruction.query.ndim - 2, rank))  # L (or S), and E
-    if isinstance(instruction, GroupedMm):
-        ranks = (instruction.mat1.ndim, instruction.mat2.ndim)
-        # The logical axes are the data dims and the reduction axis K, last.
-        return {(2, 3): (0,), (3, 2): (1,), (2, 2): (0, 3)}[ranks]
-    return ()
-
-
-def reads_no_tensor(instruction: Instruction) -> bool:
-    """Whether the instruction reads no tensor (``sdpfa_philox``): it needs none of its
-    expression's inputs resharded."""
-    return isinstance(instruction, SdpaPhilox)

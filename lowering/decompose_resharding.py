@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
 from hostir.ir.instructions import Instruction
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
-from lowering.attention import reads_no_tensor, whole_axes
+from lowering.attention_layout import computed_whole, reads_no_tensor
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
@@ -145,17 +145,13 @@ def _compute_tensor(
     if len(op.axis_maps) == 1:
         ((name, pairs),) = op.axis_maps
         computed = _compute_where_input_is(out, tensors[name], pairs)
-        axes = [
-            local_parts(a) if o in whole_axes(op.instruction) else a
-            for o, a in enumerate(computed.axes)
-        ]
+        axes = computed_whole(op.instruction, list(computed.axes))  # lowering.attention_layout
         return dataclasses.replace(computed, axes=tuple(axes))
     axes = list(out.axes)
     for o, axis in enumerate(out.axes):
         if axis.reduction:
             axes[o] = _reduction_layout(o, axis, maps, tensors, out)
-    for o in whole_axes(op.instruction):  # axes the op computes unsharded (lowering.attention)
-        axes[o] = local_parts(axes[o])
+    axes = computed_whole(op.instruction, axes)  # axes the op computes unsharded
     reduced = {a for axis in axes if axis.reduction for a in axis.mesh_axes()}
     axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
     return dataclasses.replace(out, axes=tuple(axes))

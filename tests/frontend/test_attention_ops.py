@@ -485,3 +485,25 @@ def test_linear_logical_split_weight(multidevice_test) -> None:
     want = F.linear(x, w.reshape(-1, 8), b.reshape(-1)).reshape(2, 3, d, 4).permute(2, 0, 1, 3)
     torch.testing.assert_close(result, shard_tensor(want, out, rank))
     assert "Allgather" not in str(fd.host_ir())
+
+
+@pytest.mark.world_sizes(1, 2, 4)
+def test_matmul_of_vectors_with_the_contraction_sharded(multidevice_test) -> None:
+    """[M, K] x [K] and [K] x [K] with K split over the ranks: partial sums, Allreduces."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(torch.arange(d))
+    generator = torch.Generator().manual_seed(12)
+    a, vec = torch.randn(3, 4 * d, generator=generator), torch.randn(4 * d, generator=generator)
+    with FusionDefinition() as fd:
+        ta, tv = fd.define_tensor((3, 4 * d)), fd.define_tensor((4 * d,))
+        outs = [fd.ops.matmul(ta, tv), fd.ops.matmul(tv, fd.ops.set(tv))]
+        for out in outs:
+            fd.add_output(out)
+    _shard(ta, mesh, 1)
+    _shard(tv, mesh, 0)
+    for out in outs:
+        _replicate(out, mesh)
+    results = fd.execute([shard_tensor(a, ta, rank), shard_tensor(vec, tv, rank)])
+    torch.testing.assert_close(results[0], a @ vec)
+    torch.testing.assert_close(results[1], vec @ vec)
+    assert str(fd.host_ir()).count("Allreduce") == 2
