@@ -36,11 +36,11 @@ def whole_axes(instruction: Instruction) -> tuple[int, ...]:
     return ()
 
 
-def computed_whole(instruction: Instruction, axes: list[AxisLayout]) -> list[AxisLayout]:
-    """``axes`` (the op's output axis layouts) with :func:`whole_axes` unsharded; a stream
-    split of one is refused by name (chunks of a sequence would attend to their own keys
-    only, or mask by their local row)."""
-    axes = list(axes)
+def refuse_streamed_whole_axes(instruction: Instruction, axes: tuple[AxisLayout, ...]) -> None:
+    """Raises LoweringError if one of :func:`whole_axes` of the op's output (``axes``) is
+    stream-parallel: a stream chunk of a sequence would attend to its own rows as if they
+    were the first ones (a causal mask by local row), a chunk of grouped rows would misread
+    the global offsets."""
     for index in whole_axes(instruction):
         if axes[index].stream is not None:
             raise LoweringError(
@@ -48,8 +48,12 @@ def computed_whole(instruction: Instruction, axes: list[AxisLayout]) -> list[Axi
                 " stream-parallel, but the op computes that axis whole; stream-split a batch"
                 " or head dim instead"
             )
-        axes[index] = local_parts(axes[index])
-    return axes
+
+
+def computed_whole(instruction: Instruction, axes: list[AxisLayout]) -> list[AxisLayout]:
+    """``axes`` (the op's output axis layouts) with :func:`whole_axes` unsharded."""
+    whole = whole_axes(instruction)
+    return [local_parts(axis) if index in whole else axis for index, axis in enumerate(axes)]
 
 
 def reads_no_tensor(instruction: Instruction) -> bool:

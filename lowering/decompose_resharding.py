@@ -17,7 +17,11 @@ from collections.abc import Iterator
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
 from hostir.ir.instructions import Instruction
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
-from lowering.attention_layout import computed_whole, reads_no_tensor
+from lowering.attention_layout import (
+    computed_whole,
+    reads_no_tensor,
+    refuse_streamed_whole_axes,
+)
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
@@ -76,6 +80,7 @@ def decompose_resharding(fusion: LoweringFusion) -> LoweringFusion:
 def _decompose(op: LoweringOp, builder: _Builder) -> None:
     tensors = builder.tensors
     out = tensors[op.output]
+    refuse_streamed_whole_axes(op.instruction, out.axes)  # lowering.attention_layout
     if out.mesh is None:  # propagation left no tensor on a mesh: a single-device fusion
         builder.ops.append(op)
         return

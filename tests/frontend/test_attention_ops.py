@@ -5,6 +5,7 @@ collectives each sharding needs, read off the host IR), and the refusals at defi
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import pytest
@@ -19,6 +20,7 @@ from frontend import (
     ParallelType,
     shard_tensor,
 )
+from hostir import HostIrError, parse
 
 BF16, F32 = torch.bfloat16, torch.float32
 I32, INT, FLOAT = DataType.Int32, DataType.Int, DataType.Float
@@ -507,3 +509,49 @@ def test_matmul_of_vectors_with_the_contraction_sharded(multidevice_test) -> Non
     torch.testing.assert_close(results[0], a @ vec)
     torch.testing.assert_close(results[1], vec @ vec)
     assert str(fd.host_ir()).count("Allreduce") == 2
+
+
+def test_a_stream_split_sequence_is_refused_by_name() -> None:
+    """A stream-parallel query sequence would be attended chunk by chunk: refused when
+    lowered, naming the output and the axis."""
+    with FusionDefinition() as fd:
+        q, k, v = (fd.define_tensor((1, 2, 8, 8)) for _ in range(3))
+        out, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, is_causal=True)
+        fd.add_output(out)
+    q.outer_split(2, 2)
+    q.axis(2).parallelize(ParallelType.stream)
+    with pytest.raises(HostIrError, match=r"T3 = sdpfa_fwd\(...\): its axis 2 is stream-parallel"):
+        fd.host_ir()
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        (
+            "T3 : bfloat16[1, 2, 4] = sdpfa_fwd(T0, T1, T2, result=logsumexp)",
+            "T3 is declared bfloat16, but the op gives float32",
+        ),
+        (
+            "T3 : bfloat16[1, 2, 4, 8] = sdpfa_fwd(T0, T1, T2, result=output, scale=s)",
+            "scale s must be a constant",
+        ),
+        (
+            "T3 : bfloat16[1, 2, 4, 8] = grouped_mm(T0, T1, T2)",
+            "grouped_mm: offsets T2 must be int32 [G]",
+        ),
+    ],
+)
+def test_the_verifier_checks_attention_instructions(line: str, fragment: str) -> None:
+    """Hand-written host IR with a wrong result dtype, a non-constant scale or a wrong
+    offsets dtype is refused by the verifier, naming the value."""
+    text = f"""%HostIrContainer {{
+  input s : float64
+  input T0 : bfloat16[1, 2, 4, 8]
+  input T1 : bfloat16[1, 2, 4, 8]
+  input T2 : bfloat16[1, 2, 4, 8]
+  {line}
+  output T3
+}}
+"""
+    with pytest.raises(HostIrError, match=re.escape(fragment)):
+        parse(text)
