@@ -179,11 +179,11 @@ def _bf(fd, *shape, dtype=DataType.BFloat16):
                 _bf(fd, 1, 2, 4, dtype=FLOAT),
                 0.0,
                 True,
-                _bf(fd, 2),
+                7,
                 _bf(fd, dtype=INT),
                 None,
             ),
-            ("sdpfa_bwd", "philox_seed T2 must be sdpfa_fwd's philox_seed"),
+            ("sdpfa_bwd", "philox_seed must be a TensorView, got 7"),
         ),
         (
             lambda fd: fd.ops.grouped_mm(_bf(fd, 2, 4, 8), _bf(fd, 2, 8, 3), _bf(fd, 2, dtype=I32)),
