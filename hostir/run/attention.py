@@ -4,7 +4,7 @@ Attention runs torch's flash-attention kernels: on CPU
 ``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``; on CUDA
 ``aten._scaled_dot_product_flash_attention`` and its ``_backward`` for Half and BFloat16,
 and for Float (which CUDA's flash kernel does not take) the same computation written with
-matmuls (:func:`_attention_math`, :func:`_attention_math_backward`). Batch dims before
+matmuls (:func:`attention_math`, :func:`attention_math_backward`). Batch dims before
 ``[H, L, E]`` are flattened into one, as nvFuser's ``SdpaFwdOp::evaluate`` does. Results
 take their reference input's layout (the output the query's, each gradient its input's),
 as nvFuser lays out ``sdpfa_fwd``'s output like the query.
@@ -64,7 +64,7 @@ def _causal_mask(rows: int, columns: int, device: torch.device) -> torch.Tensor:
     return torch.ones(rows, columns, dtype=torch.bool, device=device).tril()
 
 
-def _attention_math(
+def attention_math(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention and its logsumexp written with matmuls, in Float (CUDA Float operands)."""
@@ -77,7 +77,7 @@ def _attention_math(
     return torch.matmul(probabilities, v.float()).to(q.dtype), logsumexp
 
 
-def _attention_math_backward(
+def attention_math_backward(
     grad: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -87,7 +87,7 @@ def _attention_math_backward(
     is_causal: bool,
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gradients of :func:`_attention_math` from its saved logsumexp (flash
+    """The gradients of :func:`attention_math` from its saved logsumexp (flash
     attention's backward: ``dS = P * (dP - rowsum(dO * O))``)."""
     qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
     scores = torch.matmul(qf, kf.transpose(-2, -1)) * scale
@@ -117,7 +117,7 @@ def attention_forward(
             q, k, v, 0.0, is_causal, return_debug_mask=False, scale=scale
         )
         return results[0], results[1]
-    return _attention_math(q, k, v, is_causal, scale)
+    return attention_math(q, k, v, is_causal, scale)
 
 
 def attention_backward(
@@ -143,7 +143,7 @@ def attention_backward(
             grad, q, k, v, out, logsumexp, None, None, q.shape[-2], k.shape[-2], 0.0,
             is_causal, seed, offset, scale=scale,
         )  # fmt: skip
-    return _attention_math_backward(grad, q, k, v, out, logsumexp, is_causal, scale)
+    return attention_math_backward(grad, q, k, v, out, logsumexp, is_causal, scale)
 
 
 def run_sdpa_fwd(instruction: SdpaFwd, operands: Operands, out_shape: list[int]) -> torch.Tensor:

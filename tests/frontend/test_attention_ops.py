@@ -21,6 +21,12 @@ from frontend import (
     shard_tensor,
 )
 from hostir import HostIrError, parse
+from hostir.run.attention import (
+    attention_backward,
+    attention_forward,
+    attention_math,
+    attention_math_backward,
+)
 
 BF16, F32 = torch.bfloat16, torch.float32
 I32, INT, FLOAT = DataType.Int32, DataType.Int, DataType.Float
@@ -555,3 +561,20 @@ def test_the_verifier_checks_attention_instructions(line: str, fragment: str) ->
 """
     with pytest.raises(HostIrError, match=re.escape(fragment)):
         parse(text)
+
+
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_the_matmul_attention_agrees_with_the_flash_kernel(is_causal: bool) -> None:
+    """The Float path written with matmuls (CUDA Float operands, which this suite cannot
+    run) gives the CPU flash kernels' output, logsumexp and gradients."""
+    generator = torch.Generator().manual_seed(13)
+    q, grad = (torch.randn(2, 3, 5, 8, generator=generator) for _ in range(2))
+    k, v = (torch.randn(2, 3, 7, 8, generator=generator) for _ in range(2))
+    out, lse = attention_math(q, k, v, is_causal, 0.4)
+    flash_out, flash_lse = attention_forward(q, k, v, is_causal, 0.4)
+    torch.testing.assert_close(out, flash_out)
+    torch.testing.assert_close(lse, flash_lse)
+    grads = attention_math_backward(grad, q, k, v, out, lse, is_causal, 0.4)
+    flash_grads = attention_backward(grad, q, k, v, out, lse, is_causal, 0.4)
+    for got, want in zip(grads, flash_grads, strict=True):
+        torch.testing.assert_close(got, want)
