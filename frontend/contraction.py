@@ -27,41 +27,49 @@ def _check_same_extent(op: str, a: TensorView, a_dim: int, b: TensorView, b_dim:
 def linear_axes(
     input: TensorView, weight: TensorView, bias: TensorView | None
 ) -> tuple[list[IterDomain], dict[TensorView, AxisPairs]]:
-    """``[..., K] x [N, K] (+ [N]) -> [..., N, rK]``."""
+    """``[*I, K] x [*W, N, K] (+ [N] or [*W, N]) -> [*W, *I, N, rK]`` (nvFuser's
+    ``newForLinear``; ``hostir.ir.contraction``)."""
     x, w = input.shape_domain(), weight.shape_domain()
     if len(x) < 1:
         raise OperandError(f"linear: input {input.name} must have at least 1 dim")
-    if len(w) != 2:
-        raise OperandError(f"linear: weight {weight.name} must have 2 dims [N, K], got {len(w)}")
-    _check_same_extent("linear", input, len(x) - 1, weight, 1)
+    if len(w) < 2:
+        raise OperandError(
+            f"linear: weight {weight.name} must have at least 2 dims [*W, N, K], got {len(w)}"
+        )
+    _check_same_extent("linear", input, len(x) - 1, weight, len(w) - 1)
+    leading = [_fresh(axis) for axis in w[:-2]]
     batch = [_fresh(axis) for axis in x[:-1]]
-    n_axis = _fresh(w[0])
+    n_axis = _fresh(w[-2])
     k_axis = _fresh(x[-1], IterType.REDUCTION)
     axis_map: dict[TensorView, AxisPairs] = {
         input: list(zip(batch, x[:-1], strict=True)) + [(k_axis, x[-1])],
-        weight: [(n_axis, w[0]), (k_axis, w[1])],
+        weight: list(zip(leading, w[:-2], strict=True)) + [(n_axis, w[-2]), (k_axis, w[-1])],
     }
     if bias is not None:
         b = bias.shape_domain()
-        if len(b) != 1:
-            raise OperandError(f"linear: bias {bias.name} must have 1 dim [N], got {len(b)}")
-        _check_same_extent("linear", bias, 0, weight, 0)
-        axis_map[bias] = [(n_axis, b[0])]
-    return batch + [n_axis, k_axis], axis_map
+        if len(b) not in (1, len(w) - 1):
+            raise OperandError(
+                f"linear: bias {bias.name} must have 1 dim [N] or {len(w) - 1} dims [*W, N]"
+                f" (as weight {weight.name}), got {len(b)}"
+            )
+        for dim in range(len(b)):
+            _check_same_extent("linear", bias, dim, weight, len(w) - 1 - len(b) + dim)
+        pairs = list(zip(leading, b[:-1], strict=False)) + [(n_axis, b[-1])]
+        axis_map.setdefault(bias, []).extend(pairs)
+    return leading + batch + [n_axis, k_axis], axis_map
 
 
 def matmul_axes(
     lhs: TensorView, rhs: TensorView
 ) -> tuple[list[IterDomain], dict[TensorView, AxisPairs]]:
-    """``[..., M, K] x [..., K, N] -> [..., M, N, rK]``, batch dims broadcast from the right."""
+    """``[*B, M, K] x [*B, K, N] -> [*B, M, N, rK]``, batch dims broadcast from the right;
+    a 1-d operand has no M (lhs ``[K]``) or no N (rhs ``[K]``), as torch.matmul."""
     a, b = lhs.shape_domain(), rhs.shape_domain()
     for tv, domain in ((lhs, a), (rhs, b)):
-        if len(domain) < 2:
-            raise OperandError(
-                f"matmul: {tv.name} has {len(domain)} dims; operands need at least 2"
-                " (1-d matmul is not supported: use broadcast_in_dim first)"
-            )
-    _check_same_extent("matmul", lhs, len(a) - 1, rhs, len(b) - 2)
+        if len(domain) < 1:
+            raise OperandError(f"matmul: {tv.name} has 0 dims; operands need at least 1")
+    b_k = len(b) - 2 if len(b) > 1 else 0
+    _check_same_extent("matmul", lhs, len(a) - 1, rhs, b_k)
     axis_map: dict[TensorView, AxisPairs] = {lhs: [], rhs: []}
     batch = []
     a_batch, b_batch = a[:-2], b[:-2]
@@ -81,11 +89,19 @@ def matmul_axes(
         batch.append(new)
         for tv, axis in real or sources:
             axis_map[tv].append((new, axis))
-    m_axis, n_axis = _fresh(a[-2]), _fresh(b[-1])
     k_axis = _fresh(a[-1], IterType.REDUCTION)
-    axis_map[lhs] += [(m_axis, a[-2]), (k_axis, a[-1])]
-    axis_map[rhs] += [(n_axis, b[-1]), (k_axis, b[-2])]
-    return batch + [m_axis, n_axis, k_axis], axis_map
+    rows_columns = []
+    if len(a) > 1:
+        m_axis = _fresh(a[-2])
+        rows_columns.append(m_axis)
+        axis_map[lhs].append((m_axis, a[-2]))
+    if len(b) > 1:
+        n_axis = _fresh(b[-1])
+        rows_columns.append(n_axis)
+        axis_map[rhs].append((n_axis, b[-1]))
+    axis_map[lhs].append((k_axis, a[-1]))
+    axis_map[rhs].append((k_axis, b[b_k]))
+    return batch + rows_columns + [k_axis], axis_map
 
 
 def broadcast_axes(

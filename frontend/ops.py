@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
+from frontend.attention_ops import ATTENTION_OPS
 from frontend.contraction import broadcast_axes, linear_axes, matmul_axes
 from frontend.errors import DefinitionError, OperandError
 from frontend.exprs import (
@@ -38,6 +39,7 @@ from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import BinaryOpKind, Const, Scalar, TernaryOpKind, UnaryOpKind
+from hostir.ir.contraction import contraction_dtype
 from hostir.ir.ops import (
     POINTWISE_OPS,
     DtypeRule,
@@ -236,17 +238,15 @@ class Ops:
     def linear(
         self, input: TensorView, weight: TensorView, bias: TensorView | None = None
     ) -> TensorView:
-        """``input @ weight.T + bias``: input ``[..., K]``, weight ``[N, K]``, bias ``[N]``."""
+        """``input @ weight.T + bias``: input ``[*I, K]``, weight ``[*W, N, K]``, bias ``[N]``
+        or ``[*W, N]``; the result ``[*W, *I, N]`` has the operands' one dtype
+        (``hostir.ir.contraction``)."""
         input = _check_tensor("linear", input, "input")
         weight = _check_tensor("linear", weight, "weight")
         if bias is not None:
             bias = _check_tensor("linear", bias, "bias")
         axes, axis_map = linear_axes(input, weight, bias)
-        dtype = infer_dtype(
-            "linear",
-            torch.nn.functional.linear,
-            [input, weight] + ([bias] if bias is not None else []),
-        )
+        dtype = _contraction_dtype("linear", [input, weight] + ([bias] if bias is not None else []))
         out = self._new(dtype, axes)
         self._fusion.add_expr(
             LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias)
@@ -254,11 +254,12 @@ class Ops:
         return out
 
     def matmul(self, lhs: TensorView, rhs: TensorView) -> TensorView:
-        """``lhs @ rhs`` for operands of at least 2 dims, batch dims broadcast."""
+        """``lhs @ rhs`` as torch.matmul (1-d operands too, batch dims broadcast); the
+        result has the operands' one dtype (``hostir.ir.contraction``)."""
         lhs = _check_tensor("matmul", lhs, "lhs")
         rhs = _check_tensor("matmul", rhs, "rhs")
         axes, axis_map = matmul_axes(lhs, rhs)
-        dtype = infer_dtype("matmul", torch.matmul, [lhs, rhs])
+        dtype = _contraction_dtype("matmul", [lhs, rhs])
         out = self._new(dtype, axes)
         self._fusion.add_expr(MatmulOp(out, axis_map=axis_map, lhs=lhs, rhs=rhs))
         return out
@@ -344,6 +345,15 @@ class Ops:
         out = self._new(tv.dtype, axes)
         self._fusion.add_expr(PermuteOp(out, axis_map={tv: pairs}, src=tv, dims=normalized))
         return out
+
+
+def _contraction_dtype(op: str, operands: list[TensorView]) -> DataType:
+    """The declared dtype of linear or matmul (``hostir.ir.contraction``), or OperandError."""
+    try:
+        dtype = contraction_dtype(op, [(tv.name, tv.dtype.to_hostir()) for tv in operands])
+    except OpDtypeError as error:
+        raise OperandError(str(error)) from None
+    return DataType(dtype)
 
 
 def _check_constant_fits(op: str, operand: Operand, dtype: DataType) -> None:
@@ -484,6 +494,10 @@ from frontend.indexing_ops import INDEXING_METHODS  # noqa: E402
 
 for _method_name, _method in {**CREATION_METHODS, **INDEXING_METHODS}.items():
     setattr(Ops, _method_name, _method)
+
+# The attention and MoE ops (frontend.attention_ops) are methods too.
+for _attention_op, _function in ATTENTION_OPS.items():
+    setattr(Ops, _attention_op, _function)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:

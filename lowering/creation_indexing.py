@@ -82,7 +82,7 @@ def unused_projections(fusion: Fusion) -> set[str]:
     return {
         expr.output.name
         for expr in fusion.exprs()
-        if getattr(expr, "projection", False)
+        if (getattr(expr, "projection", False) or getattr(expr, "PROJECTION", False))
         and not expr.output.uses
         and expr.output.name not in outputs
     }

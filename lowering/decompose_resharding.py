@@ -17,10 +17,15 @@ from collections.abc import Iterator
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
 from hostir.ir.instructions import Instruction
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
+from lowering.attention_layout import (
+    computed_whole,
+    reads_no_tensor,
+    refuse_streamed_whole_axes,
+)
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
-from lowering.scanned_dims import computed_whole
+from lowering.scanned_dims import computed_whole as scanned_whole
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -76,10 +81,14 @@ def decompose_resharding(fusion: LoweringFusion) -> LoweringFusion:
 def _decompose(op: LoweringOp, builder: _Builder) -> None:
     tensors = builder.tensors
     out = tensors[op.output]
+    refuse_streamed_whole_axes(op.instruction, out.axes)  # lowering.attention_layout
     if out.mesh is None:  # propagation left no tensor on a mesh: a single-device fusion
         builder.ops.append(op)
         return
-    compute = computed_whole(op, _compute_tensor(op, tensors, out))  # scanned dims whole
+    if reads_no_tensor(op.instruction):  # its inputs give it a mesh only: nothing to move
+        builder.ops.append(_rewrite(op, op.instruction, {}, out, tensors))
+        return
+    compute = scanned_whole(op, _compute_tensor(op, tensors, out))  # scanned dims whole
     bias = _bias_after_reduction(op, compute)
     _refuse_sharded_repeats(op, tensors, compute)
     renames: dict[str, str] = {}
@@ -141,11 +150,14 @@ def _compute_tensor(
     maps = dict(op.axis_maps)
     if len(op.axis_maps) == 1:
         ((name, pairs),) = op.axis_maps
-        return _compute_where_input_is(out, tensors[name], pairs)
+        computed = _compute_where_input_is(out, tensors[name], pairs)
+        axes = computed_whole(op.instruction, list(computed.axes))  # lowering.attention_layout
+        return dataclasses.replace(computed, axes=tuple(axes))
     axes = list(out.axes)
     for o, axis in enumerate(out.axes):
         if axis.reduction:
             axes[o] = _reduction_layout(o, axis, maps, tensors, out)
+    axes = computed_whole(op.instruction, axes)  # axes the op computes unsharded
     reduced = {a for axis in axes if axis.reduction for a in axis.mesh_axes()}
     axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
     return dataclasses.replace(out, axes=tuple(axes))
@@ -217,6 +229,12 @@ def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None
         return None
     if not any(axis.reduction and axis.mesh_axes() for axis in compute.axes):
         return None
+    if instruction.bias.ndim > 1:  # [*W, N] does not broadcast from the right onto [*W, *I, N]
+        raise LoweringError(
+            f"linear(..., bias={instruction.bias.name}) with a {instruction.bias.ndim}-d bias and"
+            " a sharded contraction is not supported: the bias is added after reducing, and"
+            " only a 1-d bias [N] broadcasts onto the result; add the bias after the linear"
+        )
     return instruction.bias.name
 
 

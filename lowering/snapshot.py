@@ -44,6 +44,7 @@ from hostir import (
 )
 from hostir.ir.instructions import Instruction
 from hostir.ir.sharding import normalized
+from lowering.attention import attention_builders
 from lowering.creation_indexing import BUILDERS as CREATION_INDEXING_BUILDERS
 from lowering.creation_indexing import unused_projections
 from lowering.errors import LoweringError
@@ -232,6 +233,7 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
         out=out, src=_placeholder(e.src), broadcast_dims=e.broadcast_dims
     ),
     fe.PermuteOp: lambda e, out: Permute(out=out, src=_placeholder(e.src), dims=e.dims),
+    **attention_builders(_placeholder),  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
 }
 """One instruction builder per frontend expression class."""
 _BUILDERS.update(CREATION_INDEXING_BUILDERS)
@@ -255,7 +257,7 @@ def snapshot_op(expr: fe.Expr) -> LoweringOp:
 
 
 def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
-    """The frozen form of ``fusion``."""
+    """The frozen form of ``fusion``, without the projections nobody uses."""
     inputs = fusion.inputs()
     unused = unused_projections(fusion)  # results of multi-output ops that nothing reads
     return LoweringFusion(

@@ -4,20 +4,18 @@ its op and operands.
 One rule per compute class, in :data:`COMPUTE_RULES`. A rule returns the problem as a
 sentence, or None. Extents are global and compared symbolically
 (:mod:`hostir.ir.extents`). A pointwise op's dtype is its declared rule's
-(``hostir.ir.ops``, nvFuser's promotion); linear's and matmul's are what torch returns on
-operands of the declared dtypes (the compute handlers call the same torch ops), computed
-once per combination of dtypes on one-element tensors.
+(``hostir.ir.ops``, nvFuser's promotion); linear's and matmul's their declared rule
+(``hostir.ir.contraction``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import cache
 from typing import Any
 
-import torch
-
+from hostir.check.verify_attention import ATTENTION_RULES
 from hostir.errors import HostIrError
+from hostir.ir.contraction import contraction_dtype
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ, is_one, local_extents, same_extent
 from hostir.ir.instructions import (
@@ -64,27 +62,6 @@ def _expect(instruction: Any, shape: tuple[Scalar, ...], dtype: DType | None) ->
     return None
 
 
-# ----- dtypes, as torch computes them ----------------------------------------------------
-
-
-@cache
-def _torch_dtype(kind: str, operands: tuple[object, ...]) -> DType | str:
-    """The dtype torch gives ``kind`` on one-element operands (dtypes or Python types), or
-    torch's refusal as text."""
-    args = [torch.ones(1, dtype=o.to_torch()) if isinstance(o, DType) else o(1) for o in operands]
-    try:
-        result = _TORCH_OPS[kind](*args)
-        return DType.from_torch(result.dtype)
-    except Exception as error:  # noqa: BLE001 - torch's refusal is the verifier's answer
-        return str(error).splitlines()[0]
-
-
-_TORCH_OPS: dict[str, Callable[..., torch.Tensor]] = {
-    "linear": lambda a, w: torch.nn.functional.linear(a.reshape(1, 1), w.reshape(1, 1)),
-    "matmul": lambda a, b: torch.matmul(a.reshape(1, 1), b.reshape(1, 1)),
-}
-
-
 def _operand_type(operand: Any, scalars: ScalarTypes) -> object:
     """A tensor's DType, or a scalar's Python type."""
     if isinstance(operand, TensorValue):
@@ -99,10 +76,6 @@ def _operand_type(operand: Any, scalars: ScalarTypes) -> object:
         types = {_operand_type(operand.lhs, scalars), _operand_type(operand.rhs, scalars)}
         return float if float in types else int
     return int
-
-
-def _dtype_of(kind: str, operands: tuple[Any, ...], scalars: ScalarTypes) -> DType | str:
-    return _torch_dtype(kind, tuple(_operand_type(o, scalars) for o in operands))
 
 
 # ----- the rules --------------------------------------------------------------------------
@@ -193,39 +166,52 @@ def _rule_sum(instruction: Sum, scalars: ScalarTypes) -> str | None:
     return _expect(instruction, shape, None)
 
 
+def _contraction_dtype(op: str, operands: tuple[TensorValue, ...]) -> DType | str:
+    """The declared dtype of linear or matmul (``hostir.ir.contraction``), or the refusal."""
+    try:
+        return contraction_dtype(op, [(o.name, o.dtype) for o in operands])
+    except HostIrError as error:
+        return str(error)
+
+
 def _rule_linear(instruction: Linear, scalars: ScalarTypes) -> str | None:
     a, w, bias = instruction.input, instruction.weight, instruction.bias
-    if a.ndim < 1 or w.ndim != 2:
-        return f"linear: input {_shape(a)} and weight {_shape(w)}; the weight must be 2-d"
-    if differ(a.shape[-1], w.shape[1]):
+    if a.ndim < 1 or w.ndim < 2:
+        return f"linear: input {_shape(a)} and weight {_shape(w)}; the weight must be [*W, N, K]"
+    if differ(a.shape[-1], w.shape[-1]):
         return (
             f"linear: the contraction extents differ: input {a.name} {_shape(a)} ends in"
             f" {print_scalar(a.shape[-1])}, weight {w.name} {_shape(w)} has"
-            f" {print_scalar(w.shape[1])} columns"
+            f" {print_scalar(w.shape[-1])} columns"
         )
-    if bias is not None and not _same_shapes(bias.shape, (w.shape[0],)):
-        return f"linear: bias {bias.name} {_shape(bias)} must be [{print_scalar(w.shape[0])}]"
-    dtype = _dtype_of("linear", (a, w), scalars)
+    if bias is not None and not (
+        _same_shapes(bias.shape, (w.shape[-2],)) or _same_shapes(bias.shape, w.shape[:-1])
+    ):
+        return f"linear: bias {bias.name} {_shape(bias)} must be [N] or [*W, N] of {_shape(w)}"
+    operands = (a, w) if bias is None else (a, w, bias)
+    dtype = _contraction_dtype("linear", operands)
     if isinstance(dtype, str):
-        return f"linear of {a.dtype.value} and {w.dtype.value}: {dtype}"
-    return _expect(instruction, (*a.shape[:-1], w.shape[0]), dtype)
+        return dtype
+    return _expect(instruction, (*w.shape[:-2], *a.shape[:-1], w.shape[-2]), dtype)
 
 
 def _rule_matmul(instruction: Matmul, scalars: ScalarTypes) -> str | None:
     a, b = instruction.lhs, instruction.rhs
-    if a.ndim < 2 or b.ndim < 2:
-        return f"matmul: operands {_shape(a)} and {_shape(b)} must have at least 2 dims"
-    if differ(a.shape[-1], b.shape[-2]):
+    if a.ndim < 1 or b.ndim < 1:
+        return f"matmul: operands {_shape(a)} and {_shape(b)} must have at least 1 dim"
+    if differ(a.shape[-1], b.shape[-2] if b.ndim > 1 else b.shape[0]):
         return (
             f"matmul: the contraction extents differ: {a.name} {_shape(a)} and {b.name} {_shape(b)}"
         )
     batch = _broadcast(a.shape[:-2], b.shape[:-2])
     if batch is None:
         return f"matmul: the batch extents of {_shape(a)} and {_shape(b)} do not broadcast"
-    dtype = _dtype_of("matmul", (a, b), scalars)
+    dtype = _contraction_dtype("matmul", (a, b))
     if isinstance(dtype, str):
-        return f"matmul of {a.dtype.value} and {b.dtype.value}: {dtype}"
-    return _expect(instruction, (*batch, a.shape[-2], b.shape[-1]), dtype)
+        return dtype
+    rows = a.shape[-2:-1] if a.ndim > 1 else ()
+    columns = b.shape[-1:] if b.ndim > 1 else ()
+    return _expect(instruction, (*batch, *rows, *columns), dtype)
 
 
 def _rule_broadcast_in_dim(instruction: BroadcastInDim, scalars: ScalarTypes) -> str | None:
@@ -288,6 +274,7 @@ COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     BroadcastInDim: _rule_broadcast_in_dim,
     Permute: _rule_permute,
     ShardByStream: _rule_shard_by_stream,
+    **ATTENTION_RULES,  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
 }
 """One rule per instruction that computes (or aliases) a tensor from tensors."""
 

@@ -221,8 +221,9 @@ class PipelineStage:
     depth: int = 1
 
 
-# The communication and stream instructions live in their own modules; importing them
+# The communication, stream and attention instructions live in their own modules; importing them
 # here declares them, so that importing this module gives the whole built-in catalog.
+import hostir.ir.attention  # noqa: E402, F401
 import hostir.ir.communications  # noqa: E402, F401 - after the local classes on purpose
 import hostir.ir.creation  # noqa: E402, F401
 import hostir.ir.indexing  # noqa: E402, F401

@@ -30,6 +30,7 @@ from hostir.ir.instructions import (
 from hostir.ir.ops import OperandType, scalar_operand, tensor_operand
 from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
+from hostir.run.attention import ATTENTION_HANDLERS
 from hostir.run.pointwise import pointwise_call
 
 Operands = dict[str, Any]
@@ -64,7 +65,7 @@ def plain_call(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str
         )
         return call, ("src",)
     if kind is Linear:
-        return torch.nn.functional.linear, ("input", "weight", "bias")
+        return linear, ("input", "weight", "bias")
     if kind is Matmul:
         return torch.matmul, ("lhs", "rhs")
     if kind is Permute:
@@ -143,11 +144,33 @@ def run_sum(instruction: Sum, operands: Operands, out_shape: list[int]) -> torch
     return _plain(instruction, operands)
 
 
+def linear(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``torch.nn.functional.linear`` with leading weight dims (``hostir.ir.contraction``):
+    ``[*I, K] x [*W, N, K] (+ [N] or [*W, N]) -> [*W, *I, N]``, one product of the
+    weight's ``*W * N`` rows."""
+    if weight.dim() == 2:
+        return torch.nn.functional.linear(input, weight, bias)
+    leading, (n, k) = weight.shape[:-2], weight.shape[-2:]
+    batch = input.dim() - 1
+    flat = torch.nn.functional.linear(input, weight.reshape(-1, k))  # [*I, W * N]
+    out = flat.reshape(*input.shape[:-1], *leading, n)
+    out = out.movedim(tuple(range(batch, batch + len(leading))), tuple(range(len(leading))))
+    if bias is not None:
+        if bias.dim() > 1:  # [*W, N]: broadcast over *I
+            bias = bias.reshape(*leading, *[1] * batch, n)
+        out = out + bias
+    return out.contiguous()
+
+
 def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``linear``: ``input @ weight.T (+ bias)``; writes with ``matmul(out=)`` if preallocated."""
     if not instruction.preallocated:
         return _plain(instruction, operands)
     inp, weight, bias = operands["input"], operands["weight"], operands.get("bias")
+    if weight.dim() > 2:
+        return operands["out"].copy_(linear(inp, weight, bias))
     out = _matmul_into(inp, weight.t(), operands["out"])
     if bias is not None:
         out.add_(bias)
@@ -200,6 +223,7 @@ COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]]
     Matmul: run_matmul,
     BroadcastInDim: run_broadcast_in_dim,
     Permute: run_permute,
+    **ATTENTION_HANDLERS,  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
 }
 """One handler per compute instruction class."""
 

@@ -76,6 +76,10 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "take_along_axis": lambda: fd.ops.take_along_axis(a, x, 1),
         "cumsum": lambda: fd.ops.cumsum(a, 0),
         "topk": lambda: fd.ops.topk(a, 2),
+        "sdpfa_fwd": lambda: fd.ops.sdpfa_fwd(a, x, x),
+        "sdpfa_bwd": lambda: fd.ops.sdpfa_bwd(a, x, x, x, x, x, 0.0, False, x, x, None),
+        "grouped_mm": lambda: fd.ops.grouped_mm(a, x, x),
+        "embedding_fwd": lambda: fd.ops.embedding_fwd(a, x),
     }
     if op not in calls and op in POINTWISE_OPS:  # the foreign tensor first, then x
         arity = POINTWISE_OPS[op].arity if op != "gelu" else 1
@@ -96,6 +100,8 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     role |= {"full": "fill_value", "iota": "start", "uniform": "minval", "normal": "std"}
     role |= dict.fromkeys(("triu", "index_select", "gather", "take_along_axis"), "arg")
     role |= dict.fromkeys(("cumsum", "topk"), "arg")
+    role |= {"sdpfa_fwd": "query", "sdpfa_bwd": "grad_output", "grouped_mm": "mat1"}
+    role["embedding_fwd"] = "input"
     if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
         role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand
     name = "s0" if op in ("mul", "div", "full", "iota", "uniform", "normal") else "T0"

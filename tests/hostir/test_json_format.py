@@ -74,6 +74,16 @@ from hostir import (
     parse,
 )
 from hostir.errors import JsonFormatError
+from hostir.ir.attention import (
+    EmbeddingFwd,
+    GroupedMm,
+    PhiloxResult,
+    SdpaBwd,
+    SdpaBwdResult,
+    SdpaFwd,
+    SdpaFwdResult,
+    SdpaPhilox,
+)
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
 from hostir.text import json_format
@@ -176,7 +186,26 @@ def every_instruction() -> tuple:
         GatherAlong(kind=GatherKind.TAKE_ALONG_AXIS, out=y, src=x, index=w, dim=1),
         Cumsum(out=y, src=x, dim=1, preallocated=True),
         TopK(out=w, src=x, k=c(2), dim=0, largest=False, sorted=True, result=TopKResult.INDICES),
+        *attention_instructions(x, y, w),
     )
+
+
+def attention_instructions(x, y, w) -> tuple:
+    """The attention and MoE instructions (hostir.ir.attention), their fields varied."""
+    return (
+        SdpaFwd(out=y, query=x, key=x, value=y, result=SdpaFwdResult.LOGSUMEXP),
+        SdpaFwd(
+            out=y, query=x, key=x, value=x, result=SdpaFwdResult.OUTPUT, is_causal=True,
+            scale=Const(value=0.25), preallocated=True,
+        ),
+        SdpaPhilox(out=y, result=PhiloxResult.OFFSET),
+        SdpaBwd(
+            out=y, grad_output=x, query=x, key=y, value=x, output=x, logsumexp=w,
+            result=SdpaBwdResult.GRAD_KEY, is_causal=True,
+        ),
+        GroupedMm(out=y, mat1=x, mat2=y, offsets=w),
+        EmbeddingFwd(out=y, input=w, weight=x, preallocated=True),
+    )  # fmt: skip
 
 
 def hand_built() -> HostIrContainer:
@@ -322,9 +351,27 @@ def mesh_2x4_all_to_all_v() -> FusionDefinition:
     return fd
 
 
+def attention_ops() -> FusionDefinition:
+    """sdpfa_fwd with every result used, sdpfa_bwd, grouped_mm and embedding_fwd."""
+    with FusionDefinition() as fd:
+        q = fd.define_tensor((1, 2, 4, 8), dtype=DataType.BFloat16)
+        attention, logsumexp, seed, offset = fd.ops.sdpfa_fwd(q, q, q, is_causal=True)
+        grads = fd.ops.sdpfa_bwd(q, q, q, q, attention, logsumexp, 0.0, True, seed, offset, 0.5)
+        for out in (attention, logsumexp, seed, offset, *grads):
+            fd.add_output(out)
+        offsets = fd.define_tensor((2,), dtype=DataType.Int32)
+        fd.add_output(
+            fd.ops.grouped_mm(fd.define_tensor((6, 8)), fd.define_tensor((2, 8, 3)), offsets)
+        )
+        indices = fd.define_tensor((5,), dtype=DataType.Int)
+        fd.add_output(fd.ops.embedding_fwd(indices, fd.define_tensor((7, 3))))
+    return fd
+
+
 FOUR = [0, 1, 2, 3]
 FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
     "local_compute": local_compute,
+    "attention_ops": attention_ops,
     "allgather": resharding((FOUR, 0), (FOUR, None)),
     "all_to_all": resharding((FOUR, 0), (FOUR, 1)),
     "broadcast": resharding(([2], None), (FOUR, None)),

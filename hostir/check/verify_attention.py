@@ -1,0 +1,189 @@
+"""The verifier's rules for the attention and MoE instructions (``hostir.ir.attention``):
+operand ranks, dtypes and extents, and the result's, as the frontend infers them
+(docs/ops.md, "Attention and MoE ops"). Merged into ``verify_compute.COMPUTE_RULES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hostir.ir.attention import (
+    EmbeddingFwd,
+    GroupedMm,
+    SdpaBwd,
+    SdpaBwdResult,
+    SdpaFwd,
+    SdpaFwdResult,
+    SdpaPhilox,
+)
+from hostir.ir.dtypes import DType
+from hostir.ir.extents import differ
+from hostir.ir.scalars import Const, Scalar, print_scalar
+from hostir.ir.values import TensorValue
+
+ATTENTION_DTYPES = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32)
+"""The dtypes attention and grouped_mm compute in (torch's flash and grouped kernels)."""
+
+
+def _shape(extents: tuple[Scalar, ...]) -> str:
+    return "[" + ", ".join(print_scalar(e) for e in extents) + "]"
+
+
+def _result(instruction: Any, shape: tuple[Scalar, ...], dtype: DType) -> str | None:
+    """The problem with ``out`` if its extents are not ``shape`` or its dtype not ``dtype``."""
+    out = instruction.out
+    if len(out.shape) != len(shape) or any(
+        differ(a, b) for a, b in zip(out.shape, shape, strict=True)
+    ):
+        return (
+            f"{out.name} is declared with extents {_shape(out.shape)}, but the op gives"
+            f" {_shape(shape)}"
+        )
+    if out.dtype is not dtype:
+        return f"{out.name} is declared {out.dtype.value}, but the op gives {dtype.value}"
+    return None
+
+
+def _same(what: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> str | None:
+    if differ(a.shape[a_dim], b.shape[b_dim]):
+        return (
+            f"{what}: {a.name} dim {a_dim} {_shape(a.shape)} and {b.name} dim {b_dim}"
+            f" {_shape(b.shape)} differ"
+        )
+    return None
+
+
+def _attention_operands(keyword: str, tensors: list[TensorValue]) -> str | None:
+    """One dtype (Half, BFloat16 or Float) and one rank (at least 4) for every operand."""
+    first = tensors[0]
+    for tensor in tensors:
+        if tensor.dtype is not first.dtype:
+            return (
+                f"{keyword}: {tensor.name} is {tensor.dtype.value},"
+                f" {first.name} {first.dtype.value}"
+            )
+        if tensor.ndim != first.ndim or tensor.ndim < 4:
+            return f"{keyword}: {tensor.name} {_shape(tensor.shape)} must be [*N, H, L, E]"
+    if first.dtype not in ATTENTION_DTYPES:
+        return f"{keyword}: operands are {first.dtype.value}; expected float16, bfloat16 or float32"
+    return None
+
+
+def _scale_problem(instruction: SdpaFwd | SdpaBwd) -> str | None:
+    if instruction.scale is None or isinstance(instruction.scale, Const):
+        return None
+    return f"scale {print_scalar(instruction.scale)} must be a constant"
+
+
+def _qkv_problem(keyword: str, q: TensorValue, k: TensorValue, v: TensorValue) -> str | None:
+    """Query ``[*N, H, L, E]``, key ``[*N, H, S, E]``, value ``[*N, H, S, E]``."""
+    batch = q.ndim - 2
+    for dim in range(batch):
+        problem = _same(keyword, q, dim, k, dim) or _same(keyword, q, dim, v, dim)
+        if problem:
+            return problem
+    return (
+        _same(keyword, k, batch, v, batch)
+        or _same(keyword, q, batch + 1, k, batch + 1)
+        or _same(keyword, q, batch + 1, v, batch + 1)
+    )
+
+
+def _rule_sdpa_fwd(instruction: SdpaFwd, scalars: Any) -> str | None:
+    q, k, v = instruction.query, instruction.key, instruction.value
+    problem = (
+        _attention_operands("sdpfa_fwd", [q, k, v])
+        or _qkv_problem("sdpfa_fwd", q, k, v)
+        or _scale_problem(instruction)
+    )
+    if problem:
+        return problem
+    if instruction.result is SdpaFwdResult.LOGSUMEXP:
+        return _result(instruction, q.shape[:-1], DType.FLOAT32)
+    return _result(instruction, q.shape[:-1] + v.shape[-1:], q.dtype)
+
+
+def _rule_sdpa_philox(instruction: SdpaPhilox, scalars: Any) -> str | None:
+    return _result(instruction, (), DType.INT64)
+
+
+def _rule_sdpa_bwd(instruction: SdpaBwd, scalars: Any) -> str | None:
+    i = instruction
+    q, k, v, out, grad = i.query, i.key, i.value, i.output, i.grad_output
+    problem = (
+        _attention_operands("sdpfa_bwd", [grad, q, k, v, out])
+        or _qkv_problem("sdpfa_bwd", q, k, v)
+        or _scale_problem(instruction)
+    )
+    if problem:
+        return problem
+    for tensor in (grad, out):
+        if any(
+            differ(a, b) for a, b in zip(tensor.shape, q.shape[:-1] + v.shape[-1:], strict=True)
+        ):
+            return f"sdpfa_bwd: {tensor.name} {_shape(tensor.shape)} must be the output's shape"
+    lse = i.logsumexp
+    if lse.dtype is not DType.FLOAT32 or len(lse.shape) != q.ndim - 1:
+        return f"sdpfa_bwd: logsumexp {lse.name} must be float32 [*N, H, L]"
+    if any(differ(a, b) for a, b in zip(lse.shape, q.shape[:-1], strict=True)):
+        return f"sdpfa_bwd: logsumexp {lse.name} {_shape(lse.shape)} must be [*N, H, L]"
+    source = {
+        SdpaBwdResult.GRAD_QUERY: q,
+        SdpaBwdResult.GRAD_KEY: k,
+        SdpaBwdResult.GRAD_VALUE: v,
+    }[i.result]
+    return _result(instruction, source.shape, source.dtype)
+
+
+def grouped_mm_shape(mat1: TensorValue, mat2: TensorValue, offsets: TensorValue) -> Any:
+    """The output extents of ``grouped_mm`` (nvFuser's ``createGroupedMmaOutput``), or the
+    problem as text."""
+    ranks = (mat1.ndim, mat2.ndim)
+    if ranks == (2, 3):
+        return (mat1.shape[0], mat2.shape[2])
+    if ranks == (3, 2):
+        return (mat1.shape[1], mat2.shape[1])
+    if ranks == (2, 2):
+        return (offsets.shape[0], mat1.shape[0], mat2.shape[1])
+    return f"grouped_mm: ranks {ranks} of mat1 and mat2; expected (2, 3), (3, 2) or (2, 2)"
+
+
+def _rule_grouped_mm(instruction: GroupedMm, scalars: Any) -> str | None:
+    mat1, mat2, offsets = instruction.mat1, instruction.mat2, instruction.offsets
+    if offsets.ndim != 1 or offsets.dtype is not DType.INT32:
+        return f"grouped_mm: offsets {offsets.name} must be int32 [G]"
+    if mat1.dtype is not mat2.dtype or mat1.dtype not in ATTENTION_DTYPES:
+        return (
+            f"grouped_mm: mat1 is {mat1.dtype.value} and mat2 {mat2.dtype.value}; expected"
+            " one of float16, bfloat16, float32 for both"
+        )
+    shape = grouped_mm_shape(mat1, mat2, offsets)
+    if isinstance(shape, str):
+        return shape
+    problem = _same(
+        "grouped_mm: the contraction extents differ", mat1, mat1.ndim - 1, mat2, mat2.ndim - 2
+    )
+    groups = {(2, 3): (mat2, 0), (3, 2): (mat1, 0)}.get((mat1.ndim, mat2.ndim))
+    if problem is None and groups is not None:
+        problem = _same("grouped_mm: the group counts differ", offsets, 0, *groups)
+    return problem or _result(instruction, shape, mat1.dtype)
+
+
+def _rule_embedding_fwd(instruction: EmbeddingFwd, scalars: Any) -> str | None:
+    indices, weight = instruction.input, instruction.weight
+    if indices.dtype not in (DType.INT64, DType.INT32):
+        return f"embedding_fwd: input {indices.name} is {indices.dtype.value}; expected int"
+    if weight.ndim != 2:
+        return f"embedding_fwd: weight {weight.name} {_shape(weight.shape)} must be 2-d"
+    return _result(instruction, indices.shape + weight.shape[1:], weight.dtype)
+
+
+ATTENTION_RULES: dict[type, Callable[[Any, Any], str | None]] = {
+    SdpaFwd: _rule_sdpa_fwd,
+    SdpaPhilox: _rule_sdpa_philox,
+    SdpaBwd: _rule_sdpa_bwd,
+    GroupedMm: _rule_grouped_mm,
+    EmbeddingFwd: _rule_embedding_fwd,
+}
+"""One rule per attention or MoE instruction."""

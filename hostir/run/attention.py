@@ -1,0 +1,249 @@
+"""Evaluator handlers of the attention and MoE instructions (``hostir.ir.attention``).
+
+Attention runs torch's flash-attention kernels: on CPU
+``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``; on CUDA
+``aten._scaled_dot_product_flash_attention`` and its ``_backward`` for Half and BFloat16,
+and for Float (which CUDA's flash kernel does not take) the same computation written with
+matmuls (:func:`attention_math`, :func:`attention_math_backward`). Batch dims before
+``[H, L, E]`` are flattened into one, as nvFuser's ``SdpaFwdOp::evaluate`` does. Results
+take their reference input's layout (the output the query's, each gradient its input's),
+as nvFuser lays out ``sdpfa_fwd``'s output like the query.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hostir.ir.attention import (
+    EmbeddingFwd,
+    GroupedMm,
+    SdpaBwd,
+    SdpaBwdResult,
+    SdpaFwd,
+    SdpaFwdResult,
+    SdpaPhilox,
+)
+
+Operands = dict[str, Any]
+
+
+def _into(instruction: Any, operands: Operands, result: torch.Tensor) -> torch.Tensor:
+    """``result``, or copied into the preallocated ``out`` buffer."""
+    if not instruction.preallocated:
+        return result
+    return operands["out"].copy_(result)
+
+
+def _scale(instruction: SdpaFwd | SdpaBwd, head_dim: int) -> float:
+    """The score scale: the instruction's constant, else ``1 / sqrt(E)``."""
+    if instruction.scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    return float(instruction.scale.value)  # the verifier allows constants only
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``[*N, H, L, E]`` as ``[prod(N), H, L, E]``."""
+    return t.reshape(-1, *t.shape[-3:])
+
+
+def _laid_out_like(result: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """``result`` (of ``reference``'s shape) with ``reference``'s strides when those are
+    dense (``empty_like`` keeps them), as nvFuser's ``relayoutByTensorView``."""
+    if result.stride() == reference.stride():
+        return result
+    return torch.empty_like(reference, requires_grad=False).copy_(result)
+
+
+def _causal_mask(rows: int, columns: int, device: torch.device) -> torch.Tensor:
+    """True where query row ``i`` may attend key column ``j`` (``j <= i``, top-left
+    aligned, as torch's ``is_causal``)."""
+    return torch.ones(rows, columns, dtype=torch.bool, device=device).tril()
+
+
+def attention_math(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention and its logsumexp written with matmuls, in Float (CUDA Float operands)."""
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+    if is_causal:
+        mask = _causal_mask(q.shape[-2], k.shape[-2], q.device)
+        scores = scores.masked_fill(~mask, -math.inf)
+    logsumexp = torch.logsumexp(scores, dim=-1)
+    probabilities = torch.exp(scores - logsumexp.unsqueeze(-1))
+    return torch.matmul(probabilities, v.float()).to(q.dtype), logsumexp
+
+
+def attention_math_backward(
+    grad: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`attention_math` from its saved logsumexp (flash
+    attention's backward: ``dS = P * (dP - rowsum(dO * O))``)."""
+    qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
+    scores = torch.matmul(qf, kf.transpose(-2, -1)) * scale
+    if is_causal:
+        mask = _causal_mask(q.shape[-2], k.shape[-2], q.device)
+        scores = scores.masked_fill(~mask, -math.inf)
+    probabilities = torch.exp(scores - logsumexp.unsqueeze(-1))
+    grad_value = torch.matmul(probabilities.transpose(-2, -1), gf)
+    grad_probabilities = torch.matmul(gf, vf.transpose(-2, -1))
+    row_terms = (gf * out.float()).sum(dim=-1, keepdim=True)
+    grad_scores = probabilities * (grad_probabilities - row_terms) * scale
+    grad_query = torch.matmul(grad_scores, kf)
+    grad_key = torch.matmul(grad_scores.transpose(-2, -1), qf)
+    return grad_query.to(q.dtype), grad_key.to(k.dtype), grad_value.to(v.dtype)
+
+
+def attention_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, logsumexp) of attention on 4-d ``[N, H, L, E]`` operands, by device."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, scale=scale
+        )
+    if q.dtype in (torch.float16, torch.bfloat16):
+        results = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, is_causal, return_debug_mask=False, scale=scale
+        )
+        return results[0], results[1]
+    return attention_math(q, k, v, is_causal, scale)
+
+
+def attention_backward(
+    grad: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_query, grad_key, grad_value) on 4-d operands, by device (as the forward)."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, q, k, v, out, logsumexp, 0.0, is_causal, scale=scale
+        )
+    if q.dtype in (torch.float16, torch.bfloat16):
+        # No dropout ran: the philox state is not read.
+        seed = torch.zeros(2, dtype=torch.uint64, device=q.device)
+        offset = torch.zeros((), dtype=torch.uint64, device=q.device)
+        return torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad, q, k, v, out, logsumexp, None, None, q.shape[-2], k.shape[-2], 0.0,
+            is_causal, seed, offset, scale=scale,
+        )  # fmt: skip
+    return attention_math_backward(grad, q, k, v, out, logsumexp, is_causal, scale)
+
+
+def run_sdpa_fwd(instruction: SdpaFwd, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``sdpfa_fwd``'s result ``instruction.result`` (the other one is not kept)."""
+    q, k, v = operands["query"], operands["key"], operands["value"]
+    scale = _scale(instruction, q.shape[-1])
+    output, logsumexp = attention_forward(
+        _flat(q), _flat(k), _flat(v), instruction.is_causal, scale
+    )
+    if instruction.result is SdpaFwdResult.LOGSUMEXP:
+        return _into(instruction, operands, logsumexp.reshape(q.shape[:-1]).float())
+    result = _laid_out_like(output.reshape(q.shape[:-1] + v.shape[-1:]), q)
+    return _into(instruction, operands, result)
+
+
+def run_sdpa_philox(
+    instruction: SdpaPhilox, operands: Operands, out_shape: list[int]
+) -> torch.Tensor:
+    """The philox seed or offset of a forward that ran no dropout: 0."""
+    return _into(instruction, operands, torch.zeros(out_shape, dtype=torch.int64))
+
+
+_GRADIENT_OF: dict[SdpaBwdResult, tuple[int, str]] = {
+    SdpaBwdResult.GRAD_QUERY: (0, "query"),
+    SdpaBwdResult.GRAD_KEY: (1, "key"),
+    SdpaBwdResult.GRAD_VALUE: (2, "value"),
+}
+"""Each result's position among the backward kernel's results, and its input."""
+
+
+def run_sdpa_bwd(instruction: SdpaBwd, operands: Operands, out_shape: list[int]) -> torch.Tensor:
+    """``sdpfa_bwd``'s gradient ``instruction.result``, laid out like its input."""
+    names = ("grad_output", "query", "key", "value", "output")
+    grad, q, k, v, out = (_flat(operands[name]) for name in names)
+    logsumexp = operands["logsumexp"].reshape(q.shape[:-1])
+    scale = _scale(instruction, q.shape[-1])
+    gradients = attention_backward(grad, q, k, v, out, logsumexp, instruction.is_causal, scale)
+    position, source = _GRADIENT_OF[instruction.result]
+    reference = operands[source]
+    result = _laid_out_like(gradients[position].reshape(reference.shape), reference)
+    return _into(instruction, operands, result)
+
+
+def grouped_mm(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``torch._grouped_mm`` where torch has it and takes these operands, else the same
+    product group by group (``_grouped_mm`` wants 16-byte aligned strides and pointers:
+    it refuses a ``[M, 5]`` BFloat16 operand, which the op accepts)."""
+    if hasattr(torch, "_grouped_mm") and _aligned(mat1) and _aligned(mat2):
+        return torch._grouped_mm(mat1, mat2, offsets)
+    return _grouped_mm_loop(mat1, mat2, offsets)
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """Whether ``t``'s data pointer and its strides but the unit one are multiples of 16
+    bytes (what ``torch._grouped_mm`` requires)."""
+    size = t.element_size()
+    strides = [stride * size for stride in t.stride() if stride != 1]
+    return t.data_ptr() % 16 == 0 and all(stride % 16 == 0 for stride in strides)
+
+
+def _grouped_mm_loop(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``torch._grouped_mm``'s three forms, one matmul per group (rows past the last
+    offset are zeros; torch leaves them unwritten)."""
+    ends = [int(end) for end in offsets.tolist()]
+    starts = [0] + ends[:-1]
+    groups = list(zip(starts, ends, strict=True))
+    if mat1.dim() == 2 and mat2.dim() == 3:  # groups of mat1's rows
+        out = mat1.new_zeros(mat1.shape[0], mat2.shape[-1])
+        for g, (start, end) in enumerate(groups):
+            out[start:end] = mat1[start:end] @ mat2[g]
+        return out
+    if mat1.dim() == 3 and mat2.dim() == 2:  # groups of mat2's columns
+        out = mat1.new_zeros(mat1.shape[1], mat2.shape[-1])
+        for g, (start, end) in enumerate(groups):
+            out[:, start:end] = mat1[g] @ mat2[:, start:end]
+        return out
+    return torch.stack([mat1[:, s:e] @ mat2[s:e] for s, e in groups])  # groups of K
+
+
+def run_grouped_mm(
+    instruction: GroupedMm, operands: Operands, out_shape: list[int]
+) -> torch.Tensor:
+    """``grouped_mm`` on the local operands."""
+    result = grouped_mm(operands["mat1"], operands["mat2"], operands["offsets"])
+    return _into(instruction, operands, result)
+
+
+def run_embedding_fwd(
+    instruction: EmbeddingFwd, operands: Operands, out_shape: list[int]
+) -> torch.Tensor:
+    """``embedding_fwd``: rows of the weight picked by the indices."""
+    result = torch.nn.functional.embedding(operands["input"], operands["weight"])
+    return _into(instruction, operands, result)
+
+
+ATTENTION_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {
+    SdpaFwd: run_sdpa_fwd,
+    SdpaPhilox: run_sdpa_philox,
+    SdpaBwd: run_sdpa_bwd,
+    GroupedMm: run_grouped_mm,
+    EmbeddingFwd: run_embedding_fwd,
+}
+"""One handler per attention or MoE instruction (merged into ``COMPUTE_HANDLERS``)."""

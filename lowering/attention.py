@@ -1,0 +1,69 @@
+"""Snapshotting the attention and MoE ops (``frontend.attention_ops``): their instruction
+builders, and the projections left out. A result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that is
+neither read nor a fusion output is not lowered (:func:`unused_projections`). How they
+shard is ``lowering.attention_layout``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from frontend import attention_ops as fa
+from frontend.fusion import Fusion
+from hostir import Const
+from hostir.ir.attention import EmbeddingFwd, GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
+from hostir.ir.instructions import Instruction
+
+
+def _scale(value: float | None) -> Const | None:
+    return None if value is None else Const(value=value)
+
+
+def attention_builders(placeholder: Callable[[Any], Any]) -> dict[type, Callable[..., Instruction]]:
+    """The instruction builder of each attention expression (``lowering.snapshot``'s
+    table), ``placeholder`` making a tensor's unsharded value."""
+    p = placeholder
+    return {
+        fa.SdpaFwdExpr: lambda e, out: SdpaFwd(
+            out=out,
+            query=p(e.query),
+            key=p(e.key),
+            value=p(e.value),
+            result=e.result,
+            is_causal=e.is_causal,
+            scale=_scale(e.scale),
+        ),
+        fa.SdpaPhiloxExpr: lambda e, out: SdpaPhilox(out=out, result=e.result),
+        fa.SdpaBwdExpr: lambda e, out: SdpaBwd(
+            out=out,
+            grad_output=p(e.grad_output),
+            query=p(e.query),
+            key=p(e.key),
+            value=p(e.value),
+            output=p(e.attention),
+            logsumexp=p(e.logsumexp),
+            result=e.result,
+            is_causal=e.is_causal,
+            scale=_scale(e.scale),
+        ),
+        fa.GroupedMmExpr: lambda e, out: GroupedMm(
+            out=out, mat1=p(e.mat1), mat2=p(e.mat2), offsets=p(e.offsets)
+        ),
+        fa.EmbeddingFwdExpr: lambda e, out: EmbeddingFwd(
+            out=out, input=p(e.input), weight=p(e.weight)
+        ),
+    }
+
+
+def unused_projections(fusion: Fusion) -> set[str]:
+    """The names of projection results (one result of a multi-result op) that no
+    expression reads and that are no fusion output: they are not computed."""
+    outputs = {tv.name for tv in fusion.outputs()}
+    return {
+        expr.output.name
+        for expr in fusion.exprs()
+        if getattr(expr, "PROJECTION", False)
+        and not expr.output.uses
+        and expr.output.name not in outputs
+    }
