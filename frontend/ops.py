@@ -35,6 +35,7 @@ from frontend.exprs import (
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
+from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import BinaryOpKind, Const, Scalar, TernaryOpKind, UnaryOpKind
@@ -477,6 +478,10 @@ def _pointwise_method(op: PointwiseOp) -> Callable[..., TensorView]:
 for _op in POINTWISE_OPS.values():
     if _op.name not in vars(Ops):
         setattr(Ops, _op.name, _pointwise_method(_op))
+
+# The shape ops are written in frontend.shape_ops.
+for _name, _method in SHAPE_METHODS.items():
+    setattr(Ops, _name, _method)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:

@@ -20,6 +20,7 @@ from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
+from lowering.shape_ops import compute_layout, keep_blocks, with_layout_pairs
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -78,14 +79,15 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     if out.mesh is None:  # propagation left no tensor on a mesh: a single-device fusion
         builder.ops.append(op)
         return
-    compute = _compute_tensor(op, tensors, out)
+    op = with_layout_pairs(op, tensors)  # a reshape keeps a sharded dim's blocks
+    compute = compute_layout(op, _compute_tensor(op, tensors, out), tensors)
     bias = _bias_after_reduction(op, compute)
     _refuse_sharded_repeats(op, tensors, compute)
     renames: dict[str, str] = {}
     for name, pairs in op.axis_maps:
         if bias is not None and name == bias:
             continue
-        wanted = _wanted_input(tensors[name], pairs, compute)
+        wanted = keep_blocks(op, name, _wanted_input(tensors[name], pairs, compute), tensors)
         if tensor_layout(wanted) != tensor_layout(tensors[name]):
             moved = builder.new_tensor(wanted)
             builder.add_set(tensors[name], moved)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from hostir.check.verify_shape_ops import SHAPE_RULES
 from hostir.errors import HostIrError
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ, is_one, local_extents, same_extent
@@ -288,5 +289,6 @@ COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     BroadcastInDim: _rule_broadcast_in_dim,
     Permute: _rule_permute,
     ShardByStream: _rule_shard_by_stream,
+    **SHAPE_RULES,
 }
 """One rule per instruction that computes (or aliases) a tensor from tensors."""

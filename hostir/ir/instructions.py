@@ -224,6 +224,7 @@ class PipelineStage:
 # The communication and stream instructions live in their own modules; importing them
 # here declares them, so that importing this module gives the whole built-in catalog.
 import hostir.ir.communications  # noqa: E402, F401 - after the local classes on purpose
+import hostir.ir.shape_ops  # noqa: E402, F401
 import hostir.ir.streams  # noqa: E402, F401
 
 COMPUTE = classes_of_kind(Kind.COMPUTE)

@@ -31,6 +31,7 @@ from hostir.ir.ops import OperandType, scalar_operand, tensor_operand
 from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
 from hostir.run.pointwise import pointwise_call
+from hostir.run.shape_ops import SHAPE_HANDLERS
 
 Operands = dict[str, Any]
 
@@ -200,5 +201,6 @@ COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]]
     Matmul: run_matmul,
     BroadcastInDim: run_broadcast_in_dim,
     Permute: run_permute,
+    **SHAPE_HANDLERS,
 }
 """One handler per compute instruction class."""
