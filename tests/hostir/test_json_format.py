@@ -74,6 +74,7 @@ from hostir import (
     parse,
 )
 from hostir.errors import JsonFormatError
+from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.text import json_format
 from hostir.text.round_trip import check_round_trip
 from tests.hostir.programs import c, tensor
@@ -165,6 +166,10 @@ def every_instruction() -> tuple:
         Wait(request=request),
         Synchronize(stream=StreamValue(index=c(2))),
         Ternary(op=TernaryOpKind.WHERE, out=y, a=x, b=Const(value=1.5), c=y),
+        Reshape(out=y, src=x),
+        Slice(out=y, src=x, dim=1, start=c(1), stop=Symbol(name="n")),
+        Pad(out=y, src=x, dim=0, left=c(0), right=i, value=Const(value=-0.5), preallocated=True),
+        Cat(out=y, lhs=x, rhs=w, dim=1),
     )
 
 
@@ -198,6 +203,15 @@ def local_compute() -> FusionDefinition:
         m = fd.ops.permute(fd.ops.matmul(y, fd.ops.cast(w, DataType.Double)), [1, 0])
         fd.add_output(fd.ops.sum(m, [1], keepdim=True))
         fd.add_output(fd.ops.set(x))
+    return fd
+
+
+def shape_ops() -> FusionDefinition:
+    """The shape ops' instructions: reshape, slice, pad and cat."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((2, 6))
+        y = fd.ops.reshape(fd.ops.slice(x, [0, 1], [2, 5]), [4, 2])
+        fd.add_output(fd.ops.cat([fd.ops.pad(y, [1, 0]), fd.ops.neg(fd.ops.pad(y, [0, 1]))], 0))
     return fd
 
 
@@ -298,6 +312,7 @@ def mesh_2x4_all_to_all_v() -> FusionDefinition:
 FOUR = [0, 1, 2, 3]
 FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
     "local_compute": local_compute,
+    "shape_ops": shape_ops,
     "allgather": resharding((FOUR, 0), (FOUR, None)),
     "all_to_all": resharding((FOUR, 0), (FOUR, 1)),
     "broadcast": resharding(([2], None), (FOUR, None)),
