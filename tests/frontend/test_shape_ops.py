@@ -177,37 +177,46 @@ def _check(fd, outs: list[torch.Tensor], expected: list[torch.Tensor], rank: int
 @pytest.mark.world_sizes(1, 2, 4)
 def test_transformer_reshapes_stay_local(multidevice_test) -> None:
     """test_transformer.py's reshapes, sharded as there: [b, s, 3e] sharded on 3e to
-    [b, s, h, 3e/h] (h sharded, then sliced on the last dim), its merge back to [b, s, 3e],
-    [b*s, 4e] -> [b, s, 4e] with 4e sharded, and [b, s, e] -> [b*s, e] with b sharded:
-    each rank reshapes its own shard, and nothing is communicated."""
+    [b, s, h, 3e/h] (h sharded), sliced on the last dim into q, k, v, joined back (cat on
+    the last dim, stride_order) and merged to [b, s, 3e]; [b*s, 4e] -> [b, s, 4e] with 4e
+    sharded; [b, s, e] -> [b*s, e] with b sharded, and with s sharded when b is 1 (sequence
+    parallel): each rank reshapes its own shard, and nothing is communicated."""
     d, rank = multidevice_test.size, multidevice_test.rank
     mesh = DeviceMesh(torch.arange(d))
-    b, s, h, e = 4, 3, 8, 16
+    b, s, h, e = 4, 4, 8, 16
     qkv, mlp, act = _data((b, s, 3 * e), 7), _data((b * s, 4 * e), 8), _data((b, s, e), 9)
+    seq = _data((1, s, e), 10)
     with FusionDefinition() as fd:
         qkv_tv = fd.define_tensor((b, s, 3 * e))
         mlp_tv = fd.define_tensor((b * s, 4 * e))
         act_tv = fd.define_tensor((b, s, e))
+        seq_tv = fd.define_tensor((1, s, e))
         heads = fd.ops.reshape(qkv_tv, [b, s, h, 3 * e // h])
-        q = fd.ops.slice(heads, [0, 0, 0, 0], [b, s, h, e // h])
-        merged = fd.ops.reshape(heads, [b, s, 3 * e])
+        q, k, v = (
+            fd.ops.slice(heads, [0, 0, 0, i * e // h], [b, s, h, (i + 1) * e // h])
+            for i in range(3)
+        )
+        joined = fd.ops.stride_order(fd.ops.cat([q, k, v], dim=3), [3, 2, 1, 0])
+        merged = fd.ops.reshape(joined, [b, s, 3 * e])
         unflat = fd.ops.reshape(mlp_tv, [b, s, 4 * e])
         flat = fd.ops.reshape(act_tv, [b * s, e])
-        for out in (heads, q, merged, unflat, flat):
+        seq_flat = fd.ops.reshape(seq_tv, [s, e])
+        for out in (heads, q, merged, unflat, flat, seq_flat):
             fd.add_output(out)
     _shard(qkv_tv, mesh, 2, d)
     _shard(mlp_tv, mesh, 1, d)
     _shard(act_tv, mesh, 0, d)
-    inputs = [shard_tensor(t, tv, rank) for t, tv in ((qkv, qkv_tv), (mlp, mlp_tv), (act, act_tv))]
-    outs = fd.execute(inputs)
+    _shard(seq_tv, mesh, 1, d)
+    pairs = ((qkv, qkv_tv), (mlp, mlp_tv), (act, act_tv), (seq, seq_tv))
+    outs = fd.execute([shard_tensor(t, tv, rank) for t, tv in pairs])
     text = str(fd.host_ir())
     assert "Allgather" not in text and "AllToAll" not in text, text
     outputs = fd.host_ir().outputs
-    assert outputs[0].sharding.mesh_axes_of(2) and outputs[3].sharding.mesh_axes_of(2)
-    assert outputs[4].sharding.mesh_axes_of(0) and outputs[2].sharding.mesh_axes_of(2)
+    for output, dim in zip(outputs, (2, 2, 2, 2, 0, 0), strict=True):
+        assert output.sharding.mesh_axes_of(dim), (output, dim)
     heads_ref = qkv.reshape(b, s, h, 3 * e // h)
     expected = [heads_ref, heads_ref[..., : e // h], qkv, mlp.reshape(b, s, 4 * e)]
-    expected.append(act.reshape(b * s, e))
+    expected += [act.reshape(b * s, e), seq.reshape(s, e)]
     _check(fd, outs, expected, rank)
 
 
