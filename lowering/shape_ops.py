@@ -22,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from hostir.ir.catalog import keyword
 from hostir.ir.extents import normal_form
 from hostir.ir.scalars import floordiv
 from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice, divides, reshape_groups
 from hostir.ir.sharding import ShardPart, canonical_parts
+from lowering.errors import LoweringError
 from lowering.layouts import local_parts
 from lowering.snapshot import AxisLayout, LoweringOp, LoweringTensor
 
@@ -110,6 +112,7 @@ def compute_layout(
     each rank; any other op's unchanged."""
     if not isinstance(op.instruction, SHAPE_INSTRUCTIONS):
         return compute
+    _refuse_changed_stream_dims(op, tensors)
     compute = with_blocks(op, compute, tensors)
     mapped = {o for _, pairs in op.axis_maps for o, _ in pairs}
     axes = tuple(
@@ -147,3 +150,21 @@ def is_kept_block(op: LoweringOp, name: str, pair: tuple[int, int], tensors: dic
     return out.axes[o].parts == with_blocks(op, out, tensors).axes[o].parts and (
         out.axes[o].mesh_axes() == source.axes[i].mesh_axes()
     )
+
+
+def _refuse_changed_stream_dims(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
+    """A stream loop runs an op chunk by chunk along dims that iterate together; a dim a
+    shape op creates or changes has no such partner, so a stream split of it is refused by
+    name (split a dim the op keeps instead)."""
+    mapped_out = {o for _, pairs in op.axis_maps for o, _ in pairs}
+    sides = [(op.output, tensors[op.output], mapped_out)]
+    sides += [(name, tensors[name], {i for _, i in pairs}) for name, pairs in op.axis_maps]
+    for name, tensor, mapped in sides:
+        for index, axis in enumerate(tensor.axes):
+            if axis.stream is not None and index not in mapped and not axis.reduction:
+                raise LoweringError(
+                    f"{name} dim {index} is split into {axis.stream} stream chunks, but"
+                    f" {keyword(op.instruction)} defining {op.output} changes that dim (it is"
+                    " not the same dim on both sides), so a stream loop cannot run it chunk"
+                    " by chunk; split a dim the op keeps, or none"
+                )
