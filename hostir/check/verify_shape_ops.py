@@ -51,7 +51,7 @@ def rule_reshape(instruction: Reshape, scalars: Any) -> str | None:
     try:
         reshape_groups(src.shape, out.shape)
     except ReshapeError as error:
-        return f"{out.name} = reshape({src.name}): {error}"
+        return f"{out.name} = reshape({src.name}) {error}"
     mine, theirs = _product(local_extents(out)), _product(local_extents(src))
     if mine[1] == theirs[1] and mine[0] != theirs[0]:
         return (
@@ -63,9 +63,9 @@ def rule_reshape(instruction: Reshape, scalars: Any) -> str | None:
 
 def _dim_problem(instruction: Any, op: str, src: TensorValue, dim: int) -> str | None:
     if not 0 <= dim < src.ndim:
-        return f"{op}: dim {dim} is out of range for {src.name} {_shape(src)}"
+        return f"dim {dim} is out of range for {src.name} {_shape(src)}"
     if src.sharding is not None and src.sharding.mesh_axes_of(dim):
-        return f"{op}: dim {dim} of {src.name} is sharded; it must be whole on each rank"
+        return f"dim {dim} of {src.name} is sharded; it must be whole on each rank"
     return None
 
 
@@ -105,7 +105,7 @@ def rule_cat(instruction: Cat, scalars: Any) -> str | None:
         instruction, "cat", rhs, instruction.dim
     )
     if problem is None and lhs.dtype is not rhs.dtype:
-        problem = f"cat: {lhs.name} is {lhs.dtype.value}, {rhs.name} is {rhs.dtype.value}"
+        problem = f"{lhs.name} is {lhs.dtype.value}, {rhs.name} is {rhs.dtype.value}"
     if problem is None:
         problem = _same_dtype(instruction, "cat", lhs)
     if problem is not None:
@@ -114,7 +114,7 @@ def rule_cat(instruction: Cat, scalars: Any) -> str | None:
         d != instruction.dim and differ(a, b)
         for d, (a, b) in enumerate(zip(lhs.shape, rhs.shape, strict=True))
     ):
-        return f"cat: {lhs.name} {_shape(lhs)} and {rhs.name} {_shape(rhs)} differ off dim"
+        return f"{lhs.name} {_shape(lhs)} and {rhs.name} {_shape(rhs)} differ off dim"
     shape = list(lhs.shape)
     shape[instruction.dim] = add(lhs.shape[instruction.dim], rhs.shape[instruction.dim])
     return _expect(instruction, "cat", tuple(shape))

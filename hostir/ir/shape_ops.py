@@ -181,6 +181,6 @@ def _mismatch(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> str:
     shown_source = "[" + ", ".join(print_scalar(e) for e in source) + "]"
     shown_target = "[" + ", ".join(print_scalar(e) for e in target) + "]"
     return (
-        f"reshape from {shown_source} to {shown_target}: the extents do not match (their"
+        f"from {shown_source} to {shown_target}: the extents do not match (their"
         " products differ, or cannot be matched dim by dim from the symbols)"
     )

@@ -12,7 +12,7 @@ import torch
 
 from frontend import DataType, DeviceMesh, FusionDefinition, OperandError, ParallelType
 from frontend.sharding import shard_tensor
-from hostir import HostIrError
+from hostir import HostIrError, HostIrEvaluator, VerifyError, parse
 
 
 def _data(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -271,3 +271,60 @@ def test_privatize_squeeze(multidevice_test) -> None:
     out1, out2 = fd.execute([inp])
     torch.testing.assert_close(out1, inp_ref.float().sum(0))
     torch.testing.assert_close(out2, inp.float().sum(1))
+
+
+# ----- host IR: the instructions' verifier rules --------------------------------------------
+
+BAD_PROGRAMS = [
+    (
+        "input T0 : float32[4, 6]\n  T1 : float32[5, 5] = reshape(T0)\n  output T1",
+        "T1 = reshape(T0) from [4, 6] to [5, 5]: the extents do not match",
+    ),
+    (
+        "input T0 : float32[4, 6]\n  T1 : int32[4, 6] = reshape(T0)\n  output T1",
+        "T1 is declared int32, but reshape keeps float32",
+    ),
+    (
+        "mesh M0 = [2] : [1]\n  input T0 : float32[4, 6] @M0 {0: [x, 2]}\n"
+        "  T1 : float32[2, 6] @M0 = slice(T0, dim=0, start=0, stop=2)\n  output T1",
+        "slice: dim 0 of T0 is sharded; it must be whole on each rank",
+    ),
+    (
+        "input T0 : float32[4, 6]\n  T1 : float32[4, 3] = slice(T0, dim=1, start=1, stop=3)\n"
+        "  output T1",
+        "T1 is declared with extents [4, 3], but slice gives [4, 2]",
+    ),
+    (
+        "input T0 : float32[4, 6]\n  input T1 : int32[4, 6]\n"
+        "  T2 : float32[8, 6] = cat(T0, T1, dim=0)\n  output T2",
+        "cat: T0 is float32, T1 is int32",
+    ),
+    (
+        "input T0 : float32[4, 6]\n  T1 : float32[4, 9] = pad(T0, dim=1, left=1, right=1,"
+        " value=0.5)\n  output T1",
+        "T1 is declared with extents [4, 9], but pad gives [4, 8]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD_PROGRAMS)
+def test_verifier_refuses(body: str, message: str) -> None:
+    """A shape instruction whose dtype, extents or sharding do not fit is refused by name."""
+    with pytest.raises(VerifyError) as caught:
+        parse(f"%HostIrContainer {{\n  {body}\n}}\n")
+    assert message in str(caught.value), str(caught.value)
+
+
+def test_instructions_run_as_written() -> None:
+    """pad, reshape, slice and cat in host IR text, run against torch."""
+    program = parse(
+        "%HostIrContainer {\n  input T0 : float32[4, 6]\n"
+        "  T1 : float32[4, 8] = pad(T0, dim=1, left=1, right=1, value=0.5)\n"
+        "  T2 : float32[2, 2, 8] = reshape(T1)\n"
+        "  T3 : float32[2, 2, 3] = slice(T2, dim=2, start=2, stop=5)\n"
+        "  T4 : float32[2, 2, 11] = cat(T2, T3, dim=2)\n  output T4\n}\n"
+    )
+    x = _data((4, 6), 13)
+    (out,) = HostIrEvaluator(program).run([x])
+    padded = torch.nn.functional.pad(x, [1, 1], value=0.5).reshape(2, 2, 8)
+    assert torch.equal(out, torch.cat([padded, padded[..., 2:5]], 2))
