@@ -34,11 +34,14 @@ class OpsLike(Protocol):
 
     _fusion: Any
 
-    def _new(self, dtype: DataType, axes: list[IterDomain]) -> TensorView: ...
+    def _new(self, dtype: DataType, axes: list[IterDomain]) -> TensorView:
+        """A new tensor of the fusion."""
 
-    def set(self, tv: TensorView) -> TensorView: ...
+    def set(self, tv: TensorView) -> TensorView:
+        """A copy of ``tv``."""
 
-    def broadcast_in_dim(self, tv: TensorView, shape: Any, broadcast_dims: Any) -> TensorView: ...
+    def broadcast_in_dim(self, tv: TensorView, shape: Any, broadcast_dims: Any) -> TensorView:
+        """``tv``'s dims placed in ``shape``, the others broadcast."""
 
 
 def _tensor(op: str, value: Any, role: str = "arg") -> TensorView:

@@ -60,8 +60,9 @@ def test_reshape_of_symbolic_extents() -> None:
     x = _data((3, 5, 4), 2)
     with FusionDefinition() as fd:
         t = fd.define_tensor([-1, -1, -1])
-        flat = fd.ops.reshape(t, [fd.ops.mul(t.size(0), t.size(1)), t.size(2)])
-        back = fd.ops.reshape(flat, [t.size(0), t.size(1), -1])
+        b, s, e = t.shape()
+        flat = fd.ops.reshape(t, [b * s, e])  # Python's * on sizes, as nvFuser's Vals take
+        back = fd.ops.reshape(flat, [t.size(0), 1 * s, -1])
         fd.add_output(flat)
         fd.add_output(back)
     flat_out, back_out = fd.execute([x])
