@@ -66,6 +66,13 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "broadcast": lambda: fd.ops.broadcast(a, [True, False, False]),
         "size": lambda: fd.ops.size(a, 1),
         "shape": lambda: fd.ops.shape(a),
+        "reshape": lambda: fd.ops.reshape(a, [8, 4]),
+        "slice": lambda: fd.ops.slice(a, [0, 0], [2, 2]),
+        "pad": lambda: fd.ops.pad(a, [1, 1]),
+        "cat": lambda: fd.ops.cat([a, x], 0),
+        "squeeze": lambda: fd.ops.squeeze(a, [0]),
+        "expand": lambda: fd.ops.expand(a, [4, 8]),
+        "stride_order": lambda: fd.ops.stride_order(a, [1, 0]),
     }
     if op not in calls and op in POINTWISE_OPS:  # the foreign tensor first, then x
         arity = POINTWISE_OPS[op].arity if op != "gelu" else 1
@@ -83,6 +90,8 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     and both definitions: it used to stand, silently, for this definition's own T0."""
     a, s = foreign()
     role = {"linear": "bias", "sub": "lhs", "add": "rhs", "matmul": "rhs", "mul": "rhs"}
+    role.update(dict.fromkeys(("reshape", "slice", "pad", "squeeze", "expand"), "arg"))
+    role.update(stride_order="arg", cat="tensors\\[0\\]")
     if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
         role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand
     name = "s0" if op in ("mul", "div") else "T0"
