@@ -46,25 +46,6 @@ class ScalarVal:
             return self.extent
         return Symbol(name=self.name)
 
-    # nvFuser's Vals take Python's operators: ``t.size(0) * t.size(1)`` is fd.ops.mul of them.
-    def __add__(self, other: object) -> ScalarVal:
-        return _scalar_arithmetic("add", self, other)
-
-    def __radd__(self, other: object) -> ScalarVal:
-        return _scalar_arithmetic("add", other, self)
-
-    def __sub__(self, other: object) -> ScalarVal:
-        return _scalar_arithmetic("sub", self, other)
-
-    def __rsub__(self, other: object) -> ScalarVal:
-        return _scalar_arithmetic("sub", other, self)
-
-    def __mul__(self, other: object) -> ScalarVal:
-        return _scalar_arithmetic("mul", self, other)
-
-    def __rmul__(self, other: object) -> ScalarVal:
-        return _scalar_arithmetic("mul", other, self)
-
     def __repr__(self) -> str:
         if self.value is not None:
             return f"{self.name}={self.value}"
@@ -74,23 +55,6 @@ class ScalarVal:
 
 
 Operand = TensorView | ScalarVal | int | float | bool
-
-
-def _scalar_arithmetic(op: str, lhs: object, rhs: object) -> ScalarVal:
-    """``lhs op rhs`` on scalars alone (``frontend.scalar_math.scalar_binary``): what
-    Python's ``+``, ``-`` and ``*`` on a ScalarVal give; NotImplemented for other operands."""
-    from frontend.scalar_math import scalar_binary  # it imports this module
-
-    scalars = [x for x in (lhs, rhs) if isinstance(x, ScalarVal)]
-    if any(not isinstance(x, ScalarVal | int | float | bool) for x in (lhs, rhs)):
-        return NotImplemented
-    if len({id(x.fusion) for x in scalars}) > 1:
-        from frontend.errors import OperandError
-
-        raise OperandError(
-            f"{op}({lhs!r}, {rhs!r}): the scalars belong to different FusionDefinitions"
-        )
-    return scalar_binary(scalars[0].fusion, op, lhs, rhs)
 
 
 @dataclass(eq=False)

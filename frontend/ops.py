@@ -480,8 +480,8 @@ for _op in POINTWISE_OPS.values():
         setattr(Ops, _op.name, _pointwise_method(_op))
 
 # The shape ops are written in frontend.shape_ops.
-for _name, _method in SHAPE_METHODS.items():
-    setattr(Ops, _name, _method)
+for _shape_op, _shape_method in SHAPE_METHODS.items():
+    setattr(Ops, _shape_op, _shape_method)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:
