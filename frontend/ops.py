@@ -36,6 +36,7 @@ from frontend.exprs import (
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
+from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import BinaryOpKind, Const, Scalar, TernaryOpKind, UnaryOpKind
@@ -498,6 +499,10 @@ for _method_name, _method in {**CREATION_METHODS, **INDEXING_METHODS}.items():
 # The attention and MoE ops (frontend.attention_ops) are methods too.
 for _attention_op, _function in ATTENTION_OPS.items():
     setattr(Ops, _attention_op, _function)
+
+# The shape ops are written in frontend.shape_ops.
+for _shape_op, _shape_method in SHAPE_METHODS.items():
+    setattr(Ops, _shape_op, _shape_method)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:

@@ -6,6 +6,8 @@ scalar is known at definition (a constant: its value is computed now, in its dty
 extent (``tv.size(i)``: its value is known once the inputs are bound, and arithmetic on it
 stays a host IR extent expression). A scalar input is known only at execute: arithmetic on
 it alone, or a shape entry made of it, is refused by name when the fusion is defined.
+Python's ``+``, ``-`` and ``*`` on a scalar are :func:`scalar_binary` too (set on ``ScalarVal``
+below), as nvFuser's Vals take them: ``reshape(t, [b * s, e])``.
 """
 
 from __future__ import annotations
@@ -191,3 +193,28 @@ def _constant(names: str, op: str, lhs: Any, rhs: Any, dtype: DataType) -> int |
     except (RuntimeError, TypeError) as error:
         raise OperandError(f"{names}: torch refuses it in {dtype.name}: {error}") from None
     return bool(result.item()) if dtype is DataType.Bool else float(result.item())
+
+
+def _operator(op: str, reflected: bool = False) -> Callable[[ScalarVal, Any], Any]:
+    """Python's ``+``, ``-`` or ``*`` on a ScalarVal, as nvFuser's Vals take them
+    (``t.size(0) * t.size(1)``): :func:`scalar_binary` in the scalars' fusion; NotImplemented
+    for an operand that is not a scalar or a Python number."""
+
+    def apply(self: ScalarVal, other: Any) -> Any:
+        if not isinstance(other, ScalarVal | int | float | bool):
+            return NotImplemented
+        lhs, rhs = (other, self) if reflected else (self, other)
+        if isinstance(other, ScalarVal) and other.fusion is not self.fusion:
+            raise OperandError(
+                f"{op}({_name(lhs)}, {_name(rhs)}): the scalars belong to different"
+                " FusionDefinitions"
+            )
+        return scalar_binary(self.fusion, op, lhs, rhs)
+
+    apply.__name__ = f"__{'r' if reflected else ''}{op}__"
+    return apply
+
+
+for _op in ("add", "sub", "mul"):
+    setattr(ScalarVal, f"__{_op}__", _operator(_op))
+    setattr(ScalarVal, f"__r{_op}__", _operator(_op, reflected=True))

@@ -14,6 +14,7 @@ from hostir.ir.instructions import keyword
 from hostir.ir.mesh_names import MeshNames
 from hostir.text.printer import print_sharding
 from lowering.errors import ReshardingError
+from lowering.shape_ops import is_kept_block
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -43,7 +44,9 @@ def check_op(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
             _fail(op, producer, out, f"{name} holds partial sums that need a reduction")
         mapped_inputs = {i for _, i in pairs}
         for o, i in pairs:
-            if producer.axes[i].layout() != out.axes[o].layout():
+            if producer.axes[i].layout() != out.axes[o].layout() and not is_kept_block(
+                op, name, (o, i), tensors
+            ):
                 _fail(
                     op,
                     producer,

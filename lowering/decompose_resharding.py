@@ -26,6 +26,7 @@ from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
 from lowering.scanned_dims import computed_whole as scanned_whole
+from lowering.shape_ops import compute_layout, keep_blocks, with_layout_pairs
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -88,14 +89,16 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     if reads_no_tensor(op.instruction):  # its inputs give it a mesh only: nothing to move
         builder.ops.append(_rewrite(op, op.instruction, {}, out, tensors))
         return
+    op = with_layout_pairs(op, tensors)  # a reshape keeps a sharded dim's blocks
     compute = scanned_whole(op, _compute_tensor(op, tensors, out))  # scanned dims whole
+    compute = compute_layout(op, compute, tensors)  # a shape op's changed dims whole
     bias = _bias_after_reduction(op, compute)
     _refuse_sharded_repeats(op, tensors, compute)
     renames: dict[str, str] = {}
     for name, pairs in op.axis_maps:
         if bias is not None and name == bias:
             continue
-        wanted = _wanted_input(tensors[name], pairs, compute)
+        wanted = keep_blocks(op, name, _wanted_input(tensors[name], pairs, compute), tensors)
         if tensor_layout(wanted) != tensor_layout(tensors[name]):
             moved = builder.new_tensor(wanted)
             builder.add_set(tensors[name], moved)

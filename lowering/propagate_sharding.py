@@ -35,6 +35,7 @@ from hostir.ir.scalars import print_scalar, symbols_of
 from hostir.ir.sharding import part_extents
 from lowering.errors import LoweringError
 from lowering.layouts import copy_parts, local_parts
+from lowering.shape_ops import with_blocks, with_layout_pairs
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
 
@@ -67,7 +68,9 @@ def _from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) 
         if out.mesh is None:
             references = _reference_inputs(op, tensors)
             if references:
-                tensors[op.output] = _inherit_all(out, references, op)
+                sharded_op = with_layout_pairs(op, tensors)  # a reshape's kept blocks too
+                inherited = _inherit_all(out, references, sharded_op)
+                tensors[op.output] = with_blocks(sharded_op, inherited, tensors)
                 for reference in references:
                     pairs = _pairs(op, reference.name)
                     tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from frontend import exprs as fe
+from frontend import shape_exprs as se
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, Swizzle1D
 from frontend.sharding import axis_parts, tensor_sharding
@@ -43,6 +44,7 @@ from hostir import (
     Unary,
 )
 from hostir.ir.instructions import Instruction
+from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.ir.sharding import normalized
 from lowering.attention import attention_builders
 from lowering.creation_indexing import BUILDERS as CREATION_INDEXING_BUILDERS
@@ -234,6 +236,16 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
     ),
     fe.PermuteOp: lambda e, out: Permute(out=out, src=_placeholder(e.src), dims=e.dims),
     **attention_builders(_placeholder),  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
+    se.ReshapeOp: lambda e, out: Reshape(out=out, src=_placeholder(e.src)),
+    se.SliceOp: lambda e, out: Slice(
+        out=out, src=_placeholder(e.src), dim=e.dim, start=e.start, stop=e.stop
+    ),
+    se.PadOp: lambda e, out: Pad(
+        out=out, src=_placeholder(e.src), dim=e.dim, left=e.left, right=e.right, value=e.value
+    ),
+    se.CatOp: lambda e, out: Cat(
+        out=out, lhs=_placeholder(e.lhs), rhs=_placeholder(e.rhs), dim=e.dim
+    ),
 }
 """One instruction builder per frontend expression class."""
 _BUILDERS.update(CREATION_INDEXING_BUILDERS)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hostir.check.verify_attention import ATTENTION_RULES
+from hostir.check.verify_shape_ops import SHAPE_RULES
 from hostir.errors import HostIrError
 from hostir.ir.contraction import contraction_dtype
 from hostir.ir.dtypes import DType
@@ -275,6 +276,7 @@ COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     Permute: _rule_permute,
     ShardByStream: _rule_shard_by_stream,
     **ATTENTION_RULES,  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
+    **SHAPE_RULES,
 }
 """One rule per instruction that computes (or aliases) a tensor from tensors."""
 

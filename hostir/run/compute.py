@@ -32,6 +32,7 @@ from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
 from hostir.run.attention import ATTENTION_HANDLERS
 from hostir.run.pointwise import pointwise_call
+from hostir.run.shape_ops import SHAPE_HANDLERS
 
 Operands = dict[str, Any]
 
@@ -224,6 +225,7 @@ COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]]
     BroadcastInDim: run_broadcast_in_dim,
     Permute: run_permute,
     **ATTENTION_HANDLERS,  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
+    **SHAPE_HANDLERS,
 }
 """One handler per compute instruction class."""
 

@@ -80,6 +80,13 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "sdpfa_bwd": lambda: fd.ops.sdpfa_bwd(a, x, x, x, x, x, 0.0, False, x, x, None),
         "grouped_mm": lambda: fd.ops.grouped_mm(a, x, x),
         "embedding_fwd": lambda: fd.ops.embedding_fwd(a, x),
+        "reshape": lambda: fd.ops.reshape(a, [8, 4]),
+        "slice": lambda: fd.ops.slice(a, [0, 0], [2, 2]),
+        "pad": lambda: fd.ops.pad(a, [1, 1]),
+        "cat": lambda: fd.ops.cat([a, x], 0),
+        "squeeze": lambda: fd.ops.squeeze(a, [0]),
+        "expand": lambda: fd.ops.expand(a, [4, 8]),
+        "stride_order": lambda: fd.ops.stride_order(a, [1, 0]),
     }
     if op not in calls and op in POINTWISE_OPS:  # the foreign tensor first, then x
         arity = POINTWISE_OPS[op].arity if op != "gelu" else 1
@@ -102,6 +109,8 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     role |= dict.fromkeys(("cumsum", "topk"), "arg")
     role |= {"sdpfa_fwd": "query", "sdpfa_bwd": "grad_output", "grouped_mm": "mat1"}
     role["embedding_fwd"] = "input"
+    role.update(dict.fromkeys(("reshape", "slice", "pad", "squeeze", "expand"), "arg"))
+    role.update(stride_order="arg", cat="tensors\\[0\\]")
     if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
         role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand
     name = "s0" if op in ("mul", "div", "full", "iota", "uniform", "normal") else "T0"

@@ -2,7 +2,9 @@
 
 A case is a chain or DAG of 1 to 6 ops (``add sub mul div neg relu cast set``, ``sum``
 over some dims with ``keepdim`` either way, ``linear`` with or without bias,
-``matmul``, ``broadcast_in_dim``, ``permute``) on small float32 inputs whose extents
+``matmul``, ``broadcast_in_dim``, ``permute``; about one case in three that is not
+ragged ends in a ``reshape`` splitting or merging dims its schedule may shard,
+:data:`RESHAPE_SHARE`) on small float32 inputs whose extents
 let splits divide (some dims symbolic), and a random schedule of its tensors on a 1-,
 2- or 3-d mesh of the world's ranks (``tests/fuzz/schedule.py``). The same seed and
 world size always give the same case, in any process.
@@ -40,6 +42,9 @@ RAGGED_SHARE = 0.2
 RAGGED_EXTENTS = (2, 4, 8, 8, 3, 6, 12)
 """A mesh axis's size (one index per device when split over it) or a value that few splits
 divide (3 or 6 rows in 2 or 4 stream chunks)."""
+RESHAPE_SHARE = 0.3
+"""How often a case that is not ragged ends in a reshape that splits or merges dims of its
+last tensor (drawn apart, so that the other cases stay as they were)."""
 RAGGED_SYMBOLIC = 0.6
 """How often an input dim of a ragged case is symbolic (else 0.15)."""
 MAX_ELEMENTS = 1024
@@ -395,6 +400,45 @@ def op_permute(b: Builder) -> Tensor | None:
     )
 
 
+def op_reshape(b: Builder, rng: random.Random) -> Tensor | None:
+    """A reshape of the newest tensor that splits a dim (``n -> (a, n / a)``) or merges two
+    adjacent ones, both of constant extent; other dims are kept (a symbolic one written as
+    its size, ``t.size(i)``). The schedule may shard the dims it splits or merges."""
+    t = b.tensors[b.pool[-1]] if b.pool else None
+    if t is None or not t.shape:
+        return None
+    data = t.data
+    splits = [
+        (d, a)
+        for d, axis in enumerate(data)
+        for a in (2, 4)
+        if not axis.symbolic and axis.extent > a and axis.extent % a == 0
+    ]
+    merges = [d for d in range(len(data) - 1) if not data[d].symbolic and not data[d + 1].symbolic]
+    if not splits and not merges:
+        return None
+    kept = [Axis(a.extent, a.symbolic) for a in data]
+    if merges and (not splits or rng.random() < 0.5):
+        d = rng.choice(merges)
+        axes = kept[:d] + [Axis(data[d].extent * data[d + 1].extent)] + kept[d + 2 :]
+        sources = list(range(d)) + [None] + list(range(d + 2, len(data)))
+        b.features.add("reshape_merge")
+    else:
+        d, a = rng.choice(splits)
+        axes = kept[:d] + [Axis(a), Axis(data[d].extent // a)] + kept[d + 1 :]
+        sources = list(range(d)) + [None, None] + list(range(d + 1, len(data)))
+        b.features.add("reshape_split")
+    shape = [
+        f"{t.name}.size({i})" if i is not None and data[i].symbolic else str(axis.extent)
+        for axis, i in zip(axes, sources, strict=True)
+    ]
+    b.features.add("op:reshape")
+    out = Tensor(b.fresh(), axes, t.dtype, positive=t.positive)
+    reference = f"{t.name}.reshape([{', '.join(str(axis.extent) for axis in axes)}])"
+    fusion = f"fd.ops.reshape({t.name}, [{', '.join(shape)}])"
+    return b.add_op(out, fusion, reference, (t.name,))
+
+
 OPS = (
     (op_unary, 3),
     (op_binary, 4),
@@ -429,6 +473,9 @@ def generate(seed: int, world_size: int) -> Case:
     while len(b.statements) < count and attempts < 50:
         attempts += 1
         rng.choices(ops, weights)[0](b)
+    reshaping = random.Random(f"hostir-fuzz-reshape:{seed}:{world_size}")
+    if not ragged and reshaping.random() < RESHAPE_SHARE:
+        op_reshape(b, reshaping)
     outputs = [b.statements[-1].name] if b.pool[-1] == b.statements[-1].name else []
     for statement in b.statements[:-1]:
         if rng.random() < 0.2 and statement.name in b.pool:

@@ -115,6 +115,7 @@ def test_shrinking_gives_smaller_cases_that_still_build():
 # must cover what the generator varies.
 SUITE_CASES = {4: [*range(0, 78), 257], 8: [*range(1000, 1058), 90134, 90313]}
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
+COVERED += ("reshape_split", "reshape_merge")
 COVERED_RAGGED = ("ragged", "one_per_device")
 """Among the cases that ran: split symbolic extents that divide, to one index per device."""
 

@@ -86,6 +86,7 @@ from hostir.ir.attention import (
 )
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
+from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.text import json_format
 from hostir.text.round_trip import check_round_trip
 from tests.hostir.programs import c, tensor
@@ -187,6 +188,10 @@ def every_instruction() -> tuple:
         Cumsum(out=y, src=x, dim=1, preallocated=True),
         TopK(out=w, src=x, k=c(2), dim=0, largest=False, sorted=True, result=TopKResult.INDICES),
         *attention_instructions(x, y, w),
+        Reshape(out=y, src=x),
+        Slice(out=y, src=x, dim=1, start=c(1), stop=Symbol(name="n")),
+        Pad(out=y, src=x, dim=0, left=c(0), right=i, value=Const(value=-0.5), preallocated=True),
+        Cat(out=y, lhs=x, rhs=w, dim=1),
     )
 
 
@@ -254,6 +259,15 @@ def creation_indexing() -> FusionDefinition:
         fd.add_output(fd.ops.gather(fd.ops.cumsum(x, 0), index, 1))
         fd.add_output(fd.ops.take_along_axis(fd.ops.normal(0.0, 1.0, [4, 6]), index, 1))
         fd.add_output(fd.ops.topk(noise, 2)[1])
+    return fd
+
+
+def shape_ops() -> FusionDefinition:
+    """The shape ops' instructions: reshape, slice, pad and cat."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((2, 6))
+        y = fd.ops.reshape(fd.ops.slice(x, [0, 1], [2, 5]), [4, 2])
+        fd.add_output(fd.ops.cat([fd.ops.pad(y, [1, 0]), fd.ops.neg(fd.ops.pad(y, [0, 1]))], 0))
     return fd
 
 
@@ -372,6 +386,7 @@ FOUR = [0, 1, 2, 3]
 FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
     "local_compute": local_compute,
     "attention_ops": attention_ops,
+    "shape_ops": shape_ops,
     "allgather": resharding((FOUR, 0), (FOUR, None)),
     "all_to_all": resharding((FOUR, 0), (FOUR, 1)),
     "broadcast": resharding(([2], None), (FOUR, None)),
