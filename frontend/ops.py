@@ -28,12 +28,12 @@ from frontend.exprs import (
     PermuteOp,
     ScalarVal,
     SetOp,
-    SumOp,
     TernaryOp,
     UnaryOp,
 )
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
+from frontend.reduction_ops import REDUCTION_METHODS
 from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
@@ -200,39 +200,7 @@ class Ops:
         self._fusion.add_expr(_POINTWISE_EXPRS[op.arity](out, axis_map, name, operands))
         return out
 
-    # ----- reductions and contractions -----
-    def sum(
-        self,
-        tv: TensorView,
-        dims: int | Sequence[int],
-        keepdim: bool = False,
-        dtype: DataType | torch.dtype | None = None,
-    ) -> TensorView:
-        """Sum over ``dims``; with ``keepdim`` the reduced dims stay with extent 1."""
-        tv = _check_tensor("sum", tv, "operand")
-        dims = _dims("sum", tv, dims)
-        keepdim = check_bool(OperandError, "sum", "keepdim", keepdim)
-        if not dims:
-            raise OperandError(f"sum of {tv.name}: dims is empty; name at least one dim to reduce")
-        out_dtype = (
-            DataType.of(dtype)
-            if dtype is not None
-            else infer_dtype("sum", lambda t: torch.sum(t, list(dims)), [tv])
-        )
-        axes, pairs = [], []
-        for index, axis in enumerate(tv.shape_domain()):
-            iter_type = IterType.REDUCTION if index in dims else axis.iter_type
-            new = IterDomain(axis.extent, iter_type)
-            axes.append(new)
-            pairs.append((new, axis))
-        out = self._new(out_dtype, axes)
-        self._fusion.add_expr(SumOp(out, axis_map={tv: pairs}, src=tv, dims=dims))
-        if not keepdim:
-            return out
-        kept = [d for d in range(len(tv.shape_domain())) if d not in dims]
-        shape = [1 if d in dims else -1 for d in range(len(tv.shape_domain()))]
-        return self.broadcast_in_dim(out, shape, kept)
-
+    # ----- contractions (reductions: frontend.reduction_ops) -----
     def linear(
         self, input: TensorView, weight: TensorView, bias: TensorView | None = None
     ) -> TensorView:
@@ -422,7 +390,7 @@ def _checked(method: Callable) -> Callable:
         except TypeError as error:
             raise OperandError(f"{where}({parameters}): {error}") from None
         for name, value in list(bound.arguments.items())[1:]:
-            role = "operand" if name in ("tv", "x") else name
+            role = "operand" if name in ("tv", "x", "arg") else name
             self._fusion.check_owns(where, value, role)
         return method(self, *args, **kwargs)
 
@@ -477,6 +445,10 @@ def _pointwise_method(op: PointwiseOp) -> Callable[..., TensorView]:
 for _op in POINTWISE_OPS.values():
     if _op.name not in vars(Ops):
         setattr(Ops, _op.name, _pointwise_method(_op))
+
+# The reductions and their composites (frontend.reduction_ops) are fd.ops methods too.
+for _method_name, _method in REDUCTION_METHODS.items():
+    setattr(Ops, _method_name, _method)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:

@@ -235,21 +235,31 @@ class TensorView:
 
     # ----- queries -----
     def device_axes(self) -> dict[ParallelType, IterDomain]:
-        """The loop axes parallelized over mesh axes, by parallel type."""
+        """The loop axes parallelized over mesh axes, by parallel type. A mesh axis
+        parallelizes at most one iteration axis and one reduction axis: both is nvFuser's
+        reduce-scatter form (the reduction's result scattered along the iteration axis);
+        the iteration axis is the one listed then."""
         found: dict[ParallelType, IterDomain] = {}
-        for axis in self._loop:
-            if axis.is_device_dim():
-                if axis.parallel_type in found:
-                    raise ScheduleError(
-                        f"{self.name} parallelizes two axes ({found[axis.parallel_type]} and"
-                        f" {axis}) over {axis.parallel_type.name}"
-                    )
+        for axis in self.device_loop_axes():
+            other = found.get(axis.parallel_type)
+            if other is not None and other.is_reduction() == axis.is_reduction():
+                raise ScheduleError(
+                    f"{self.name} parallelizes two axes ({other} and"
+                    f" {axis}) over {axis.parallel_type.name}"
+                )
+            if other is None or other.is_reduction():
                 found[axis.parallel_type] = axis
         return found
 
+    def device_loop_axes(self) -> list[IterDomain]:
+        """Every loop axis parallelized over a mesh axis, in loop order."""
+        return [axis for axis in self._loop if axis.is_device_dim()]
+
     def check_mesh_axes(self) -> None:
         """Raises if a device-parallel axis has no mesh or a size that differs from it."""
-        for parallel_type, axis in self.device_axes().items():
+        self.device_axes()  # raises if a mesh axis is used twice
+        for axis in self.device_loop_axes():
+            parallel_type = axis.parallel_type
             if self.device_mesh is None:
                 raise MeshError(
                     f"{self.name} axis {axis} is parallelized over {parallel_type.name} but"

@@ -11,13 +11,14 @@ so the first step copies what lowering needs into immutable data:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from frontend import exprs as fe
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, Swizzle1D
-from frontend.sharding import axis_parts, tensor_sharding
+from frontend.sharding import axis_parts, partial_op, tensor_sharding
 from frontend.tensor_view import TensorView
 from hostir import (
     Binary,
@@ -32,12 +33,12 @@ from hostir import (
     PartialAxis,
     Permute,
     ReduceOp,
+    Reduction,
     Scalar,
     ScalarInput,
     Set,
     Sharding,
     ShardPart,
-    Sum,
     TensorValue,
     Ternary,
     Unary,
@@ -78,6 +79,9 @@ class LoweringTensor:
     axes: tuple[AxisLayout, ...]
     mesh: Mesh | None
     mesh_from_user: bool
+    partial_op: ReduceOp = ReduceOp.SUM
+    """How partial results over a sharded reduction axis combine: the reduction's op
+    (``max``: MAX), a sum for ``linear`` and ``matmul``."""
 
     def value(self) -> TensorValue:
         """The host IR value: data dims and the sharding (partial over reduced mesh axes)."""
@@ -85,7 +89,7 @@ class LoweringTensor:
         sharding = None
         if self.mesh is not None:
             partial = tuple(
-                PartialAxis(axis=axis, op=ReduceOp.SUM)
+                PartialAxis(axis=axis, op=self.partial_op)
                 for a in self.axes
                 if a.reduction
                 for axis in a.mesh_axes()
@@ -186,7 +190,7 @@ def snapshot_tensor(tv: TensorView) -> LoweringTensor:
         )
     if sum(1 for axis in axes if axis.stream is not None) > 1:
         raise LoweringError(f"{tv.name} has more than one stream-parallel axis")
-    axes = tuple(axes)
+    axes = _finish_scattered_reductions(tv, tuple(axes))
     mesh = tv.device_mesh.to_hostir() if tv.device_mesh is not None else None
     return LoweringTensor(
         name=tv.name,
@@ -194,7 +198,35 @@ def snapshot_tensor(tv: TensorView) -> LoweringTensor:
         axes=axes,
         mesh=mesh,
         mesh_from_user=tv.mesh_set_by_user,
+        partial_op=partial_op(tv),
     )
+
+
+def _finish_scattered_reductions(
+    tv: TensorView, axes: tuple[AxisLayout, ...]
+) -> tuple[AxisLayout, ...]:
+    """``axes`` with each reduction axis sharded over a mesh axis that also shards a data
+    axis made local: nvFuser's reduce-scatter form, where that reduction is finished (its
+    result scattered along the data axis), so the tensor holds no partial results over it.
+    Lowering computes the reduction where its inputs are (partial over the mesh axis) and
+    reduces into this layout with one ReduceScatter."""
+    scattered = {m for axis in axes if not axis.reduction for m in axis.mesh_axes()}
+    finished = []
+    for index, axis in enumerate(axes):
+        shared = set(axis.mesh_axes()) & scattered if axis.reduction else set()
+        if shared and set(axis.mesh_axes()) != shared:
+            raise LoweringError(
+                f"{tv.name}: reduction axis {index} is sharded over"
+                f" {[m.value for m in axis.mesh_axes()]}, of which only"
+                f" {sorted(m.value for m in shared)} also shard a data axis (a reduce-scatter);"
+                " shard a reduction axis over scattered mesh axes only, or over none of them"
+            )
+        finished.append(
+            dataclasses.replace(axis, parts=(ShardPart(axis=None, extent=axis.extent),))
+            if shared
+            else axis
+        )
+    return tuple(finished)
 
 
 def _placeholder(tv: TensorView) -> TensorValue:
@@ -218,7 +250,13 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
         op=e.op, out=out, a=_operand(e.a), b=_operand(e.b), c=_operand(e.c)
     ),
     fe.CastOp: lambda e, out: Cast(out=out, src=_placeholder(e.src)),
-    fe.SumOp: lambda e, out: Sum(out=out, src=_placeholder(e.src), dims=e.dims),
+    fe.ReductionOp: lambda e, out: Reduction(
+        op=e.op,
+        out=out,
+        src=_placeholder(e.src),
+        dims=e.dims,
+        dtype=e.dtype.to_hostir() if e.dtype is not None else None,
+    ),
     fe.LinearOp: lambda e, out: Linear(
         out=out,
         input=_placeholder(e.input),
