@@ -39,6 +39,9 @@ class ValueOwner(Protocol):
     ) -> Any:
         """A new scalar of the fusion (a ``ScalarVal``): ``size`` makes its sizes with it."""
 
+    def rfactor(self, tv: TensorView, axes: Any) -> TensorView:
+        """``tv.rfactor(axes)``: the rfactored tensor (``frontend.rfactor``)."""
+
 
 class TensorExpr(Protocol):
     """An expression that defines or uses a tensor (an ``exprs.Expr``), as the tensor sees it."""
@@ -157,6 +160,15 @@ class TensorView:
     def inner_split(self, axis: int, factor: int) -> TensorView:
         """``[e] -> [e / factor, factor]``."""
         return self.split(axis, factor, inner_split=True)
+
+    def rfactor(self, axes: int | Sequence[int]) -> TensorView:
+        """nvFuser's ``tv.rfactor(axes)``: a new tensor that this one's op now writes (its
+        reduction on each device's data, partial over the mesh axes its reduction axis is
+        parallelized on), with this one redefined as a ``set`` of it that finishes the
+        reduction. ``axes``: reduction loop axes of this tensor (``frontend.rfactor``)."""
+        if self.fusion is None:
+            raise DefinitionError(f"rfactor: {self.name} belongs to no FusionDefinition")
+        return self.fusion.rfactor(self, axes)
 
     def swizzle1d(self, axis: int, parallel_type: ParallelType) -> TensorView:
         """Rotates loop axis ``axis`` by this device's coordinate on ``parallel_type``."""

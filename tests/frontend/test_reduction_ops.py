@@ -18,6 +18,7 @@ from frontend import (
     FusionDefinition,
     OperandError,
     ParallelType,
+    ScheduleError,
     shard_tensor,
 )
 from hostir import HostIrError, VerifyError
@@ -312,3 +313,45 @@ def test_softmax_and_layernorm_over_a_sharded_dim_gather_nothing(multidevice_tes
     if d > 1:
         assert len(collectives) == 4, collectives  # max, sum; mean, squared deviations
         assert all("Allreduce" in c and "float32[4]" in c for c in collectives), collectives
+
+
+@pytest.mark.world_sizes(1, 2, 4)
+def test_rfactor(multidevice_test) -> None:
+    """nvFuser's manual rfactor: the rfactored tensor reduces each rank's shard (its
+    reduction axis parallelized over mesh_x: partial results), the original finishes the
+    reduction with one Allreduce of the reduction's op."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(torch.arange(d))
+    x = torch.randn(3, 4 * d, generator=torch.Generator().manual_seed(8))
+    with FusionDefinition() as fd:
+        a = fd.define_tensor((3, 4 * d))
+        outs = [fd.ops.sum(a, [1]), fd.ops.max(a, [1])]
+        for out in outs:
+            fd.add_output(out)
+        _shard([a], mesh, 1, d)
+        for out in outs:
+            out.set_device_mesh(mesh)
+            out.outer_split(1, d)  # [i{3}, r{d}, r{4}]
+            local = out.rfactor(axes=[-1])
+            local.axis(1).parallelize(ParallelType.mesh_x)
+    results = fd.execute([shard_tensor(x, a, rank)])
+    torch.testing.assert_close(results, [x.sum(1), x.amax(1)])
+    collectives = _collectives(str(fd.host_ir()))
+    if d > 1:
+        assert ["Allreduce" in c for c in collectives] == [True, True], collectives
+        assert "op=sum" in collectives[0] and "op=max" in collectives[1], collectives
+
+
+def test_rfactor_refusals() -> None:
+    """rfactor names reduction loop axes of a tensor an op defines; anything else is refused
+    by name."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor((3, 4))
+        out = fd.ops.sum(a, [1])
+        fd.add_output(out)
+    with pytest.raises(ScheduleError, match=r"rfactor of T1: loop axis 0 .* is not a reduction"):
+        out.rfactor([0])
+    with pytest.raises(ScheduleError, match=r"rfactor of T0: loop axis 1 .* is not a reduction"):
+        a.rfactor(1)
+    with pytest.raises(ScheduleError, match="out of range for T1"):
+        out.rfactor([5])
