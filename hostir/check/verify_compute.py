@@ -4,9 +4,10 @@ its op and operands.
 One rule per compute class, in :data:`COMPUTE_RULES`. A rule returns the problem as a
 sentence, or None. Extents are global and compared symbolically
 (:mod:`hostir.ir.extents`). A pointwise op's dtype is its declared rule's
-(``hostir.ir.ops``, nvFuser's promotion); linear's and matmul's are what torch returns on
-operands of the declared dtypes (the compute handlers call the same torch ops), computed
-once per combination of dtypes on one-element tensors.
+(``hostir.ir.ops``, nvFuser's promotion), a reduction's too (``hostir.ir.reductions``);
+linear's and matmul's are what torch returns on operands of the declared dtypes (the
+compute handlers call the same torch ops), computed once per combination of dtypes on
+one-element tensors.
 """
 
 from __future__ import annotations
