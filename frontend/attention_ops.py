@@ -3,8 +3,8 @@
 ``csrc/ops/arith.cpp``, ``python/python_direct/ops.cpp`` of NVIDIA/Fuser).
 
 Each result of a multi-result op is its own expression naming the result it takes (a
-projection, ``hostir.ir.attention``); lowering drops a projection nobody uses
-(``lowering.attention.unused_projections``). Everything the ops refuse, they refuse here,
+projection, ``hostir.ir.attention``); lowering drops a projection no output depends on
+(``lowering.snapshot``). Everything the ops refuse, they refuse here,
 when the fusion is defined: ranks, extents, dtypes, dropout, and scalars that are not
 constants. docs/ops.md ("Attention and MoE ops") says how each op shards.
 """
@@ -43,8 +43,6 @@ class SdpaFwdExpr(Expr):
     is_causal: bool
     scale: float | None
 
-    PROJECTION = True
-
     def inputs(self) -> list[Operand]:
         return [self.query, self.key, self.value]
 
@@ -62,8 +60,6 @@ class SdpaPhiloxExpr(Expr):
 
     query: TensorView
     result: PhiloxResult
-
-    PROJECTION = True
 
     def inputs(self) -> list[Operand]:
         return [self.query]
@@ -88,8 +84,6 @@ class SdpaBwdExpr(Expr):
     result: SdpaBwdResult
     is_causal: bool
     scale: float | None
-
-    PROJECTION = True
 
     def inputs(self) -> list[Operand]:
         return [

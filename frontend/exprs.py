@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from frontend.iter_domain import IterDomain
 from frontend.tensor_view import TensorView, ValueOwner
 from frontend.types import DataType
-from hostir import BinaryOpKind, Const, Scalar, Symbol, TernaryOpKind, UnaryOpKind
+from hostir import (
+    BinaryOpKind,
+    Const,
+    ReductionOpKind,
+    Scalar,
+    Symbol,
+    TernaryOpKind,
+    UnaryOpKind,
+)
 from hostir.ir.scalars import print_scalar
 
 
@@ -172,20 +180,25 @@ class CastOp(Expr):
 
 
 @dataclass(eq=False)
-class SumOp(Expr):
-    """``sum`` over ``dims``; the output keeps them as reduction axes."""
+class ReductionOp(Expr):
+    """A reduction (``sum``, ``prod``, ``max``, ``min``: ``hostir.ir.reductions``) over
+    ``dims``; the output keeps them as reduction axes. ``dtype``: the dtype the operand is
+    cast to first (``sum`` / ``prod``), None for the op's default."""
 
+    op: ReductionOpKind
     src: TensorView
     dims: tuple[int, ...]
+    dtype: DataType | None = None
 
     def inputs(self) -> list[Operand]:
         return [self.src]
 
     def keyword(self) -> str:
-        return "sum"
+        return self.op.value
 
     def attributes(self) -> str:
-        return f", dims={list(self.dims)}"
+        dtype = f", dtype={self.dtype.name}" if self.dtype is not None else ""
+        return f", dims={list(self.dims)}{dtype}"
 
 
 @dataclass(eq=False)

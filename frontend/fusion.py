@@ -8,6 +8,7 @@ from typing import Any
 from frontend.errors import OperandError
 from frontend.exprs import Expr, ScalarVal
 from frontend.iter_domain import IterDomain
+from frontend.rfactor import rfactor
 from frontend.schedule_clock import ScheduleClock
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
@@ -76,6 +77,18 @@ class Fusion:
         expr.output.definition = expr
         for tv in expr.tensor_inputs():
             tv.uses.append(expr)
+
+    def insert_after(self, before: Expr, expr: Expr) -> None:
+        """Records ``expr`` right after ``before`` (``rfactor``: the op finishing the
+        rfactored reduction, before any use of its output), linking it as ``add_expr``."""
+        self._exprs.insert(self._exprs.index(before) + 1, expr)
+        expr.output.definition = expr
+        for tv in expr.tensor_inputs():
+            tv.uses.append(expr)
+
+    def rfactor(self, tv: TensorView, axes: Any) -> TensorView:
+        """``tv.rfactor(axes)`` (``frontend.rfactor``)."""
+        return rfactor(self, tv, axes)
 
     def check_owns(
         self, where: str, value: Any, role: str = "operand", error: type = OperandError

@@ -14,7 +14,7 @@ are joined to ``frontend.ops.Ops`` by :data:`INDEXING_METHODS`; their ``self`` i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from frontend.arguments import MAX_EXTENT, check_bool, is_int, shown
 from frontend.errors import OperandError
@@ -92,8 +92,6 @@ class CumsumOp(Expr):
 class TopKOp(Expr):
     """One result of ``topk(arg, k, dim, largest, sorted)``: its values or its indices."""
 
-    projection: ClassVar[bool] = True
-    """One result of a multi-output op: not lowered when nothing uses it."""
     src: TensorView
     k: Operand
     dim: int

@@ -1,9 +1,9 @@
 """``fd.ops``: building fusion expressions with shape and dtype inference.
 
-Dtypes follow torch's promotion rules exactly: each op is run once on
-one-element tensors to learn the result dtype, and an operand mismatch torch
-rejects becomes an :class:`OperandError` naming the tensors. Shapes are
-inferred on (possibly symbolic) global extents.
+Dtypes follow each op's declared rule, nvFuser's (``hostir.ir.ops`` for pointwise ops,
+``hostir.ir.reductions``, ``hostir.ir.contraction``; docs/ops.md); operands a rule does
+not take raise an :class:`OperandError` naming them. Shapes are inferred on (possibly
+symbolic) global extents.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from frontend.exprs import (
     PermuteOp,
     ScalarVal,
     SetOp,
-    SumOp,
     TernaryOp,
     UnaryOp,
 )
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
+from frontend.reduction_ops import REDUCTION_METHODS
 from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
 from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
@@ -56,36 +56,10 @@ from hostir.ir.scalars import print_scalar
 _PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
 
 
-def _meta(operand: Operand) -> Any:
-    """A stand-in for dtype inference: a 1-element CPU tensor or a Python number.
-
-    Real (not ``meta``) tensors, because meta kernels skip checks such as
-    linear's same-dtype rule and relu's refusal of bools.
-    """
-    if isinstance(operand, TensorView):
-        return torch.zeros([1] * len(operand.shape_domain()), dtype=operand.dtype.to_torch())
-    if isinstance(operand, ScalarVal):
-        return _PY_TYPE.get(operand.dtype, float)(1)
-    return operand
-
-
 def _name(operand: Operand) -> str:
     if isinstance(operand, TensorView | ScalarVal):
         return operand.name
     return repr(operand)
-
-
-def infer_dtype(op: str, fn: Callable[..., torch.Tensor], operands: Sequence[Operand]) -> DataType:
-    """The result dtype of ``fn`` on ``operands`` under torch's rules."""
-    try:
-        result = fn(*[_meta(x) for x in operands])
-    except (RuntimeError, TypeError, ValueError, OverflowError) as error:
-        described = ", ".join(
-            f"{_name(x)}: {x.dtype.name}" if isinstance(x, TensorView | ScalarVal) else _name(x)
-            for x in operands
-        )
-        raise OperandError(f"{op}({described}): dtypes are incompatible: {error}") from None
-    return DataType.from_torch(result.dtype)
 
 
 def _operand_type(operand: Operand) -> OperandType:
@@ -203,39 +177,7 @@ class Ops:
         self._fusion.add_expr(_POINTWISE_EXPRS[op.arity](out, axis_map, name, operands))
         return out
 
-    # ----- reductions and contractions -----
-    def sum(
-        self,
-        tv: TensorView,
-        dims: int | Sequence[int],
-        keepdim: bool = False,
-        dtype: DataType | torch.dtype | None = None,
-    ) -> TensorView:
-        """Sum over ``dims``; with ``keepdim`` the reduced dims stay with extent 1."""
-        tv = _check_tensor("sum", tv, "operand")
-        dims = _dims("sum", tv, dims)
-        keepdim = check_bool(OperandError, "sum", "keepdim", keepdim)
-        if not dims:
-            raise OperandError(f"sum of {tv.name}: dims is empty; name at least one dim to reduce")
-        out_dtype = (
-            DataType.of(dtype)
-            if dtype is not None
-            else infer_dtype("sum", lambda t: torch.sum(t, list(dims)), [tv])
-        )
-        axes, pairs = [], []
-        for index, axis in enumerate(tv.shape_domain()):
-            iter_type = IterType.REDUCTION if index in dims else axis.iter_type
-            new = IterDomain(axis.extent, iter_type)
-            axes.append(new)
-            pairs.append((new, axis))
-        out = self._new(out_dtype, axes)
-        self._fusion.add_expr(SumOp(out, axis_map={tv: pairs}, src=tv, dims=dims))
-        if not keepdim:
-            return out
-        kept = [d for d in range(len(tv.shape_domain())) if d not in dims]
-        shape = [1 if d in dims else -1 for d in range(len(tv.shape_domain()))]
-        return self.broadcast_in_dim(out, shape, kept)
-
+    # ----- contractions (reductions: frontend.reduction_ops) -----
     def linear(
         self, input: TensorView, weight: TensorView, bias: TensorView | None = None
     ) -> TensorView:
@@ -433,7 +375,7 @@ def _checked(method: Callable) -> Callable:
         except TypeError as error:
             raise OperandError(f"{where}({parameters}): {error}") from None
         for name, value in list(bound.arguments.items())[1:]:
-            role = "operand" if name in ("tv", "x") else name
+            role = "operand" if name in ("tv", "x", "arg") else name
             self._fusion.check_owns(where, value, role)
         return method(self, *args, **kwargs)
 
@@ -503,6 +445,10 @@ for _attention_op, _function in ATTENTION_OPS.items():
 # The shape ops are written in frontend.shape_ops.
 for _shape_op, _shape_method in SHAPE_METHODS.items():
     setattr(Ops, _shape_op, _shape_method)
+
+# The reductions and their composites (frontend.reduction_ops) are fd.ops methods too.
+for _method_name, _method in REDUCTION_METHODS.items():
+    setattr(Ops, _method_name, _method)
 
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:

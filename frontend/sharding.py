@@ -3,7 +3,8 @@
 A TensorView's distribution is read off its IterDomain graph: for each logical
 axis, the leaves of its split tree (outer to inner) are its *parts*; a leaf
 parallelized over a mesh axis is a mesh part, any other leaf a local extent.
-Reduction axes with mesh parts make the tensor *partial* over those axes.
+Reduction axes with mesh parts make the tensor *partial* over those axes (combined by its
+reduction's op), unless a data axis is sharded over the same mesh axis (reduce-scatter).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hostir import (
     TensorValue,
     slice_global_tensor,
 )
+from hostir.ir.reductions import REDUCTION_OPS, ReductionOpKind
 from hostir.ir.scalars import evaluate_scalar, print_scalar, symbols_of
 from hostir.ir.sharding import canonical_parts
 
@@ -69,13 +71,33 @@ def tensor_sharding(tv: TensorView) -> Sharding | None:
         return None
     tv.check_mesh_axes()
     dims = tuple(axis_parts(tv, axis) for axis in tv.shape_domain())
-    partial = []
-    for axis in tv.get_logical_domain():
-        if axis.is_reduction():
-            for part in axis_parts(tv, axis):
-                if part.axis is not None:
-                    partial.append(PartialAxis(axis=part.axis, op=ReduceOp.SUM))
-    return Sharding(mesh=tv.device_mesh.to_hostir(), dims=dims, partial=tuple(partial))
+    return Sharding(mesh=tv.device_mesh.to_hostir(), dims=dims, partial=partial_axes(tv))
+
+
+def partial_op(tv: TensorView) -> ReduceOp:
+    """How partial results of ``tv`` combine: its reduction's op (``max`` combines with MAX,
+    ``hostir.ir.reductions``), a sum for any other definition (``linear``, ``matmul``)."""
+    op = getattr(tv.definition, "op", None)
+    if isinstance(op, ReductionOpKind):
+        return REDUCTION_OPS[op.value].combine
+    return ReduceOp.SUM
+
+
+def partial_axes(tv: TensorView) -> tuple[PartialAxis, ...]:
+    """The mesh axes over which ``tv`` holds partial results: those of its reduction axes,
+    less any that also shards a data dim (nvFuser's reduce-scatter form: the reduction over
+    that mesh axis is finished, its result scattered along the data dim)."""
+    scattered = {
+        part.axis for axis in tv.shape_domain() for part in axis_parts(tv, axis) if part.axis
+    }
+    op = partial_op(tv)
+    return tuple(
+        PartialAxis(axis=part.axis, op=op)
+        for axis in tv.get_logical_domain()
+        if axis.is_reduction()
+        for part in axis_parts(tv, axis)
+        if part.axis is not None and part.axis not in scattered
+    )
 
 
 def _try_evaluate(expr, env: Env) -> int | None:
@@ -100,7 +122,8 @@ def validate_schedule(tv: TensorView, env: Env) -> None:
                 f" ({print_scalar(transform.in_.extent)}) by factor {transform.factor}"
                 " does not divide evenly (uneven shards are not supported)"
             )
-    for parallel_type, axis in tv.device_axes().items():
+    for axis in tv.device_loop_axes():
+        parallel_type = axis.parallel_type
         extent = _try_evaluate(axis.extent, env)
         size = tv.device_mesh.axis_size(parallel_type)
         if extent is not None and extent != size:

@@ -39,6 +39,9 @@ class ValueOwner(Protocol):
     ) -> Any:
         """A new scalar of the fusion (a ``ScalarVal``): ``size`` makes its sizes with it."""
 
+    def rfactor(self, tv: TensorView, axes: Any) -> TensorView:
+        """``tv.rfactor(axes)``: the rfactored tensor (``frontend.rfactor``)."""
+
 
 class TensorExpr(Protocol):
     """An expression that defines or uses a tensor (an ``exprs.Expr``), as the tensor sees it."""
@@ -158,6 +161,15 @@ class TensorView:
         """``[e] -> [e / factor, factor]``."""
         return self.split(axis, factor, inner_split=True)
 
+    def rfactor(self, axes: int | Sequence[int]) -> TensorView:
+        """nvFuser's ``tv.rfactor(axes)``: a new tensor that this one's op now writes (its
+        reduction on each device's data, partial over the mesh axes its reduction axis is
+        parallelized on), with this one redefined as a ``set`` of it that finishes the
+        reduction. ``axes``: reduction loop axes of this tensor (``frontend.rfactor``)."""
+        if self.fusion is None:
+            raise DefinitionError(f"rfactor: {self.name} belongs to no FusionDefinition")
+        return self.fusion.rfactor(self, axes)
+
     def swizzle1d(self, axis: int, parallel_type: ParallelType) -> TensorView:
         """Rotates loop axis ``axis`` by this device's coordinate on ``parallel_type``."""
         index = self._normalize(axis, "swizzle1d")
@@ -235,21 +247,31 @@ class TensorView:
 
     # ----- queries -----
     def device_axes(self) -> dict[ParallelType, IterDomain]:
-        """The loop axes parallelized over mesh axes, by parallel type."""
+        """The loop axes parallelized over mesh axes, by parallel type. A mesh axis
+        parallelizes at most one iteration axis and one reduction axis: both is nvFuser's
+        reduce-scatter form (the reduction's result scattered along the iteration axis);
+        the iteration axis is the one listed then."""
         found: dict[ParallelType, IterDomain] = {}
-        for axis in self._loop:
-            if axis.is_device_dim():
-                if axis.parallel_type in found:
-                    raise ScheduleError(
-                        f"{self.name} parallelizes two axes ({found[axis.parallel_type]} and"
-                        f" {axis}) over {axis.parallel_type.name}"
-                    )
+        for axis in self.device_loop_axes():
+            other = found.get(axis.parallel_type)
+            if other is not None and other.is_reduction() == axis.is_reduction():
+                raise ScheduleError(
+                    f"{self.name} parallelizes two axes ({other} and"
+                    f" {axis}) over {axis.parallel_type.name}"
+                )
+            if other is None or other.is_reduction():
                 found[axis.parallel_type] = axis
         return found
 
+    def device_loop_axes(self) -> list[IterDomain]:
+        """Every loop axis parallelized over a mesh axis, in loop order."""
+        return [axis for axis in self._loop if axis.is_device_dim()]
+
     def check_mesh_axes(self) -> None:
         """Raises if a device-parallel axis has no mesh or a size that differs from it."""
-        for parallel_type, axis in self.device_axes().items():
+        self.device_axes()  # raises if a mesh axis is used twice
+        for axis in self.device_loop_axes():
+            parallel_type = axis.parallel_type
             if self.device_mesh is None:
                 raise MeshError(
                     f"{self.name} axis {axis} is parallelized over {parallel_type.name} but"

@@ -83,3 +83,7 @@ _MESH_AXES = {
     ParallelType.mesh_y: MeshAxis.Y,
     ParallelType.mesh_z: MeshAxis.Z,
 }
+
+# nvFuser's "no dtype" (``DataType.Null``, the default of the reductions' ``dtype``): None
+# here, so ``fd.ops.sum(t, dims, dtype=DataType.Null)`` takes the op's own dtype rule.
+DataType.Null = None

@@ -1,7 +1,7 @@
 """Snapshotting the attention and MoE ops (``frontend.attention_ops``): their instruction
-builders, and the projections left out. A result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that is
-neither read nor a fusion output is not lowered (:func:`unused_projections`). How they
-shard is ``lowering.attention_layout``'s.
+builders. A result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that no output depends on is not
+lowered (``lowering.snapshot`` keeps only what the outputs need). How they shard is
+``lowering.attention_layout``'s.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from frontend import attention_ops as fa
-from frontend.fusion import Fusion
 from hostir import Const
 from hostir.ir.attention import EmbeddingFwd, GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.instructions import Instruction
@@ -53,17 +52,4 @@ def attention_builders(placeholder: Callable[[Any], Any]) -> dict[type, Callable
         fa.EmbeddingFwdExpr: lambda e, out: EmbeddingFwd(
             out=out, input=p(e.input), weight=p(e.weight)
         ),
-    }
-
-
-def unused_projections(fusion: Fusion) -> set[str]:
-    """The names of projection results (one result of a multi-result op) that no
-    expression reads and that are no fusion output: they are not computed."""
-    outputs = {tv.name for tv in fusion.outputs()}
-    return {
-        expr.output.name
-        for expr in fusion.exprs()
-        if getattr(expr, "PROJECTION", False)
-        and not expr.output.uses
-        and expr.output.name not in outputs
     }

@@ -1,11 +1,7 @@
 """Snapshots of the creation and indexing ops (``frontend.creation_ops``,
-``frontend.indexing_ops``): their instruction builders and the projections nothing uses.
-
-- :data:`BUILDERS`: one host IR instruction per frontend expression (joined to
-  ``lowering.snapshot``'s table).
-- :func:`unused_projections`: the results of multi-output ops (``topk``) that no op reads
-  and the fusion does not output; ``lowering.snapshot`` leaves them out, so they are not
-  computed.
+``frontend.indexing_ops``): :data:`BUILDERS`, one host IR instruction per frontend
+expression (joined to ``lowering.snapshot``'s table). A ``topk`` result nothing uses is
+not lowered: ``lowering.snapshot`` keeps only what the fusion's outputs depend on.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from typing import Any
 from frontend import creation_ops as fc
 from frontend import exprs as fe
 from frontend import indexing_ops as fi
-from frontend.fusion import Fusion
 from frontend.tensor_view import TensorView
 from hostir import Const, Scalar, TensorValue
 from hostir.ir.creation import Full, Iota, Random
@@ -73,16 +68,3 @@ BUILDERS: dict[type, Callable[[Any, TensorValue], Instruction]] = {
     ),
 }
 """One instruction builder per frontend expression class of these ops."""
-
-
-def unused_projections(fusion: Fusion) -> set[str]:
-    """The names of the results of multi-output ops that nothing reads and the fusion does
-    not output: they are not lowered (so not computed)."""
-    outputs = {tv.name for tv in fusion.outputs()}
-    return {
-        expr.output.name
-        for expr in fusion.exprs()
-        if (getattr(expr, "projection", False) or getattr(expr, "PROJECTION", False))
-        and not expr.output.uses
-        and expr.output.name not in outputs
-    }

@@ -7,10 +7,14 @@ so the first step copies what lowering needs into immutable data:
   (reductions included) its extent and sharding parts;
 - each expression as a :class:`LoweringOp`: the host IR compute instruction
   it becomes (with unsharded placeholder values) and its axis maps.
+
+Only what the fusion's outputs need is kept: an op whose result no output depends on
+(and its tensor) is dropped, as nvFuser computes only what its outputs need.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +22,7 @@ from frontend import exprs as fe
 from frontend import shape_exprs as se
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, Swizzle1D
-from frontend.sharding import axis_parts, tensor_sharding
+from frontend.sharding import axis_parts, partial_op, tensor_sharding
 from frontend.tensor_view import TensorView
 from hostir import (
     Binary,
@@ -33,12 +37,12 @@ from hostir import (
     PartialAxis,
     Permute,
     ReduceOp,
+    Reduction,
     Scalar,
     ScalarInput,
     Set,
     Sharding,
     ShardPart,
-    Sum,
     TensorValue,
     Ternary,
     Unary,
@@ -48,7 +52,6 @@ from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.ir.sharding import normalized
 from lowering.attention import attention_builders
 from lowering.creation_indexing import BUILDERS as CREATION_INDEXING_BUILDERS
-from lowering.creation_indexing import unused_projections
 from lowering.errors import LoweringError
 
 
@@ -83,6 +86,9 @@ class LoweringTensor:
     axes: tuple[AxisLayout, ...]
     mesh: Mesh | None
     mesh_from_user: bool
+    partial_op: ReduceOp = ReduceOp.SUM
+    """How partial results over a sharded reduction axis combine: the reduction's op
+    (``max``: MAX), a sum for ``linear`` and ``matmul``."""
 
     def value(self) -> TensorValue:
         """The host IR value: data dims and the sharding (partial over reduced mesh axes)."""
@@ -90,7 +96,7 @@ class LoweringTensor:
         sharding = None
         if self.mesh is not None:
             partial = tuple(
-                PartialAxis(axis=axis, op=ReduceOp.SUM)
+                PartialAxis(axis=axis, op=self.partial_op)
                 for a in self.axes
                 if a.reduction
                 for axis in a.mesh_axes()
@@ -191,7 +197,7 @@ def snapshot_tensor(tv: TensorView) -> LoweringTensor:
         )
     if sum(1 for axis in axes if axis.stream is not None) > 1:
         raise LoweringError(f"{tv.name} has more than one stream-parallel axis")
-    axes = tuple(axes)
+    axes = _finish_scattered_reductions(tv, tuple(axes))
     mesh = tv.device_mesh.to_hostir() if tv.device_mesh is not None else None
     return LoweringTensor(
         name=tv.name,
@@ -199,7 +205,35 @@ def snapshot_tensor(tv: TensorView) -> LoweringTensor:
         axes=axes,
         mesh=mesh,
         mesh_from_user=tv.mesh_set_by_user,
+        partial_op=partial_op(tv),
     )
+
+
+def _finish_scattered_reductions(
+    tv: TensorView, axes: tuple[AxisLayout, ...]
+) -> tuple[AxisLayout, ...]:
+    """``axes`` with each reduction axis sharded over a mesh axis that also shards a data
+    axis made local: nvFuser's reduce-scatter form, where that reduction is finished (its
+    result scattered along the data axis), so the tensor holds no partial results over it.
+    Lowering computes the reduction where its inputs are (partial over the mesh axis) and
+    reduces into this layout with one ReduceScatter."""
+    scattered = {m for axis in axes if not axis.reduction for m in axis.mesh_axes()}
+    finished = []
+    for index, axis in enumerate(axes):
+        shared = set(axis.mesh_axes()) & scattered if axis.reduction else set()
+        if shared and set(axis.mesh_axes()) != shared:
+            raise LoweringError(
+                f"{tv.name}: reduction axis {index} is sharded over"
+                f" {[m.value for m in axis.mesh_axes()]}, of which only"
+                f" {sorted(m.value for m in shared)} also shard a data axis (a reduce-scatter);"
+                " shard a reduction axis over scattered mesh axes only, or over none of them"
+            )
+        finished.append(
+            dataclasses.replace(axis, parts=(ShardPart(axis=None, extent=axis.extent),))
+            if shared
+            else axis
+        )
+    return tuple(finished)
 
 
 def _placeholder(tv: TensorView) -> TensorValue:
@@ -223,7 +257,13 @@ _BUILDERS: dict[type, Callable[..., Instruction]] = {
         op=e.op, out=out, a=_operand(e.a), b=_operand(e.b), c=_operand(e.c)
     ),
     fe.CastOp: lambda e, out: Cast(out=out, src=_placeholder(e.src)),
-    fe.SumOp: lambda e, out: Sum(out=out, src=_placeholder(e.src), dims=e.dims),
+    fe.ReductionOp: lambda e, out: Reduction(
+        op=e.op,
+        out=out,
+        src=_placeholder(e.src),
+        dims=e.dims,
+        dtype=e.dtype.to_hostir() if e.dtype is not None else None,
+    ),
     fe.LinearOp: lambda e, out: Linear(
         out=out,
         input=_placeholder(e.input),
@@ -271,9 +311,11 @@ def snapshot_op(expr: fe.Expr) -> LoweringOp:
 def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
     """The frozen form of ``fusion``, without the projections nobody uses."""
     inputs = fusion.inputs()
-    unused = unused_projections(fusion)  # results of multi-output ops that nothing reads
+    live = _live_exprs(fusion)
+    used = {tv.name for tv in fusion.outputs()} | {v.name for v in inputs}
+    used |= {tv.name for expr in live for tv in (expr.output, *expr.tensor_inputs())}
     return LoweringFusion(
-        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors() if tv.name not in unused),
+        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors() if tv.name in used),
         inputs=tuple(v.name for v in inputs),
         scalar_inputs=tuple(
             ScalarInput(name=v.name, dtype=v.dtype.to_hostir())
@@ -281,5 +323,18 @@ def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
             if isinstance(v, fe.ScalarVal)
         ),
         outputs=tuple(tv.name for tv in fusion.outputs()),
-        ops=tuple(snapshot_op(e) for e in fusion.exprs() if e.output.name not in unused),
+        ops=tuple(snapshot_op(expr) for expr in live),
     )
+
+
+def _live_exprs(fusion: Fusion) -> list[fe.Expr]:
+    """The expressions an output depends on, in definition order: an op whose result
+    nothing reads is not computed, nor its tensor lowered (as in nvFuser), e.g. the
+    ``var_sum`` of a ``welford`` whose ``avg`` alone is used."""
+    needed = {tv.name for tv in fusion.outputs()}
+    live = []
+    for expr in reversed(fusion.exprs()):
+        if expr.output.name in needed:
+            live.append(expr)
+            needed.update(tv.name for tv in expr.tensor_inputs())
+    return live[::-1]

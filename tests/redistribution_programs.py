@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, TensorView
-from hostir import HostIrContainer, Mesh, MeshAxis, Sum, TensorValue, slice_global_tensor
+from hostir import (
+    HostIrContainer,
+    Mesh,
+    MeshAxis,
+    Reduction,
+    TensorValue,
+    slice_global_tensor,
+)
 from hostir.ir.instructions import Deallocate
 from lowering.errors import ReshardingError
 
@@ -97,7 +104,7 @@ def program_for(
         return program
     first = program.body[0]
     (old_input,) = program.inputs
-    if not isinstance(first, Sum) or first.src.name != old_input.name:
+    if not isinstance(first, Reduction) or first.src.name != old_input.name:
         raise ReshardingError(f"expected the program to start with the local sum:\n{program}")
     body = tuple(
         i

@@ -4,8 +4,8 @@ its op and operands.
 One rule per compute class, in :data:`COMPUTE_RULES`. A rule returns the problem as a
 sentence, or None. Extents are global and compared symbolically
 (:mod:`hostir.ir.extents`). A pointwise op's dtype is its declared rule's
-(``hostir.ir.ops``, nvFuser's promotion); linear's and matmul's their declared rule
-(``hostir.ir.contraction``).
+(``hostir.ir.ops``, nvFuser's promotion), a reduction's too (``hostir.ir.reductions``);
+linear's and matmul's their declared rule (``hostir.ir.contraction``).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from hostir.ir.instructions import (
     Linear,
     Matmul,
     Permute,
+    Reduction,
     Set,
     ShardByStream,
-    Sum,
     Ternary,
     Unary,
 )
-from hostir.ir.ops import POINTWISE_OPS, promote, scalar_operand, tensor_operand
+from hostir.ir.ops import POINTWISE_OPS, OpDtypeError, promote, scalar_operand, tensor_operand
+from hostir.ir.reductions import REDUCTION_OPS, reduction_dtype
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Scalar, Symbol, print_scalar
 from hostir.ir.values import TensorValue
 
@@ -153,18 +154,25 @@ def _broadcast(a: tuple[Scalar, ...], b: tuple[Scalar, ...]) -> tuple[Scalar, ..
     return tuple(reversed(result))
 
 
-def _rule_sum(instruction: Sum, scalars: ScalarTypes) -> str | None:
-    src = instruction.src
+def _rule_reduction(instruction: Reduction, scalars: ScalarTypes) -> str | None:
+    """The declared dtype rule (``hostir.ir.reductions``) and the reduced extents."""
+    src, op = instruction.src, instruction.op.value
     if any(not -src.ndim <= d < src.ndim for d in instruction.dims):
-        return f"sum: dims {list(instruction.dims)} out of range for {src.name} {_shape(src)}"
+        return f"{op}: dims {list(instruction.dims)} out of range for {src.name} {_shape(src)}"
     dims = {d % src.ndim for d in instruction.dims}
+    if not dims or len(dims) != len(instruction.dims):
+        return f"{op}: dims {list(instruction.dims)} of {src.name} must be distinct, at least one"
     one = Const(value=1)
     shape = tuple(
         one if d in dims else e
         for d, e in enumerate(src.shape)
         if instruction.keepdim or d not in dims
     )
-    return _expect(instruction, shape, None)
+    try:
+        dtype = reduction_dtype(REDUCTION_OPS[op], src.dtype, instruction.dtype, src.name)
+    except OpDtypeError as error:
+        return str(error)
+    return _expect(instruction, shape, dtype)
 
 
 def _contraction_dtype(op: str, operands: tuple[TensorValue, ...]) -> DType | str:
@@ -269,7 +277,7 @@ COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     Unary: _rule_pointwise,
     Binary: _rule_pointwise,
     Ternary: _rule_pointwise,
-    Sum: _rule_sum,
+    Reduction: _rule_reduction,
     Linear: _rule_linear,
     Matmul: _rule_matmul,
     BroadcastInDim: _rule_broadcast_in_dim,

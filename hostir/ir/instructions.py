@@ -16,9 +16,11 @@ from typing import ClassVar
 
 from hostir.ir.catalog import Instruction, Kind, classes_of_kind, declare, instruction_classes
 from hostir.ir.catalog import keyword as keyword
+from hostir.ir.dtypes import DType
 from hostir.ir.ops import BinaryOpKind as BinaryOpKind
 from hostir.ir.ops import TernaryOpKind as TernaryOpKind
 from hostir.ir.ops import UnaryOpKind as UnaryOpKind
+from hostir.ir.reductions import ReductionOpKind as ReductionOpKind
 from hostir.ir.scalars import Scalar, Symbol
 from hostir.ir.values import RequestValue, TensorValue
 
@@ -114,17 +116,23 @@ class Cast:
     preallocated: bool = False
 
 
-@declare(kind=Kind.COMPUTE, keyword="sum", positional=("src",))
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Sum:
-    """``out = src.sum(dims, keepdim)`` over local data (a partial sum if sharded)."""
+class Reduction:
+    """``out = op(src)`` over ``dims`` (``keepdim`` keeps them with extent 1) of the local
+    data: a partial result if a reduced dim is sharded. ``op`` (``sum``, ``prod``, ``max``,
+    ``min``) is declared in ``hostir.ir.reductions``; ``dtype``, for ``sum`` and ``prod``, is
+    the dtype the operand is cast to first (nvFuser's ``dtype`` argument), None for the op's
+    default."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
     INS: ClassVar[tuple[str, ...]] = ("src",)
+    op: ReductionOpKind
     out: TensorValue
     src: TensorValue
     dims: tuple[int, ...]
     keepdim: bool = False
+    dtype: DType | None = None
     preallocated: bool = False
 
 

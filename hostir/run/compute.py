@@ -22,8 +22,8 @@ from hostir.ir.instructions import (
     Linear,
     Matmul,
     Permute,
+    Reduction,
     Set,
-    Sum,
     Ternary,
     Unary,
 )
@@ -32,6 +32,7 @@ from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
 from hostir.run.attention import ATTENTION_HANDLERS
 from hostir.run.pointwise import pointwise_call
+from hostir.run.reductions import reduction_call, run_reduction
 from hostir.run.shape_ops import SHAPE_HANDLERS
 
 Operands = dict[str, Any]
@@ -59,12 +60,8 @@ def plain_call(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str
         return _pointwise_plain(instruction)
     if kind is Cast:
         return functools.partial(torch.Tensor.to, dtype=instruction.out.dtype.to_torch()), ("src",)
-    if kind is Sum:
-        dtype = instruction.out.dtype.to_torch()
-        call = functools.partial(
-            torch.sum, dim=instruction.dims, keepdim=instruction.keepdim, dtype=dtype
-        )
-        return call, ("src",)
+    if kind is Reduction:
+        return reduction_call(instruction), ("src",)
     if kind is Linear:
         return linear, ("input", "weight", "bias")
     if kind is Matmul:
@@ -133,16 +130,6 @@ def run_pointwise(instruction: Any, operands: Operands, out_shape: list[int]) ->
 def run_cast(instruction: Cast, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``cast`` to the output's dtype."""
     return _into(instruction, operands, _plain(instruction, operands))
-
-
-def run_sum(instruction: Sum, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``sum`` over ``dims`` of the local data."""
-    if instruction.preallocated:
-        dtype = instruction.out.dtype.to_torch()
-        return torch.sum(
-            operands["src"], instruction.dims, instruction.keepdim, dtype=dtype, out=operands["out"]
-        )
-    return _plain(instruction, operands)
 
 
 def linear(
@@ -219,7 +206,7 @@ COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]]
     Binary: run_pointwise,
     Ternary: run_pointwise,
     Cast: run_cast,
-    Sum: run_sum,
+    Reduction: run_reduction,
     Linear: run_linear,
     Matmul: run_matmul,
     BroadcastInDim: run_broadcast_in_dim,

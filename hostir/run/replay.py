@@ -42,9 +42,9 @@ from hostir.ir.instructions import (
     Instruction,
     Linear,
     Matmul,
+    Reduction,
     Set,
     ShardByStream,
-    Sum,
     Unary,
     defined_values,
 )
@@ -58,7 +58,7 @@ from hostir.run.steps import Step
 from hostir.run.stream_handlers import make_current
 from hostir.text.printer import print_instruction
 
-FRESH = (Set, Unary, Binary, Sum, Linear, Matmul)
+FRESH = (Set, Unary, Binary, Reduction, Linear, Matmul)
 """Compute instructions whose result (not preallocated) is a new tensor, never a view."""
 
 

@@ -1,7 +1,8 @@
 """Random fusions for the differential fuzzer: ``generate(seed, world_size) -> Case``.
 
-A case is a chain or DAG of 1 to 6 ops (``add sub mul div neg relu cast set``, ``sum``
-over some dims with ``keepdim`` either way, ``linear`` with or without bias,
+A case is a chain or DAG of 1 to 6 ops (``add sub mul div neg relu cast set``, a reduction
+over some dims with ``keepdim`` either way (``sum``, ``max``, ``min``, ``mean``, or the
+variance of ``var_mean``), ``linear`` with or without bias,
 ``matmul``, ``broadcast_in_dim``, ``permute``; about one case in three that is not
 ragged ends in a ``reshape`` splitting or merging dims its schedule may shard,
 :data:`RESHAPE_SHARE`) on small float32 inputs whose extents
@@ -103,6 +104,8 @@ class Builder:
     low_precision: bool = False
     ragged: bool = False
     """Fresh extents from RAGGED_EXTENTS, schedules that may not divide symbolic dims."""
+    reductions: random.Random | None = None
+    """Draws which reduction ``op_sum`` makes (apart from ``rng``: the other draws stay)."""
 
     def fresh(self) -> str:
         return f"t{len(self.tensors)}"
@@ -262,7 +265,17 @@ def _operand_shape(b: Builder, shape: tuple[int, ...]) -> list[int]:
     return list(shape)
 
 
+REDUCTION_KINDS = {"sum": 4, "max": 1, "min": 1, "mean": 1, "var_mean": 1}
+"""The reductions ``op_sum`` draws (from ``Builder.reductions``), with their weights."""
+FLOAT_ONLY = ("mean", "var_mean")
+"""Kinds torch refuses on integer tensors: such an operand gets a ``sum`` instead."""
+
+
 def op_sum(b: Builder) -> Tensor | None:
+    """A reduction (``sum``, ``max``, ``min``, ``mean`` or ``var_mean``'s variance) over some
+    dims. Its operand, dims and keepdim come from the case's generator as for ``sum``
+    always did; its kind from ``b.reductions``, so that cases drawing a sum stay as they
+    were."""
     t = b.pick(lambda t: len(t.shape) >= 1)
     if t is None:
         return None
@@ -270,17 +283,32 @@ def op_sum(b: Builder) -> Tensor | None:
     count = 1 if ndim == 1 or b.rng.random() < 0.7 else b.rng.randrange(1, ndim + 1)
     dims = sorted(b.rng.sample(range(ndim), count))
     keepdim = b.rng.random() < 0.4
-    dtype = torch.sum(torch.ones(1, dtype=t.dtype)).dtype
-    if keepdim:  # sum then broadcast_in_dim: the result has no reduction axis
+    kind = "sum"
+    if b.reductions is not None:
+        kind = b.reductions.choices(list(REDUCTION_KINDS), list(REDUCTION_KINDS.values()))[0]
+    if kind in FLOAT_ONLY and not t.dtype.is_floating_point:
+        kind = "sum"
+    dtype = torch.sum(torch.ones(1, dtype=t.dtype)).dtype if kind == "sum" else t.dtype
+    composite = kind in FLOAT_ONLY  # its result is a div's: no reduction axes
+    if keepdim:  # reduce then broadcast_in_dim: the result has no reduction axis
         axes = [Axis(1) if i in dims else Axis(a.extent, a.symbolic) for i, a in enumerate(t.data)]
         b.features.add("keepdim")
+    elif composite:
+        axes = [Axis(a.extent, a.symbolic) for i, a in enumerate(t.data) if i not in dims]
     else:
         axes = [Axis(a.extent, a.symbolic, reduction=i in dims) for i, a in enumerate(t.data)]
     b.reduced += [(t.name, d) for d in dims]
-    b.features.add("op:sum")
-    out = Tensor(b.fresh(), axes, dtype, positive=t.positive)
-    fusion = f"fd.ops.sum({t.name}, {dims}, keepdim={keepdim})"
-    return b.add_op(out, fusion, f"torch.sum({t.name}, {dims}, keepdim={keepdim})", (t.name,))
+    b.features.add(f"op:{kind}")
+    positive = t.positive if kind != "var_mean" else False
+    out = Tensor(b.fresh(), axes, dtype, positive=positive)
+    torch_call = {"max": "amax", "min": "amin"}.get(kind, kind)
+    arguments = f"{t.name}, {dims}"
+    if kind == "var_mean":
+        # No correction that leaves nothing to divide by (one element reduced): NaN.
+        reduced = _numel([t.shape[d] for d in dims])
+        arguments += f", correction={b.reductions.choice((0, 1)) if reduced > 1 else 0}"
+    call = f"({arguments}, keepdim={keepdim})" + ("[0]" if kind == "var_mean" else "")
+    return b.add_op(out, f"fd.ops.{kind}{call}", f"torch.{torch_call}{call}", (t.name,))
 
 
 def op_linear(b: Builder) -> Tensor | None:
@@ -463,7 +491,8 @@ def generate(seed: int, world_size: int) -> Case:
     """The case of ``seed`` for a world of ``world_size`` ranks (4 or 8; any >= 1 works)."""
     rng = random.Random(f"hostir-fuzz:{seed}:{world_size}")
     ragged = random.Random(f"hostir-fuzz-ragged:{seed}:{world_size}").random() < RAGGED_SHARE
-    b = Builder(rng, ragged=ragged)
+    reductions = random.Random(f"hostir-fuzz-reduction:{seed}:{world_size}")
+    b = Builder(rng, ragged=ragged, reductions=reductions)
     if ragged:
         b.features.add("ragged")
     _first_inputs(b)
@@ -497,15 +526,29 @@ def generate(seed: int, world_size: int) -> Case:
     return renumber(schedule_case(case, b, rng))
 
 
+def _tensors_made(fusion: str) -> tuple[int, int]:
+    """(which of them the statement names, how many tensors) the frontend makes for one
+    statement: one per op, a ``keepdim`` reduction a broadcast more, ``mean`` a sum and a
+    div, ``var_mean`` seven (sum, div, broadcast, sub, mul, sum, div; the variance last)
+    and two broadcasts more with ``keepdim`` (the variance's first)."""
+    keepdim = "keepdim=True" in fusion
+    if "fd.ops.var_mean(" in fusion:
+        return (7, 9) if keepdim else (6, 7)
+    if "fd.ops.mean(" in fusion:
+        return (2, 3) if keepdim else (1, 2)
+    return (1, 2) if keepdim else (0, 1)
+
+
 def renumber(case: Case) -> Case:
     """``case`` with tensor variables named as the frontend names them (``t3`` is ``T3``):
-    inputs first, then ops, a ``keepdim`` sum taking two numbers (sum, then broadcast)."""
+    inputs first, then ops, each taking the numbers of the tensors it makes
+    (:func:`_tensors_made`)."""
     names = {spec.name: f"t{i}" for i, spec in enumerate(case.inputs)}
     number = len(case.inputs)
     for statement in case.statements:
-        number += 1 if "keepdim=True" in statement.fusion else 0
-        names[statement.name] = f"t{number}"
-        number += 1
+        named, made = _tensors_made(statement.fusion)
+        names[statement.name] = f"t{number + named}"
+        number += made
 
     def rename(text: str) -> str:
         return re.sub(r"\bt(\d+)\b", lambda m: names[m.group(0)], text)

@@ -7,8 +7,8 @@ tensors. The ranks then exchange their results (``all_gather_object``), so every
 rank reaches the same verdict:
 
 - ``ok``: every rank's outputs match (dtype, shape, values within a tolerance for
-  float32 and summation order); outputs that are partial sums match once summed
-  over their partial mesh axes.
+  float32 and summation order); partial outputs match once combined over their partial
+  mesh axes with their op (summed for a sum, the maximum for a ``max``, ...).
 - ``refused``: every rank raised the same named refusal (a ``FrontendError``,
   ``LoweringError`` or ``MeshError``: a schedule the project does not support)
   while building, lowering or validating, or the same ``ExtentError`` when
@@ -32,6 +32,7 @@ rank reaches the same verdict:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import traceback
 from collections import Counter
@@ -46,7 +47,7 @@ from frontend import FrontendError, shard_tensor
 from hostir import Deallocate, ExtentError, ForLoop, MeshError, TensorValue
 from hostir.errors import PeerFailureError
 from hostir.ir.instructions import defined_values
-from hostir.ir.sharding import Sharding
+from hostir.ir.sharding import ReduceOp, Sharding
 from lowering import LoweringError
 from tests.fuzz.case import Case, load, make_inputs
 
@@ -329,6 +330,21 @@ def check_partials(case: Case, results: list[RankResult], program) -> str | None
     return None
 
 
+_COMBINE = {
+    ReduceOp.SUM: torch.add,
+    ReduceOp.PROD: torch.mul,
+    ReduceOp.MAX: torch.maximum,
+    ReduceOp.MIN: torch.minimum,
+}
+"""How the partial results of an output combine, by the op its partial axes name."""
+_COMBINED = {
+    ReduceOp.SUM: "summed",
+    ReduceOp.PROD: "multiplied",
+    ReduceOp.MAX: "max",
+    ReduceOp.MIN: "min",
+}
+
+
 def _check_partial_output(case, value, pieces, index: int, ref: torch.Tensor):
     sharding = value.sharding
     mesh = sharding.mesh
@@ -348,11 +364,12 @@ def _check_partial_output(case, value, pieces, index: int, ref: torch.Tensor):
         missing = [d for d in group if (d, index) not in pieces]
         if missing:
             return f"ranks {missing} returned no partial sum"
-        total = sum(pieces[(d, index)].double() for d in group).to(ref.dtype)
+        (op,) = {p.op for p in sharding.partial}  # one reduction makes a tensor partial
+        total = functools.reduce(_COMBINE[op], [pieces[(d, index)].double() for d in group])
         piece = shard_tensor(ref, summed, rank)
-        problem = _mismatch(case, total, piece, ref)
+        problem = _mismatch(case, total.to(ref.dtype), piece, ref)
         if problem is not None:
-            return f"summed over ranks {group}: {problem}"
+            return f"{_COMBINED[op]} over ranks {group}: {problem}"
     return None
 
 

@@ -26,10 +26,11 @@ from hostir import (
     Mesh,
     MeshError,
     Permute,
+    Reduction,
+    ReductionOpKind,
     ScalarInput,
     Set,
     ShardByStream,
-    Sum,
     Symbol,
     Unary,
     UnaryOpKind,
@@ -112,7 +113,14 @@ def test_each_compute_instruction(preallocated):
         (Binary(op=BinaryOpKind.DIV, out=tensor("o", 2, 3), lhs=ta, rhs=tb), a / b),
         (Binary(op=BinaryOpKind.SUB, out=tensor("o", 2, 3), lhs=c(2), rhs=ta), 2 - a),
         (Cast(out=tensor("o", 2, 3, dtype=DType.FLOAT64), src=ta), a.double()),
-        (Sum(out=tensor("o", 2), src=ta, dims=(1,)), a.sum(1)),
+        (
+            Reduction(op=ReductionOpKind.SUM, out=tensor("o", 2), src=ta, dims=(1,)),
+            a.sum(1),
+        ),
+        (
+            Reduction(op=ReductionOpKind.MAX, out=tensor("o", 3), src=ta, dims=(0,)),
+            a.amax(0),
+        ),
         (Matmul(out=tensor("o", 2, 2), lhs=ta, rhs=tm), a @ m),
         (Permute(out=tensor("o", 3, 2), src=ta, dims=(1, 0)), a.T),
         (

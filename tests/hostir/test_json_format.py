@@ -50,6 +50,8 @@ from hostir import (
     Reduce,
     ReduceOp,
     ReduceScatter,
+    Reduction,
+    ReductionOpKind,
     RequestValue,
     ScalarInput,
     ScalarOp,
@@ -61,7 +63,6 @@ from hostir import (
     Sharding,
     ShardPart,
     StreamValue,
-    Sum,
     Symbol,
     Synchronize,
     Team,
@@ -148,7 +149,9 @@ def every_instruction() -> tuple:
         Binary(op=BinaryOpKind.ADD, out=y, lhs=x, rhs=y),
         Binary(op=BinaryOpKind.MUL, out=y, lhs=Symbol(name="n"), rhs=x),
         Cast(out=y, src=x),
-        Sum(out=y, src=x, dims=(0, 1), keepdim=True),
+        Reduction(op=ReductionOpKind.SUM, out=y, src=x, dims=(0, 1), keepdim=True),
+        Reduction(op=ReductionOpKind.MIN, out=y, src=x, dims=(1,)),
+        Reduction(op=ReductionOpKind.SUM, out=y, src=x, dims=(1,), dtype=DType.FLOAT64),
         Linear(out=y, input=x, weight=w),
         Linear(out=y, input=x, weight=w, bias=y, preallocated=True),
         Matmul(out=y, lhs=x, rhs=w),
@@ -612,7 +615,7 @@ def test_values_of_the_wrong_type_are_refused_with_their_path():
         lambda d: d["program"]["body"][6].update(rhs={"node": "RequestValue", "name": "R"})
     )
     assert message == "program.body[6].rhs: expected TensorValue | Scalar, got RequestValue"
-    loop = 18
+    loop = 20
     message = _refusal(lambda d: d["program"]["body"][loop]["body"].append(symbol))
     assert message == f"program.body[{loop}].body[5]: expected Instruction, got Symbol"
     message = _refusal(lambda d: d.update(program=symbol))
