@@ -8,6 +8,7 @@ from hostir.check.collector import collector_paused
 from hostir.check.verify import verify_program
 from lowering.check_resharding import check_resharding
 from lowering.check_symbols import check_symbols
+from lowering.dead_ops import drop_dead_ops
 from lowering.decompose_resharding import decompose_resharding
 from lowering.emit_host_ir import emit_host_ir
 from lowering.insert_deallocations import insert_deallocations
@@ -29,6 +30,7 @@ def lower_fusion(fusion: Fusion) -> HostIrContainer:
 def _lower(fusion: Fusion) -> HostIrContainer:
     frozen = snapshot_fusion(fusion)  # copy the scheduled fusion into immutable data
     frozen = propagate_sharding(frozen)  # meshes and parallelization for unscheduled tensors
+    frozen = drop_dead_ops(frozen)  # only what the outputs depend on is computed
     frozen = decompose_resharding(frozen)  # resharding only in set ops; partial sums explicit
     frozen = check_resharding(frozen)  # every other op now runs on local shards
     program = emit_host_ir(frozen)  # compute instructions, and planned collectives for sets

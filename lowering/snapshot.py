@@ -7,9 +7,6 @@ so the first step copies what lowering needs into immutable data:
   (reductions included) its extent and sharding parts;
 - each expression as a :class:`LoweringOp`: the host IR compute instruction
   it becomes (with unsharded placeholder values) and its axis maps.
-
-Only what the fusion's outputs need is kept: an op whose result no output depends on
-(and its tensor) is dropped, as nvFuser computes only what its outputs need.
 """
 
 from __future__ import annotations
@@ -309,13 +306,11 @@ def snapshot_op(expr: fe.Expr) -> LoweringOp:
 
 
 def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
-    """The frozen form of ``fusion``, without the projections nobody uses."""
+    """The frozen form of ``fusion`` (its dead ops are dropped later, after sharding
+    propagation: ``lowering.dead_ops``)."""
     inputs = fusion.inputs()
-    live = _live_exprs(fusion)
-    used = {tv.name for tv in fusion.outputs()} | {v.name for v in inputs}
-    used |= {tv.name for expr in live for tv in (expr.output, *expr.tensor_inputs())}
     return LoweringFusion(
-        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors() if tv.name in used),
+        tensors=tuple(snapshot_tensor(tv) for tv in fusion.tensors()),
         inputs=tuple(v.name for v in inputs),
         scalar_inputs=tuple(
             ScalarInput(name=v.name, dtype=v.dtype.to_hostir())
@@ -323,18 +318,5 @@ def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
             if isinstance(v, fe.ScalarVal)
         ),
         outputs=tuple(tv.name for tv in fusion.outputs()),
-        ops=tuple(snapshot_op(expr) for expr in live),
+        ops=tuple(snapshot_op(expr) for expr in fusion.exprs()),
     )
-
-
-def _live_exprs(fusion: Fusion) -> list[fe.Expr]:
-    """The expressions an output depends on, in definition order: an op whose result
-    nothing reads is not computed, nor its tensor lowered (as in nvFuser), e.g. the
-    ``var_sum`` of a ``welford`` whose ``avg`` alone is used."""
-    needed = {tv.name for tv in fusion.outputs()}
-    live = []
-    for expr in reversed(fusion.exprs()):
-        if expr.output.name in needed:
-            live.append(expr)
-            needed.update(tv.name for tv in expr.tensor_inputs())
-    return live[::-1]

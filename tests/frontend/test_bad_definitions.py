@@ -112,12 +112,9 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     a, s = foreign()
     role = {"linear": "bias", "sub": "lhs", "add": "rhs", "matmul": "rhs", "mul": "rhs"}
     role |= {"full": "fill_value", "iota": "start", "uniform": "minval", "normal": "std"}
-    role |= dict.fromkeys(("triu", "index_select", "gather", "take_along_axis"), "arg")
-    role |= dict.fromkeys(("cumsum", "topk"), "arg")
     role |= {"sdpfa_fwd": "query", "sdpfa_bwd": "grad_output", "grouped_mm": "mat1"}
     role["embedding_fwd"] = "input"
-    role.update(dict.fromkeys(("reshape", "slice", "pad", "squeeze", "expand"), "arg"))
-    role.update(stride_order="arg", cat="tensors\\[0\\]")
+    role.update(cat="tensors\\[0\\]")  # an ``arg`` parameter is named "operand"
     if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
         role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand
     name = "s0" if op in ("mul", "div", "full", "iota", "uniform", "normal") else "T0"
