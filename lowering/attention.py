@@ -1,7 +1,7 @@
 """Snapshotting the attention and MoE ops (``frontend.attention_ops``): their instruction
 builders. A result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that no output depends on is not
 lowered (``lowering.snapshot`` keeps only what the outputs need). How they shard is
-``lowering.attention_layout``'s.
+``lowering.op_layouts``'s.
 """
 
 from __future__ import annotations

@@ -17,15 +17,10 @@ from collections.abc import Iterator
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
 from hostir.ir.instructions import Instruction
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
-from lowering.attention_layout import (
-    computed_whole,
-    reads_no_tensor,
-    refuse_streamed_whole_axes,
-)
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
-from lowering.scanned_dims import computed_whole as scanned_whole
+from lowering.op_layouts import computed_whole, reads_no_tensor, refuse_streamed_whole_axes
 from lowering.shape_ops import compute_layout, keep_blocks, with_layout_pairs
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
 
@@ -82,7 +77,7 @@ def decompose_resharding(fusion: LoweringFusion) -> LoweringFusion:
 def _decompose(op: LoweringOp, builder: _Builder) -> None:
     tensors = builder.tensors
     out = tensors[op.output]
-    refuse_streamed_whole_axes(op.instruction, out.axes)  # lowering.attention_layout
+    refuse_streamed_whole_axes(op, out.axes)  # lowering.op_layouts
     if out.mesh is None:  # propagation left no tensor on a mesh: a single-device fusion
         builder.ops.append(op)
         return
@@ -90,7 +85,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
         builder.ops.append(_rewrite(op, op.instruction, {}, out, tensors))
         return
     op = with_layout_pairs(op, tensors)  # a reshape keeps a sharded dim's blocks
-    compute = scanned_whole(op, _compute_tensor(op, tensors, out))  # scanned dims whole
+    compute = _compute_tensor(op, tensors, out)
     compute = compute_layout(op, compute, tensors)  # a shape op's changed dims whole
     bias = _bias_after_reduction(op, compute)
     _refuse_sharded_repeats(op, tensors, compute)
@@ -154,13 +149,13 @@ def _compute_tensor(
     if len(op.axis_maps) == 1:
         ((name, pairs),) = op.axis_maps
         computed = _compute_where_input_is(out, tensors[name], pairs)
-        axes = computed_whole(op.instruction, list(computed.axes))  # lowering.attention_layout
+        axes = computed_whole(op, list(computed.axes))  # lowering.op_layouts
         return dataclasses.replace(computed, axes=tuple(axes))
     axes = list(out.axes)
     for o, axis in enumerate(out.axes):
         if axis.reduction:
             axes[o] = _reduction_layout(o, axis, maps, tensors, out)
-    axes = computed_whole(op.instruction, axes)  # axes the op computes unsharded
+    axes = computed_whole(op, axes)  # axes the op computes unsharded (op_layouts)
     reduced = {a for axis in axes if axis.reduction for a in axis.mesh_axes()}
     axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
     return dataclasses.replace(out, axes=tuple(axes))

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from frontend import DataType, DeviceMesh, FusionDefinition, OperandError, ParallelType
 from frontend import shard_tensor as shard
+from hostir import HostIrError
 
 I32, I64 = torch.int32, torch.int64
 
@@ -353,3 +354,39 @@ def test_uint64_sharded(multidevice_test) -> None:
     whole.set_device_mesh(DeviceMesh(torch.arange(d)))
     (got,) = fd.execute([shard(seeds, t, rank)])
     assert torch.equal(got, seeds)
+
+
+@pytest.mark.parametrize(
+    ("scan", "reference"),
+    [
+        (lambda fd, x: fd.ops.cumsum(x, 0), lambda t: torch.cumsum(t, 0)),
+        # topk's values in no promised order (sorted=False): compared sorted
+        (
+            lambda fd, x: fd.ops.topk(x, 4, dim=0)[0],
+            lambda t: torch.topk(t, 4, dim=0).values,
+        ),
+    ],
+    ids=["cumsum", "topk"],
+)
+def test_a_scanned_dim_split_into_stream_chunks_is_refused(
+    scan: Callable, reference: Callable
+) -> None:
+    """A stream loop ran cumsum along its own stream-split dim chunk by chunk: every chunk
+    restarted the scan, a silent wrong result (found when the three rules for axes an op
+    computes whole became one, lowering.op_layouts). Now a LoweringError names the op and
+    the axis; the same op with the other dim stream-split still runs, chunk by chunk."""
+    data = torch.randn(8, 4)
+    for dim in (0, 1):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((8, 4))
+            y = scan(fd, x)
+            fd.add_output(y)
+        y.outer_split(dim, 2)
+        y.axis(dim).parallelize(ParallelType.stream)
+        if dim == 0:
+            with pytest.raises(HostIrError, match=r"T\d+ = (cumsum|topk)\(...\): its axis 0"):
+                fd.execute([data])
+            continue
+        assert "for " in str(fd.host_ir())  # it does run as a stream loop
+        got, want = fd.execute([data])[0], reference(data)
+        torch.testing.assert_close(got.sort(0).values, want.sort(0).values)

@@ -1,0 +1,79 @@
+"""What an op needs of its layout beyond its axis maps, for ``decompose_resharding``.
+
+- **Axes computed whole** (:func:`whole_axes`): output axes a rank computes only from
+  all of the axis, so the op runs with them unsharded and never chunk by chunk:
+  - attention's sequence and head-size axes (a sharded or chunked one would need ring
+    attention, or a causal mask offset by the chunk's first row);
+  - the dim ``grouped_mm``'s offsets index (the groups are global row, column or K
+    ranges);
+  - the dim ``cumsum`` and ``topk`` run along, and the dims along which ``gather``'s
+    ``index`` is smaller than ``arg`` (their rows do not line up shard by shard).
+
+  ``decompose_resharding`` keeps them unsharded in the op's compute layout
+  (:func:`computed_whole`), so a sharded operand is gathered by a ``set`` before the op
+  (an Allgather) and a sharded output sliced after it; a stream-parallel one is refused by
+  name (:func:`refuse_streamed_whole_axes`): a stream loop would run the op on each chunk
+  as if it were the whole axis, a wrong result. Input axes that map to no output axis (the
+  key's sequence, ``grouped_mm``'s groups, an ``index_select``'s indexed dim) are read
+  whole by the same pass without a rule here.
+- **Ops that read no tensor** (:func:`reads_no_tensor`): ``sdpfa_philox``, whose
+  expression's input gives it a mesh only, needs none of its inputs resharded.
+
+A new op family whose results need whole axes adds its rule to :func:`whole_axes`.
+"""
+
+from __future__ import annotations
+
+from hostir.ir.attention import GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
+from hostir.ir.catalog import keyword
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, TopK
+from hostir.ir.instructions import Instruction
+from lowering.errors import LoweringError
+from lowering.layouts import local_parts
+from lowering.snapshot import AxisLayout, LoweringOp
+
+
+def whole_axes(op: LoweringOp) -> tuple[int, ...]:
+    """The logical axes of its output (reduction axes included) that ``op`` computes
+    unsharded and unchunked (see the module docstring)."""
+    instruction = op.instruction
+    if isinstance(instruction, SdpaFwd | SdpaBwd):
+        return tuple(range(instruction.query.ndim - 2, instruction.out.ndim))  # L (or S), E
+    if isinstance(instruction, GroupedMm):
+        ranks = (instruction.mat1.ndim, instruction.mat2.ndim)
+        # The logical axes are the data dims and the reduction axis K, last.
+        return {(2, 3): (0,), (3, 2): (1,), (2, 2): (0, 3)}[ranks]
+    if isinstance(instruction, Cumsum | TopK):
+        return (instruction.dim,)  # no reduction axes: logical axes are the data dims
+    if isinstance(instruction, GatherAlong) and instruction.kind is GatherKind.GATHER:
+        mapped = {o for o, _ in dict(op.axis_maps).get(instruction.src.name, ())}
+        ndim = instruction.out.ndim
+        return tuple(d for d in range(ndim) if d != instruction.dim and d not in mapped)
+    return ()
+
+
+def refuse_streamed_whole_axes(op: LoweringOp, axes: tuple[AxisLayout, ...]) -> None:
+    """Raises LoweringError if one of :func:`whole_axes` of the op's output (``axes``) is
+    stream-parallel: the loop would run the op on each chunk as if it were the whole axis
+    (a cumsum restarting at every chunk, a causal mask by local row)."""
+    for index in whole_axes(op):
+        if axes[index].stream is not None:
+            instruction = op.instruction
+            raise LoweringError(
+                f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                " stream-parallel, but the op computes that axis whole (a chunk alone gives"
+                " a different result); stream-split an axis the op computes element by"
+                " element (a batch or head dim), or none"
+            )
+
+
+def computed_whole(op: LoweringOp, axes: list[AxisLayout]) -> list[AxisLayout]:
+    """``axes`` (the op's output axis layouts) with :func:`whole_axes` unsharded."""
+    whole = whole_axes(op)
+    return [local_parts(axis) if index in whole else axis for index, axis in enumerate(axes)]
+
+
+def reads_no_tensor(instruction: Instruction) -> bool:
+    """Whether the instruction reads no tensor (``sdpfa_philox``): it needs none of its
+    expression's inputs resharded."""
+    return isinstance(instruction, SdpaPhilox)
