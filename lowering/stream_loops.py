@@ -411,7 +411,11 @@ class _Loop:
             split = self.split_of(op.output)
             chunks[op.output] = self._chunk(op.output, split)
         values = collections.ChainMap(whole, chunks, self.emitter.values)  # no copy per op
-        if isinstance(op.instruction, Set) and op.inputs[0] not in chunks:
+        # A set that reads its input whole (not chunked, or chunked on a dim this op does
+        # not chunk alike: fuzz seed 701842 planned the whole input into one chunk).
+        if isinstance(op.instruction, Set) and (
+            op.inputs[0] not in chunks or op.inputs[0] in whole
+        ):
             return out + self._stream_allgather(op, values, preallocated)
         emitted = self.emitter.emit_op(op, values, preallocated)
         if self.swizzle is not None:  # its chunks differ between ranks in one iteration

@@ -611,3 +611,27 @@ def test_a_tensor_read_by_the_chunks_of_two_dims_in_one_loop(multidevice_test):
     a, b = torch.randn(4, 16, generator=generator), torch.randn(16, 4, generator=generator)
     product = a @ b
     run_against_torch(fd, multidevice_test, [a, b], [product.T - product])
+
+
+def test_a_set_reading_a_chunked_input_whole_into_chunks_is_refused():
+    """t0 is chunked on its unsharded dim 1 by the loop's mul, and the set that reshards it
+    for a linear (dim 1 over [x, y]) read it whole: the planner planned the whole t0 into
+    one chunk, and the lowering's own verifier failed ("local_shard: T10_c_0 and T0 must
+    have the same global extents"; fuzz seed 701842 at 4 ranks). Now the set is planned as
+    any set that reads its input whole into chunks, and refused by name."""
+    mesh = DeviceMesh(torch.tensor([[[1], [2]], [[0], [3]]]))
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor((3, -1)), fd.define_tensor((2, -1))
+        squares = fd.ops.mul(t0, t0)  # first: the loop chunks t0 for it
+        fd.add_output(fd.ops.linear(t0, t1))
+        fd.add_output(squares)
+    t0.outer_split(1, 2)
+    t0.axis(1).parallelize(ParallelType.stream)
+    t1.set_device_mesh(mesh)
+    t1.outer_split(1, 1)
+    t1.axis(1).parallelize(ParallelType.mesh_x)
+    t1.outer_split(2, 2)
+    t1.axis(2).parallelize(ParallelType.mesh_y)
+    expected = r"T\d+ is split into 2 stream chunks on dim 1 and reads T0 whole"
+    with pytest.raises(LoweringError, match=expected + r".* with local_shard, local_shard"):
+        fd.host_ir()
