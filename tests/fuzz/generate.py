@@ -1,6 +1,7 @@
 """Random fusions for the differential fuzzer: ``generate(seed, world_size) -> Case``.
 
-A case is a chain or DAG of 1 to 6 ops (``add sub mul div neg relu cast set``, a reduction
+A case is a chain or DAG of 1 to 6 ops (``add sub mul div relu cast set``, one of the
+one-operand pointwise ops of :data:`UNARY_POINTWISE` where ``neg`` is drawn, a reduction
 over some dims with ``keepdim`` either way (``sum``, ``max``, ``min``, ``mean``, or the
 variance of ``var_mean``), ``linear`` with or without bias,
 ``matmul``, ``broadcast_in_dim``, ``permute``; about one case in three that is not
@@ -106,6 +107,9 @@ class Builder:
     """Fresh extents from RAGGED_EXTENTS, schedules that may not divide symbolic dims."""
     reductions: random.Random | None = None
     """Draws which reduction ``op_sum`` makes (apart from ``rng``: the other draws stay)."""
+    pointwise: random.Random | None = None
+    """Draws which one-operand pointwise op stands where ``op_unary`` draws ``neg`` (apart
+    from ``rng``, so every other draw of a seed stays)."""
 
     def fresh(self) -> str:
         return f"t{len(self.tensors)}"
@@ -170,15 +174,35 @@ def op_unary(b: Builder) -> Tensor | None:
     kind = b.rng.choice(["neg", "relu", "set", "set", "cast"])
     if kind == "cast":
         return op_cast(b, t)
+    if kind == "neg" and b.pointwise is not None:
+        kind = b.pointwise.choice(sorted(UNARY_POINTWISE))
     out = Tensor(b.fresh(), [Axis(a.extent, a.symbolic) for a in t.data], t.dtype)
     out.positive = t.positive and kind == "set"
-    reference = {"neg": f"torch.neg({t.name})", "relu": f"torch.relu({t.name})"}
     b.features.add(f"op:{kind}")
     if kind == "set" and b.rng.random() < 0.35:
         b.gathers.append((t.name, out.name))
-    return b.add_op(
-        out, f"fd.ops.{kind}({t.name})", reference.get(kind, f"{t.name}.clone()"), (t.name,)
-    )
+    if kind == "set":
+        return b.add_op(out, f"fd.ops.set({t.name})", f"{t.name}.clone()", (t.name,))
+    fusion, reference = UNARY_POINTWISE[kind]
+    return b.add_op(out, fusion.format(t.name), reference.format(t.name), (t.name,))
+
+
+UNARY_POINTWISE = {
+    "neg": ("fd.ops.neg({})", "torch.neg({})"),
+    "relu": ("fd.ops.relu({})", "torch.relu({})"),
+    "abs": ("fd.ops.abs({})", "torch.abs({})"),
+    "exp": ("fd.ops.exp({})", "torch.exp({})"),
+    "tanh": ("fd.ops.tanh({})", "torch.tanh({})"),
+    "sigmoid": ("fd.ops.sigmoid({})", "torch.sigmoid({})"),
+    "silu": ("fd.ops.silu({})", "torch.nn.functional.silu({})"),
+    "gelu": ("fd.ops.gelu({})", "torch.nn.functional.gelu({})"),
+    "tanh_gelu": (
+        "fd.ops.gelu({}, approximate='tanh')",
+        "torch.nn.functional.gelu({}, approximate='tanh')",
+    ),
+}
+"""The one-operand pointwise ops the fuzzer draws (defined for every float input): the
+fusion's call and the torch reference, each with the operand's name in ``{}``."""
 
 
 def op_cast(b: Builder, t: Tensor) -> Tensor:
@@ -492,7 +516,8 @@ def generate(seed: int, world_size: int) -> Case:
     rng = random.Random(f"hostir-fuzz:{seed}:{world_size}")
     ragged = random.Random(f"hostir-fuzz-ragged:{seed}:{world_size}").random() < RAGGED_SHARE
     reductions = random.Random(f"hostir-fuzz-reduction:{seed}:{world_size}")
-    b = Builder(rng, ragged=ragged, reductions=reductions)
+    pointwise = random.Random(f"hostir-fuzz-pointwise:{seed}:{world_size}")
+    b = Builder(rng, ragged=ragged, reductions=reductions, pointwise=pointwise)
     if ragged:
         b.features.add("ragged")
     _first_inputs(b)
