@@ -175,7 +175,10 @@ def op_unary(b: Builder) -> Tensor | None:
     if kind == "cast":
         return op_cast(b, t)
     if kind == "neg" and b.pointwise is not None:
-        kind = b.pointwise.choice(sorted(UNARY_POINTWISE))
+        # Integer operands: the ops whose torch call takes them (nvFuser computes exp or
+        # gelu of an integer in Float, torch's gelu refuses one).
+        floating = t.dtype.is_floating_point
+        kind = b.pointwise.choice(sorted(UNARY_POINTWISE) if floating else ["abs", "neg", "relu"])
     out = Tensor(b.fresh(), [Axis(a.extent, a.symbolic) for a in t.data], t.dtype)
     out.positive = t.positive and kind == "set"
     b.features.add(f"op:{kind}")
