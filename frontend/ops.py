@@ -19,6 +19,7 @@ from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_
 from frontend.attention_ops import ATTENTION_OPS
 from frontend.contraction import broadcast_axes, linear_axes, matmul_axes, wrapped_dims
 from frontend.errors import DefinitionError, OperandError
+from frontend.expanded_dims import unexpanded
 from frontend.exprs import (
     BinaryOp,
     BroadcastInDimOp,
@@ -163,6 +164,8 @@ class Ops:
             raise OperandError(str(error)) from None
         for operand in operands:
             _check_constant_fits(name, operand, DataType(promotion.compute))
+        operands = unexpanded(self, operands)  # expanded dims broadcast as nvFuser's
+        tensors = [x for x in operands if isinstance(x, TensorView)]
         axes, axis_map = _broadcast_axes(name, tensors)
         out = self._new(DataType(promotion.result), axes)
         self._fusion.add_expr(_POINTWISE_EXPRS[op.arity](out, axis_map, name, operands))
