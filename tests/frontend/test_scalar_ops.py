@@ -103,11 +103,14 @@ def test_reciprocal_of_a_constant_in_a_tensor_op() -> None:
 def _layer_norm_affine(fd: FusionDefinition, x, w, mask):
     """nvFuser's alphafold3 pattern: weights broadcast to ``x.shape()`` by
     ``broadcast_dims=[-1]``, a mask expanded by sizes to ``[b, n, 2]`` and used with the
-    ``[b, n, 4]`` product: an expanded dim broadcasts whatever its extent, as in nvFuser."""
+    ``[b, n, 4]`` product: an expanded dim broadcasts whatever its extent, as in nvFuser.
+    The weight broadcast the same way again (``shifted``) is left to sharding propagation."""
     shape = fd.ops.shape(x)
     wide = fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[-1])
+    shifted = fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[-1])
     masked = fd.ops.broadcast_in_dim(mask, shape=[x.size(0), x.size(1), 2], broadcast_dims=[0, 1])
-    return wide, fd.ops.where(masked, fd.ops.mul(x, wide), 0.0)
+    product = fd.ops.add(fd.ops.mul(x, wide), shifted)
+    return wide, fd.ops.where(masked, product, 0.0)
 
 
 def test_sizes_as_extents_of_new_dims() -> None:
@@ -122,14 +125,14 @@ def test_sizes_as_extents_of_new_dims() -> None:
         fd.add_output(out)
     text = str(fd.host_ir())
     assert "float32[i0, i1, 4] = broadcast_in_dim(T1, broadcast_dims=[2])" in text, text
-    assert "bool[i0, i1, 1] = slice(T4, dim=2, start=0, stop=1)" in text, text
+    assert "bool[i0, i1, 1] = slice(T5, dim=2, start=0, stop=1)" in text, text
     data = torch.randn(3, 5, 4, generator=generator)
     weight = torch.randn(4, generator=generator)
     keep = torch.rand(3, 5, generator=generator) > 0.5
     got_wide, got = fd.execute([data, weight, keep])
     torch.testing.assert_close(got_wide, weight.expand(3, 5, 4))
-    torch.testing.assert_close(got, torch.where(keep[..., None], data * weight, 0.0))
-    with pytest.raises(HostIrError, match="broadcast_in_dim defining T4 failed.*must match"):
+    torch.testing.assert_close(got, torch.where(keep[..., None], data * weight + weight, 0.0))
+    with pytest.raises(HostIrError, match="broadcast_in_dim defining T5 failed.*must match"):
         fd.execute([data, weight, torch.rand(3, 6, generator=generator) > 0.5])
 
 
@@ -159,7 +162,7 @@ def test_sizes_as_extents_sharded(multidevice_test) -> None:
         [shard_tensor(data, x, rank), weight, shard_tensor(keep, mask, rank)]
     )
     torch.testing.assert_close(got_wide, shard_tensor(weight.expand(2 * d, 3, 4), wide, rank))
-    want = torch.where(keep[..., None], data * weight, 0.0)
+    want = torch.where(keep[..., None], data * weight + weight, 0.0)
     lowered = fd.host_ir()
     torch.testing.assert_close(got, shard_tensor(want, lowered.outputs[1], rank))
     assert got.shape[0] == 2, got.shape  # the propagated sharding of the batch dim
