@@ -5,7 +5,8 @@ from __future__ import annotations
 from frontend.errors import OperandError
 from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
-from hostir import Const
+from hostir import Const, Scalar
+from hostir.ir.extents import same_extent
 from hostir.ir.scalars import print_scalar
 
 AxisPairs = list[tuple[IterDomain, IterDomain]]
@@ -104,33 +105,56 @@ def matmul_axes(
     return batch + rows_columns + [k_axis], axis_map
 
 
-def broadcast_axes(
-    tv: TensorView, shape: list[int], broadcast_dims: list[int]
-) -> tuple[list[IterDomain], AxisPairs]:
-    """Output axes of ``broadcast_in_dim`` and the pairs of mapped (non-expanded) axes."""
+def wrapped_dims(tv: TensorView, broadcast_dims: list[int], ndim: int) -> list[int]:
+    """``broadcast_in_dim``'s dims, negative ones counted from the end of the ``ndim``-d
+    output (nvFuser's ``wrapDim``). Raises OperandError for a count other than ``tv``'s
+    dims, a dim out of range, a repeated dim, and an order that is not increasing: nvFuser
+    places ``tv``'s dims at the listed positions in increasing order whatever the order
+    given, which would read as a transpose here (``permute`` transposes)."""
     source = tv.shape_domain()
     if len(broadcast_dims) != len(source):
         raise OperandError(
             f"broadcast_in_dim: {tv.name} has {len(source)} dims but broadcast_dims"
             f" {broadcast_dims} names {len(broadcast_dims)}"
         )
+    wrapped = []
     for position, dim in enumerate(broadcast_dims):
-        if not isinstance(dim, int) or not 0 <= dim < len(shape):
+        if not -ndim <= dim < ndim:
             raise OperandError(
                 f"broadcast_in_dim: broadcast_dims[{position}] = {dim} is out of range for"
-                f" output shape {shape}"
+                f" an output of {ndim} dims"
             )
-    if sorted(set(broadcast_dims)) != list(broadcast_dims):
-        raise OperandError(f"broadcast_in_dim: broadcast_dims {broadcast_dims} must increase")
+        wrapped.append(dim % ndim)
+    if len(set(wrapped)) != len(wrapped):
+        raise OperandError(
+            f"broadcast_in_dim: broadcast_dims {broadcast_dims} name output dim"
+            f" {next(d for d in wrapped if wrapped.count(d) > 1)} more than once"
+        )
+    if sorted(wrapped) != wrapped:
+        raise OperandError(
+            f"broadcast_in_dim: broadcast_dims {broadcast_dims} must increase: {tv.name}'s dims"
+            " keep their order (use permute to reorder them)"
+        )
+    return wrapped
+
+
+def broadcast_axes(
+    tv: TensorView, shape: list[int | Scalar], broadcast_dims: list[int]
+) -> tuple[list[IterDomain], AxisPairs]:
+    """Output axes of ``broadcast_in_dim`` and the pairs of mapped (non-expanded) axes.
+    ``shape`` holds ints and symbolic extents (sizes known once the inputs are bound);
+    ``broadcast_dims`` is wrapped (:func:`wrapped_dims`)."""
+    source = tv.shape_domain()
     axes: list[IterDomain] = []
     pairs: AxisPairs = []
     for out_dim, size in enumerate(shape):
         if out_dim not in broadcast_dims:
-            if not isinstance(size, int) or size < 1:
+            if isinstance(size, int) and size < 1:
                 raise OperandError(
                     f"broadcast_in_dim: new dim {out_dim} needs a positive size, got {size}"
                 )
-            axes.append(IterDomain(Const(value=size), IterType.BROADCAST))
+            extent = Const(value=size) if isinstance(size, int) else size
+            axes.append(IterDomain(extent, IterType.BROADCAST))
             continue
         axis = source[broadcast_dims.index(out_dim)]
         axes.append(_mapped_axis(tv, axis, size, out_dim, pairs))
@@ -138,25 +162,39 @@ def broadcast_axes(
 
 
 def _mapped_axis(
-    tv: TensorView, axis: IterDomain, size: int, out_dim: int, pairs: AxisPairs
+    tv: TensorView, axis: IterDomain, size: int | Scalar, out_dim: int, pairs: AxisPairs
 ) -> IterDomain:
-    if size == -1 or (isinstance(axis.extent, Const) and axis.extent.value == size):
+    """The output axis of ``tv``'s ``axis`` at ``out_dim`` of size ``size`` (nvFuser's
+    ``expand``): kept for -1 or its own extent; a size-1 dim expanded; a symbolic dim takes
+    the size (checked when the inputs are bound: torch's expand refuses a mismatch, naming
+    the instruction); a constant dim keeps its extent for a symbolic size, as nvFuser."""
+    symbolic = not isinstance(size, int)
+    if size == -1 or (symbolic and same_extent(size, axis.extent)):
         new = _fresh(axis)
         pairs.append((new, axis))
         return new
-    if size < 1:
+    if not symbolic and isinstance(axis.extent, Const) and axis.extent.value == size:
+        new = _fresh(axis)
+        pairs.append((new, axis))
+        return new
+    if not symbolic and size < 1:
         raise OperandError(
             f"broadcast_in_dim: {tv.name} dim {tv.shape_domain().index(axis)} (extent"
             f" {print_scalar(axis.extent)}) maps to output dim {out_dim} of size {size}; expected"
             " a positive size, or -1 to keep the extent"
         )
+    extent = size if symbolic else Const(value=size)
     if axis.extent == Const(value=1):  # expanding a size-1 dim
-        return IterDomain(Const(value=size), IterType.BROADCAST)
+        return IterDomain(extent, IterType.BROADCAST)
     if isinstance(axis.extent, Const):
+        if symbolic:  # nvFuser keeps a constant extent for a size known later
+            new = _fresh(axis)
+            pairs.append((new, axis))
+            return new
         raise OperandError(
             f"broadcast_in_dim: {tv.name} dim {tv.shape_domain().index(axis)} has extent"
             f" {print_scalar(axis.extent)}, which cannot become {size} at output dim {out_dim}"
         )
-    new = IterDomain(Const(value=size), axis.iter_type)
+    new = IterDomain(extent, axis.iter_type)
     pairs.append((new, axis))
     return new

@@ -17,8 +17,9 @@ import torch
 
 from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
 from frontend.attention_ops import ATTENTION_OPS
-from frontend.contraction import broadcast_axes, linear_axes, matmul_axes
+from frontend.contraction import broadcast_axes, linear_axes, matmul_axes, wrapped_dims
 from frontend.errors import DefinitionError, OperandError
+from frontend.expanded_dims import unexpanded
 from frontend.exprs import (
     BinaryOp,
     BroadcastInDimOp,
@@ -35,7 +36,7 @@ from frontend.exprs import (
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.reduction_ops import REDUCTION_METHODS
-from frontend.scalar_math import SCALAR_OPS, scalar_binary, shape_sizes
+from frontend.scalar_math import scalar_op, shape_entries
 from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
@@ -54,12 +55,6 @@ from hostir.ir.ops import (
 from hostir.ir.scalars import print_scalar
 
 _PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
-
-
-def _name(operand: Operand) -> str:
-    if isinstance(operand, TensorView | ScalarVal):
-        return operand.name
-    return repr(operand)
 
 
 def _operand_type(operand: Operand) -> OperandType:
@@ -160,11 +155,8 @@ class Ops:
                 why = ": torch and nvFuser take a Python int as an int64 scalar"
                 check_fits(OperandError, name, "the constant", operand, DataType.Int, why)
         tensors = [x for x in operands if isinstance(x, TensorView)]
-        if not tensors and name in SCALAR_OPS:  # a constant or an extent: frontend.scalar_math
-            return scalar_binary(self._fusion, name, *operands)
-        if not tensors:
-            shown_operands = ", ".join(_name(x) for x in operands)
-            raise OperandError(f"{name}({shown_operands}): at least one operand must be a tensor")
+        if not tensors:  # a constant or an extent: frontend.scalar_math
+            return scalar_op(self._fusion, name, operands)
         types = tuple(_operand_type(x) for x in operands)
         try:
             promotion = promote(op, types)
@@ -172,6 +164,8 @@ class Ops:
             raise OperandError(str(error)) from None
         for operand in operands:
             _check_constant_fits(name, operand, DataType(promotion.compute))
+        operands = unexpanded(self, operands)  # expanded dims broadcast as nvFuser's
+        tensors = [x for x in operands if isinstance(x, TensorView)]
         axes, axis_map = _broadcast_axes(name, tensors)
         out = self._new(DataType(promotion.result), axes)
         self._fusion.add_expr(_POINTWISE_EXPRS[op.arity](out, axis_map, name, operands))
@@ -209,26 +203,28 @@ class Ops:
 
     # ----- layout -----
     def broadcast_in_dim(
-        self, tv: TensorView, shape: Sequence[int], broadcast_dims: Sequence[int]
+        self, tv: TensorView, shape: Sequence[Any], broadcast_dims: Sequence[int]
     ) -> TensorView:
-        """Places ``tv``'s dim ``i`` at output dim ``broadcast_dims[i]`` of ``shape``.
+        """Places ``tv``'s dim ``i`` at output dim ``broadcast_dims[i]`` of ``shape``
+        (negative dims count from the end of ``shape``, as nvFuser's ``wrapDim``).
 
-        Other output dims are new broadcast dims of extent ``shape[j]``; a
-        ``shape`` entry of -1 keeps the mapped input extent.
+        Other output dims are new broadcast dims of extent ``shape[j]``, expanded; a
+        ``shape`` entry of -1 keeps the mapped input extent. Entries are ints or Int
+        scalars: constants, or sizes (``x.size(0)``, ``x.shape()``) known when the inputs
+        are bound, which a new dim takes as its extent.
         """
         tv = _check_tensor("broadcast_in_dim", tv, "operand")
-        # Entries may be scalars: sizes (tv.size(i)) and constants become ints here.
-        shape = shape_sizes("broadcast_in_dim", tv, shape, broadcast_dims)
-        shape = int_list(OperandError, "broadcast_in_dim", "shape", shape)
+        shape = shape_entries("broadcast_in_dim", shape)
         broadcast_dims = int_list(
             OperandError, "broadcast_in_dim", "broadcast_dims", broadcast_dims
         )
         for dim, size in enumerate(shape):
-            if size > MAX_EXTENT:  # smaller sizes: checked with the dims they map
+            if is_int(size) and size > MAX_EXTENT:  # smaller sizes: checked with their dims
                 raise OperandError(
                     f"broadcast_in_dim: shape[{dim}] = {shown(size)} of {tv.name}'s output is"
                     f" larger than an extent can be ({MAX_EXTENT})"
                 )
+        broadcast_dims = wrapped_dims(tv, broadcast_dims, len(shape))
         axes, pairs = broadcast_axes(tv, shape, broadcast_dims)
         out = self._new(tv.dtype, axes)
         expr = BroadcastInDimOp(

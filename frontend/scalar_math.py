@@ -1,11 +1,13 @@
 """Scalars without tensors: arithmetic on scalars alone, and scalars as shape entries.
 
-nvFuser lets a program compute with scalars alone (``fd.ops.mul(fd.define_scalar(2.0), 3)``)
-and build shapes from sizes (``fd.ops.broadcast_in_dim(t, [t.size(0), 4], [0])``). Here a
-scalar is known at definition (a constant: its value is computed now, in its dtype) or is an
-extent (``tv.size(i)``: its value is known once the inputs are bound, and arithmetic on it
-stays a host IR extent expression). A scalar input is known only at execute: arithmetic on
-it alone, or a shape entry made of it, is refused by name when the fusion is defined.
+nvFuser lets a program compute with scalars alone (``fd.ops.reciprocal(fd.define_scalar(2.0))``,
+any pointwise op) and build shapes from sizes (``fd.ops.broadcast_in_dim(t, x.shape(), [-1])``).
+Here a scalar is known at definition (a constant: its value is computed now, in nvFuser's
+dtype for scalars, by the torch call the runtime makes) or is an extent (``tv.size(i)``: its
+value is known once the inputs are bound, and add, sub or mul on it stays a host IR extent
+expression; other ops on it are refused by name). A scalar input is known only at
+execute: arithmetic on it alone, or a shape entry made of it, is refused by name when the
+fusion is defined.
 Python's ``+``, ``-`` and ``*`` on a scalar are :func:`scalar_binary` too (set on ``ScalarVal``
 below), as nvFuser's Vals take them: ``reshape(t, [b * s, e])``.
 """
@@ -18,14 +20,24 @@ from typing import Any, Protocol
 
 import torch
 
-from frontend.arguments import check_fits, shown
+from frontend.arguments import as_list, check_fits, is_int, shown
 from frontend.errors import OperandError
 from frontend.exprs import ScalarVal
-from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
 from hostir.ir import scalars
+from hostir.ir.dtypes import DType
+from hostir.ir.ops import (
+    POINTWISE_OPS,
+    Category,
+    DtypeRule,
+    OperandKind,
+    OperandType,
+    category,
+    common_dtype,
+)
 from hostir.ir.scalars import print_scalar
+from hostir.run.pointwise import TORCH_CALLS
 
 
 class ScalarMaker(Protocol):
@@ -37,26 +49,19 @@ class ScalarMaker(Protocol):
         """A new scalar ``s<n>``."""
 
 
-SCALAR_OPS = ("add", "sub", "mul", "div")
-"""The ops ``fd.ops`` computes on scalars alone (``scalar_binary``)."""
-
 INTEGER_DTYPES = (DataType.Int, DataType.Int32)
 """The dtypes of a scalar that may be an extent."""
 
-_TORCH_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "add": torch.add,
-    "sub": torch.sub,
-    "mul": torch.mul,
-    "div": torch.true_divide,
-}
-"""How a constant result is computed in a floating or Bool dtype: as torch computes it."""
-
-_INT_OPS: dict[str, Callable[[int, int], int]] = {
+_INT_OPS: dict[str, Callable[..., int]] = {
     "add": operator.add,
     "sub": operator.sub,
     "mul": operator.mul,
+    "neg": operator.neg,
+    "abs": abs,
+    "relu": lambda x: max(x, 0),
 }
-"""How an integer result is computed: exactly, then checked to fit its dtype."""
+"""The integer ops computed exactly, then checked to fit their dtype (torch would wrap
+around); ``div`` and ``pow`` are exact too (:func:`_exact_int`)."""
 
 _EXTENT_OPS: dict[str, Callable[[Scalar, Scalar], Scalar]] = {
     "add": scalars.add,
@@ -66,13 +71,15 @@ _EXTENT_OPS: dict[str, Callable[[Scalar, Scalar], Scalar]] = {
 """The arithmetic an extent keeps (host IR extents are integers: no true division)."""
 
 
-def scalar_binary(fusion: ScalarMaker, op: str, lhs: Any, rhs: Any) -> ScalarVal:
-    """``op`` (add, sub, mul or div) of two scalars (ScalarVals or Python numbers) as a new
-    scalar of ``fusion``: a constant if both are known, else an extent (add, sub and mul
-    of integer extents and int constants). Raises OperandError naming the operand that
-    is an input bound at execute, or the division of an extent."""
-    names = f"{op}({_name(lhs)}, {_name(rhs)})"
-    for operand in (lhs, rhs):
+def scalar_op(fusion: ScalarMaker, name: str, operands: Sequence[Any]) -> ScalarVal:
+    """Pointwise op ``name`` (any of ``hostir.ir.ops.POINTWISE_OPS``) on scalars alone
+    (ScalarVals or Python numbers) as a new scalar of ``fusion``: a constant, computed now
+    in nvFuser's dtype for scalars (:func:`scalar_promotion`) by the runtime's torch call,
+    if every operand is known; else an extent (add, sub and mul of integer extents and int
+    constants). Raises OperandError naming the operand that is an input bound at execute,
+    a size used in another op, or what the op does not take."""
+    names = f"{name}({', '.join(_name(x) for x in operands)})"
+    for operand in operands:
         if isinstance(operand, ScalarVal) and operand.is_input():
             raise OperandError(
                 f"{names}: {operand.name} is a scalar input, bound only at execute; arithmetic"
@@ -80,41 +87,83 @@ def scalar_binary(fusion: ScalarMaker, op: str, lhs: Any, rhs: Any) -> ScalarVal
                 " sizes): compute it before execute and pass the result, or use it with a"
                 " tensor operand"
             )
-    dtype = _result_dtype(op, _dtype(lhs), _dtype(rhs))
-    known = [_value(x) for x in (lhs, rhs)]
-    if known[0] is not None and known[1] is not None:
-        return fusion.new_scalar(dtype, _constant(names, op, known[0], known[1], dtype))
-    if op not in _EXTENT_OPS or dtype not in INTEGER_DTYPES:
-        extent = next(x for x in (lhs, rhs) if _value(x) is None)
+    known = [_value(x) for x in operands]
+    if all(value is not None for value in known):
+        promotion = scalar_promotion(names, name, [_dtype(x) for x in operands])
+        return fusion.new_scalar(promotion[1], _constant(names, name, known, promotion))
+    extent = next(x for x in operands if _value(x) is None)
+    if name not in _EXTENT_OPS or any(_dtype(x) not in INTEGER_DTYPES for x in operands):
         raise OperandError(
             f"{names}: {extent.name} is the size {print_scalar(extent.extent)}, known only when"
             f" the inputs are bound; arithmetic on it alone is add, sub or mul with integers"
-            f" (an extent), got {op} with a {dtype.name} result; use it with a tensor operand"
-            f" instead (fd.ops.{op}(tensor, {extent.name}))"
+            f" (an extent), got {name}; use it with a tensor operand instead"
+            f" (fd.ops.{name} with a tensor among its operands)"
         )
-    extent = _EXTENT_OPS[op](_as_extent(lhs), _as_extent(rhs))
-    return fusion.new_scalar(DataType.Int, None, extent)
+    lhs, rhs = operands
+    result = _EXTENT_OPS[name](_as_extent(lhs), _as_extent(rhs))
+    return fusion.new_scalar(DataType.Int, None, result)
 
 
-def shape_sizes(op: str, tv: TensorView, shape: Any, broadcast_dims: Any) -> Any:
-    """``shape`` with every ScalarVal entry as the int the op takes: its value if constant,
-    -1 (the input's extent) for a size at an output dim mapped from an input dim of that
-    very extent. Anything else passes unchanged for the op's own checks. Raises
-    OperandError, naming ``op`` and the entry, for a scalar input, a scalar that is not an
-    integer, and a size the op cannot take (at a new or expanded dim, or a different
-    extent than the mapped input dim's)."""
-    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
-        return shape
-    if not any(isinstance(entry, ScalarVal) for entry in shape):
-        return shape
-    dims = list(broadcast_dims) if isinstance(broadcast_dims, Sequence) else []
-    source = tv.shape_domain()
-    sizes = []
-    for position, entry in enumerate(shape):
-        if not isinstance(entry, ScalarVal):
+def scalar_binary(fusion: ScalarMaker, op: str, lhs: Any, rhs: Any) -> ScalarVal:
+    """``op`` of two scalars (ScalarVals or Python numbers): :func:`scalar_op`."""
+    return scalar_op(fusion, op, (lhs, rhs))
+
+
+def scalar_promotion(names: str, name: str, dtypes: Sequence[DataType]) -> tuple[DType, DataType]:
+    """(compute dtype, result dtype) of op ``name`` on scalars of ``dtypes`` alone, by
+    nvFuser's code path for scalar Vals (``csrc/ops/arith.cpp``, ``csrc/type_promotion.cpp``):
+    the common dtype of the operands (all equal: that one; else promoted, Half and BFloat16
+    counting as Float); ``float_op_config`` makes integers and bools Float; every config
+    but ``where``'s casts Half and BFloat16 to Float. Scalars are cast only across
+    categories (``optionalCast``), so a one-operand op keeps a floating operand's own dtype
+    (``reciprocal(Double)`` is Double, ``exp(Half)`` Half, ``exp(Int)`` Float); a binary op
+    gives the common dtype, a comparison Bool, ``where`` the common dtype of its values.
+    Raises OperandError for a dtype the op does not take (as for tensors)."""
+    op = POINTWISE_OPS[name]
+    operands = tuple(
+        OperandType(d.to_hostir(), OperandKind.SCALAR, f"s{i}") for i, d in enumerate(dtypes)
+    )
+    values = operands
+    if op.rule is DtypeRule.SELECT:
+        if operands[0].dtype is not DType.BOOL:
+            raise OperandError(f"{names}: the condition must be Bool, got {dtypes[0].name}")
+        values = operands[1:]
+    compute = common_dtype(values)
+    if op.rule is DtypeRule.FLOAT and category(compute) is not Category.FLOAT:
+        compute = DType.FLOAT32
+    if op.rule is not DtypeRule.SELECT and compute in (DType.FLOAT16, DType.BFLOAT16):
+        compute = DType.FLOAT32
+    if category(compute) not in op.accepts or DType.UINT64 in (v.dtype for v in values):
+        taken = " or ".join(sorted(c.value for c in op.accepts))
+        raise OperandError(
+            f"{names}: {name} computes in {compute.value} for scalars of"
+            f" {', '.join(d.name for d in dtypes)}; it takes {taken} dtypes"
+        )
+    if op.rule is DtypeRule.COMPARE:
+        return compute, DataType.Bool
+    own = values[0].dtype
+    if op.arity == 1 and (op.rule is DtypeRule.SAME or category(own) is category(compute)):
+        compute = values[0].dtype  # optionalCast keeps a scalar within its category
+    return compute, DataType(compute)
+
+
+def shape_entries(op: str, shape: Any) -> list[int | Scalar]:
+    """``shape`` as a list of ints and symbolic extents: an int stays; a ScalarVal becomes
+    its value if known at definition, else its extent expression (a size ``tv.size(i)`` or
+    arithmetic on sizes, bound when the inputs are). Raises OperandError, naming ``op``
+    and the entry, for a scalar input, a scalar that is not an integer, and anything else."""
+    entries = as_list(OperandError, op, "shape", shape, "ints or Int scalars")
+    sizes: list[int | Scalar] = []
+    for position, entry in enumerate(entries):
+        where = f"{op}: shape[{position}]"
+        if is_int(entry):
             sizes.append(entry)
             continue
-        where = f"{op}: shape[{position}] = {entry.name}"
+        if not isinstance(entry, ScalarVal):
+            raise OperandError(
+                f"{where} must be an int or an Int scalar, got {shown(entry)} in {shown(shape)}"
+            )
+        where = f"{where} = {entry.name}"
         if entry.is_input():
             raise OperandError(
                 f"{where} is a scalar input, bound only at execute; a shape entry is an int,"
@@ -123,24 +172,7 @@ def shape_sizes(op: str, tv: TensorView, shape: Any, broadcast_dims: Any) -> Any
             )
         if entry.dtype not in INTEGER_DTYPES:
             raise OperandError(f"{where} must be an integer scalar, got a {entry.dtype.name}")
-        if entry.value is not None:
-            sizes.append(int(entry.value))
-            continue
-        mapped = dims.index(position) if position in dims else None
-        if mapped is not None and mapped < len(source) and source[mapped].extent == entry.extent:
-            sizes.append(-1)
-            continue
-        target = (
-            f"output dim {position}, mapped from {tv.name} dim {mapped} of extent"
-            f" {print_scalar(source[mapped].extent)}"
-            if mapped is not None and mapped < len(source)
-            else f"output dim {position}, a new dim"
-        )
-        raise OperandError(
-            f"{where} is the size {print_scalar(entry.extent)}, known only when the inputs are"
-            f" bound, at {target}: a size is taken only as the extent of the input dim it maps"
-            " (or give -1 there); a new or expanded dim needs an int size"
-        )
+        sizes.append(int(entry.value) if entry.value is not None else entry.extent)
     return sizes
 
 
@@ -169,30 +201,53 @@ def _as_extent(operand: Any) -> Scalar:
     return Const(value=int(operand))
 
 
-def _result_dtype(op: str, lhs: DataType, rhs: DataType) -> DataType:
-    """torch's promotion of two 0-dim tensors of these dtypes; a true division of integers
-    or bools gives a Double, as a Python ``/`` (a scalar's float is a double, as in
-    nvFuser), not torch's default float32."""
-    promoted = DataType.from_torch(torch.promote_types(lhs.to_torch(), rhs.to_torch()))
-    if op == "div" and promoted in (*INTEGER_DTYPES, DataType.Bool):
-        return DataType.Double
-    return promoted
-
-
-def _constant(names: str, op: str, lhs: Any, rhs: Any, dtype: DataType) -> int | float | bool:
-    """``lhs op rhs`` in ``dtype``: exactly for integers (refused if it does not fit the
-    dtype: torch would wrap around), else as torch computes it on 0-dim tensors."""
-    if dtype in INTEGER_DTYPES:
-        result = _INT_OPS[op](int(lhs), int(rhs))
-        check_fits(OperandError, names, "the result", result, dtype, ": it would wrap around")
-        return result
+def _constant(
+    names: str, name: str, values: list[Any], promotion: tuple[DType, DataType]
+) -> int | float | bool:
+    """Op ``name`` on the known ``values``: exactly for an integer result (refused if it does
+    not fit its dtype: torch would wrap around), else by the runtime's torch call
+    (``hostir.run.pointwise``) on 0-dim tensors of the compute dtype, so a constant is what
+    the op computes on a tensor of that dtype."""
+    compute, result = promotion
+    if result in INTEGER_DTYPES:
+        exact = _exact_int(names, name, [int(v) for v in values])
+        check_fits(OperandError, names, "the result", exact, result, ": it would wrap around")
+        return exact
+    first = 1 if POINTWISE_OPS[name].rule is DtypeRule.SELECT else 0
+    tensors = [
+        torch.tensor(v, dtype=torch.bool if i < first else compute.to_torch())
+        for i, v in enumerate(values)
+    ]
     try:
-        result = _TORCH_OPS[op](
-            torch.tensor(lhs, dtype=dtype.to_torch()), torch.tensor(rhs, dtype=dtype.to_torch())
-        )
+        value = TORCH_CALLS[name](compute)(*tensors).to(result.to_torch()).item()
     except (RuntimeError, TypeError) as error:
-        raise OperandError(f"{names}: torch refuses it in {dtype.name}: {error}") from None
-    return bool(result.item()) if dtype is DataType.Bool else float(result.item())
+        raise OperandError(f"{names}: torch refuses it in {compute.value}: {error}") from None
+    return bool(value) if result is DataType.Bool else float(value)
+
+
+def _exact_int(names: str, name: str, values: list[int]) -> int:
+    """An integer op on Python ints, exactly: C++'s truncating ``div``; ``pow`` with a
+    non-negative exponent (a result past 64 bits is refused without computing it)."""
+    if name in _INT_OPS:
+        return _INT_OPS[name](*values)
+    if name == "where":
+        return values[1] if values[0] else values[2]
+    lhs, rhs = values
+    if name == "div":
+        if rhs == 0:
+            raise OperandError(f"{names}: integer division by zero")
+        quotient = abs(lhs) // abs(rhs)
+        return quotient if (lhs < 0) == (rhs < 0) else -quotient
+    if name == "pow":
+        if rhs < 0:
+            raise OperandError(
+                f"{names}: an integer to a negative power ({rhs}) is not an integer; cast"
+                " the base to a floating dtype first"
+            )
+        if abs(lhs) > 1 and rhs * (abs(lhs).bit_length() - 1) > 64:
+            raise OperandError(f"{names}: the result is past 64 bits: it would wrap around")
+        return lhs**rhs
+    raise OperandError(f"{names}: {name} has no integer form")
 
 
 def _operator(op: str, reflected: bool = False) -> Callable[[ScalarVal, Any], Any]:

@@ -259,6 +259,8 @@ def slice(  # noqa: A001 - nvFuser's name
     the dim); strides must be 1 (nvFuser's limitation). A sliced dim is gathered first if
     it is sharded (``set``); the others keep their sharding."""
     arg = _tensor("slice", arg)
+    if is_int(manual_normalization) and manual_normalization in (0, 1):
+        manual_normalization = bool(manual_normalization)  # pybind11 converts 0 and 1 too
     manual = check_bool(OperandError, "slice", "manual_normalization", manual_normalization)
     ndim = len(arg.shape_domain())
     starts = as_list(OperandError, "slice", "start_indices", start_indices, "ints")

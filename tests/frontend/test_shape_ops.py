@@ -329,3 +329,16 @@ def test_instructions_run_as_written() -> None:
     (out,) = HostIrEvaluator(program).run([x])
     padded = torch.nn.functional.pad(x, [1, 1], value=0.5).reshape(2, 2, 8)
     assert torch.equal(out, torch.cat([padded, padded[..., 2:5]], 2))
+
+
+def test_slice_takes_manual_normalization_as_0_or_1() -> None:
+    """nvFuser's transformer backward passes ``manual_normalization=0``: pybind11 converts 0
+    and 1 to bool, so they are False and True here; another int is refused by name."""
+    torch.manual_seed(31)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([4, 6])
+        fd.add_output(fd.ops.slice(a, [0, 2], [4, 6], manual_normalization=0))
+        with pytest.raises(OperandError, match="manual_normalization must be True or False"):
+            fd.ops.slice(a, [0, 2], [4, 6], manual_normalization=2)
+    data = torch.randn(4, 6)
+    torch.testing.assert_close(fd.execute([data])[0], data[:, 2:])
