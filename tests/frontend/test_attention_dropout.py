@@ -7,6 +7,7 @@ the refusals at definition."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from frontend import (
     ParallelType,
     shard_tensor,
 )
+from hostir import HostIrError, parse
 from hostir.run.creation import generator_seed
 
 P = 0.25
@@ -167,3 +169,39 @@ def test_no_dropout_keeps_the_flash_kernel_and_zero_philox() -> None:
     assert int(seed_value) == 0
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*data, 0.0, False)[0]
     assert torch.equal(result, flash)
+
+
+def test_the_dropout_instructions_print_and_parse_back() -> None:
+    """The lowered program names the dropout and the philox tensors it reads, and its text
+    parses back to the same program."""
+    fd, _, _ = _fusion(P)
+    text = str(fd.host_ir())
+    assert "sdpfa_philox(result=philox_seed, dropout=true)" in text, text
+    assert "result=output, is_causal=true, dropout_p=0.25, philox_seed=T4" in text, text
+    assert "result=logsumexp, is_causal=true)" in text, text  # no dropout there
+    assert str(parse(text)) == text
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("result=output, dropout_p=1.5, philox_seed=S, philox_offset=S", "in (0, 1)"),
+        ("result=output, dropout_p=0.5, philox_seed=T0, philox_offset=S", "philox_seed must"),
+        ("result=output, dropout_p=0.5", "philox_seed must be an int64 [] tensor"),
+        ("result=output, philox_seed=S, philox_offset=S", "read only with dropout_p"),
+        ("result=logsumexp, dropout_p=0.5, philox_seed=S, philox_offset=S", "logsumexp"),
+    ],
+)
+def test_the_verifier_checks_the_dropout_fields(line: str, fragment: str) -> None:
+    """Hand-written host IR with a probability out of range, wrong or missing philox
+    tensors, or dropout on the logsumexp is refused by the verifier."""
+    out = "float32[1, 2, 4]" if "logsumexp" in line else "float32[1, 2, 4, 8]"
+    text = f"""%HostIrContainer {{
+  input S : int64[]
+  input T0 : float32[1, 2, 4, 8]
+  T1 : {out} = sdpfa_fwd(T0, T0, T0, {line})
+  output T1
+}}
+"""
+    with pytest.raises(HostIrError, match=re.escape(fragment)):
+        parse(text)
