@@ -8,7 +8,7 @@ tensor, for ``decompose_resharding``.
   (:func:`computed_whole`), so a sharded operand is gathered by a ``set`` before the op,
   and a sharded output sliced after it. Input axes that map to no output axis (the key's
   sequence, ``grouped_mm``'s groups and offsets, the embedding's vocabulary) are read
-  whole by the same pass.
+  whole by the same pass. With dropout no axis may be stream-parallel.
 - ``sdpfa_philox`` reads no tensor: its expression's input gives it a mesh only
   (:func:`reads_no_tensor`).
 """
@@ -40,7 +40,16 @@ def refuse_streamed_whole_axes(instruction: Instruction, axes: tuple[AxisLayout,
     """Raises LoweringError if one of :func:`whole_axes` of the op's output (``axes``) is
     stream-parallel: a stream chunk of a sequence would attend to its own rows as if they
     were the first ones (a causal mask by local row), a chunk of grouped rows would misread
-    the global offsets."""
+    the global offsets. With dropout any stream-parallel axis is refused: a chunk would
+    need its position in the global weights to take its slice of the mask."""
+    if getattr(instruction, "dropout_p", None) is not None:
+        for index, axis in enumerate(axes):
+            if axis.stream is not None:
+                raise LoweringError(
+                    f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                    " stream-parallel, but attention with dropout takes its mask by the"
+                    " global index of each weight; shard that axis over devices instead"
+                )
     for index in whole_axes(instruction):
         if axes[index].stream is not None:
             raise LoweringError(

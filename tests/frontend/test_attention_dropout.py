@@ -205,3 +205,16 @@ def test_the_verifier_checks_the_dropout_fields(line: str, fragment: str) -> Non
 """
     with pytest.raises(HostIrError, match=re.escape(fragment)):
         parse(text)
+
+
+def test_a_stream_split_head_with_dropout_is_refused_by_name() -> None:
+    """A stream chunk would not know where its weights lie in the global mask: a
+    stream-parallel head axis (allowed without dropout) is refused when lowered."""
+    with FusionDefinition() as fd:
+        q, k, v = _qkv(fd)
+        out, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, dropout_p=0.5)
+        fd.add_output(out)
+    q.outer_split(1, 2)
+    q.axis(1).parallelize(ParallelType.stream)
+    with pytest.raises(HostIrError, match="stream-parallel, but attention with dropout"):
+        fd.host_ir()
