@@ -32,6 +32,24 @@ ATTENTION_DTYPES = (DataType.Half, DataType.BFloat16, DataType.Float)
 # ----- expressions -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Dropout:
+    """An attention's dropout: the probability ``p`` (a constant in (0, 1)) and the philox
+    seed and offset tensors (Int, 0 dims) that choose the mask."""
+
+    p: float
+    seed: TensorView
+    offset: TensorView
+
+
+def _dropout_inputs(dropout: Dropout | None) -> list[Operand]:
+    return [] if dropout is None else [dropout.seed, dropout.offset]
+
+
+def _dropout_attribute(dropout: Dropout | None) -> str:
+    return "" if dropout is None else f", dropout_p={dropout.p}"
+
+
 @dataclass(eq=False)
 class SdpaFwdExpr(Expr):
     """One result (``result``) of ``sdpfa_fwd``: the attention output or its logsumexp."""
@@ -42,24 +60,29 @@ class SdpaFwdExpr(Expr):
     result: SdpaFwdResult
     is_causal: bool
     scale: float | None
+    dropout: Dropout | None = None
 
     def inputs(self) -> list[Operand]:
-        return [self.query, self.key, self.value]
+        return [self.query, self.key, self.value, *_dropout_inputs(self.dropout)]
 
     def keyword(self) -> str:
         return "sdpfa_fwd"
 
     def attributes(self) -> str:
-        return f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
+        return (
+            f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
+            + _dropout_attribute(self.dropout)
+        )
 
 
 @dataclass(eq=False)
 class SdpaPhiloxExpr(Expr):
     """``sdpfa_fwd``'s philox seed or offset. ``query`` is kept for its mesh only: the
-    result reads no data (no dropout runs)."""
+    result reads no data (with ``dropout`` the seed is drawn at run time, else 0)."""
 
     query: TensorView
     result: PhiloxResult
+    dropout: bool = False
 
     def inputs(self) -> list[Operand]:
         return [self.query]
@@ -68,7 +91,7 @@ class SdpaPhiloxExpr(Expr):
         return "sdpfa_philox"
 
     def attributes(self) -> str:
-        return f", result={self.result.value}"
+        return f", result={self.result.value}, dropout={self.dropout}"
 
 
 @dataclass(eq=False)
@@ -84,6 +107,7 @@ class SdpaBwdExpr(Expr):
     result: SdpaBwdResult
     is_causal: bool
     scale: float | None
+    dropout: Dropout | None = None
 
     def inputs(self) -> list[Operand]:
         return [
@@ -93,13 +117,17 @@ class SdpaBwdExpr(Expr):
             self.value,
             self.attention,
             self.logsumexp,
+            *_dropout_inputs(self.dropout),
         ]
 
     def keyword(self) -> str:
         return "sdpfa_bwd"
 
     def attributes(self) -> str:
-        return f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
+        return (
+            f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
+            + _dropout_attribute(self.dropout)
+        )
 
 
 @dataclass(eq=False)
@@ -156,17 +184,20 @@ def _constant(op: str, role: str, value: Any, kinds: tuple[type, ...]) -> Any:
     return value
 
 
-def _flags(op: str, dropout_p: Any, is_causal: Any, scale: Any) -> tuple[bool, float | None]:
-    """``is_causal`` and ``scale`` as constants; a dropout probability other than 0 is
-    refused (torch's CPU flash kernel has no dropout, and a dropout mask that is the same
-    slice of one global mask on every rank is not implemented)."""
-    if dropout_p is not None:
-        p = _constant(op, "dropout_p", dropout_p, (float, int))
-        if p != 0:
-            raise OperandError(
-                f"{op}: dropout_p = {p} is not supported; hostir runs attention without"
-                " dropout only (dropout_p None or 0.0)"
-            )
+def _dropout_p(op: str, dropout_p: Any) -> float | None:
+    """The dropout probability: None for None or 0 (no dropout), else a constant in (0, 1)."""
+    if dropout_p is None:
+        return None
+    p = _constant(op, "dropout_p", dropout_p, (float, int))
+    if p == 0:
+        return None
+    if not 0 < p < 1:
+        raise OperandError(f"{op}: dropout_p = {p} is out of range; expected 0 <= dropout_p < 1")
+    return float(p)
+
+
+def _flags(op: str, is_causal: Any, scale: Any) -> tuple[bool, float | None]:
+    """``is_causal`` and ``scale`` as constants."""
     causal = False if is_causal is None else _constant(op, "is_causal", is_causal, (bool,))
     scale_value = None if scale is None else float(_constant(op, "scale", scale, (float, int)))
     return causal, scale_value
@@ -238,10 +269,17 @@ def _add_pairs(axis_map: dict[TensorView, AxisPairs], tv: TensorView, pairs: Axi
 
 
 def _fwd_result(
-    ops: Any, q: TensorView, k: TensorView, v: TensorView, result: SdpaFwdResult, flags: tuple
+    ops: Any,
+    q: TensorView,
+    k: TensorView,
+    v: TensorView,
+    result: SdpaFwdResult,
+    flags: tuple,
+    dropout: Dropout | None = None,
 ) -> TensorView:
     """The tensor of one ``sdpfa_fwd`` result: batch and head axes map to all of q, k, v,
-    L to the query's, Ev (the output) to the value's."""
+    L to the query's, Ev (the output) to the value's. ``dropout`` (the output's only)
+    adds the philox tensors, 0-d, as inputs."""
     qd, kd, vd = q.shape_domain(), k.shape_domain(), v.shape_domain()
     batch = _rank(q) - 2
     axes = [_fresh(axis) for axis in qd[: batch + 1]]  # *N, H and L
@@ -254,6 +292,8 @@ def _fwd_result(
         axes.append(_fresh(vd[-1]))
         _add_pairs(axis_map, v, [(axes[-1], vd[-1])])
         dtype = q.dtype
+    for tensor in _dropout_inputs(dropout):
+        _add_pairs(axis_map, tensor, [])
     out = ops._fusion.new_tensor(dtype, axes)
     causal, scale = flags
     expr = SdpaFwdExpr(
@@ -265,15 +305,17 @@ def _fwd_result(
         result=result,
         is_causal=causal,
         scale=scale,
+        dropout=dropout,
     )
     ops._fusion.add_expr(expr)
     return out
 
 
-def _philox(ops: Any, query: TensorView, result: PhiloxResult) -> TensorView:
+def _philox(ops: Any, query: TensorView, result: PhiloxResult, dropout: bool) -> TensorView:
     """A philox projection: an Int scalar tensor (nvFuser's form for torch before 2.7)."""
     out = ops._fusion.new_tensor(DataType.Int, [])
-    ops._fusion.add_expr(SdpaPhiloxExpr(out, axis_map={query: []}, query=query, result=result))
+    expr = SdpaPhiloxExpr(out, axis_map={query: []}, query=query, result=result, dropout=dropout)
+    ops._fusion.add_expr(expr)
     return out
 
 
@@ -290,9 +332,12 @@ def sdpfa_fwd(
 ) -> tuple[TensorView, TensorView, TensorView, TensorView]:
     """nvFuser's scaled dot-product flash attention forward: query ``[*N, H, L, E]``, key and
     value ``[*N, H, S, E]`` -> (output ``[*N, H, L, E]`` in the query's dtype, logsumexp
-    ``[*N, H, L]`` Float, philox_seed, philox_offset (Int scalar tensors, 0)).
+    ``[*N, H, L]`` Float, philox_seed, philox_offset (Int scalar tensors)).
 
-    ``dropout_p`` must be None or 0; ``is_causal`` (default False) and ``scale`` (default
+    ``dropout_p``: None or 0 (no dropout; the philox tensors are 0), or a constant in
+    (0, 1): the seed is drawn from torch's default generator at each run, the offset is 0,
+    and the mask is a function of them and of each weight's global index (docs/ops.md).
+    ``is_causal`` (default False) and ``scale`` (default
     ``1/sqrt(E)``) constants. ``bias`` and ``mask`` are refused. Batch and head dims
     shard locally; a sharded sequence or head size is gathered first (docs/ops.md)."""
     op = "sdpfa_fwd"
@@ -304,20 +349,36 @@ def sdpfa_fwd(
             raise OperandError(f"{op}: {role} is not supported (leave it None)")
     _attention_tensors(op, {"query": q, "key": k, "value": v})
     _check_qkv(op, q, k, v)
-    flags = _flags(op, dropout_p, is_causal, scale)
+    p = _dropout_p(op, dropout_p)
+    flags = _flags(op, is_causal, scale)
+    if p is None:  # the philox tensors after the results, as before dropout existed
+        output = _fwd_result(self, q, k, v, SdpaFwdResult.OUTPUT, flags)
+        logsumexp = _fwd_result(self, q, k, v, SdpaFwdResult.LOGSUMEXP, flags)
+        seed = _philox(self, q, PhiloxResult.SEED, False)
+        return output, logsumexp, seed, _philox(self, q, PhiloxResult.OFFSET, False)
+    seed = _philox(self, q, PhiloxResult.SEED, True)  # the output reads them: first
+    offset = _philox(self, q, PhiloxResult.OFFSET, True)
+    dropout = Dropout(p, seed, offset)
     return (
-        _fwd_result(self, q, k, v, SdpaFwdResult.OUTPUT, flags),
+        _fwd_result(self, q, k, v, SdpaFwdResult.OUTPUT, flags, dropout),
         _fwd_result(self, q, k, v, SdpaFwdResult.LOGSUMEXP, flags),
-        _philox(self, q, PhiloxResult.SEED),
-        _philox(self, q, PhiloxResult.OFFSET),
+        seed,
+        offset,
     )
 
 
-def _check_philox(op: str, role: str, value: Any) -> None:
-    """A philox seed or offset is a tensor of any dtype and shape: sdpfa_fwd's (Int, 0 dims
-    here) or a fusion input (nvFuser's newer UInt64 ``[2]`` and ``[]`` forms); nvFuser checks
-    no more, and no dropout runs, so it is not read."""
-    _tensor(op, value, role)
+def _check_philox(op: str, role: str, value: Any, dropout: bool) -> TensorView:
+    """A philox seed or offset. Without dropout it is not read: a tensor of any dtype and
+    shape (sdpfa_fwd's Int ``[]``, or nvFuser's newer UInt64 ``[2]`` and ``[]`` forms);
+    nvFuser checks no more. With dropout it chooses the mask: it must be sdpfa_fwd's form
+    here, an Int tensor with 0 dims."""
+    tensor = _tensor(op, value, role)
+    if dropout and (tensor.dtype is not DataType.Int or _rank(tensor) != 0):
+        raise OperandError(
+            f"{op}: {role} {tensor.name} is {tensor.dtype.name} with {_rank(tensor)} dims; with"
+            " dropout it must be sdpfa_fwd's (an Int tensor with 0 dims)"
+        )
+    return tensor
 
 
 def sdpfa_bwd(
@@ -335,9 +396,10 @@ def sdpfa_bwd(
     scale: Any,
 ) -> tuple[TensorView, TensorView, TensorView]:
     """nvFuser's flash attention backward: (grad_query, grad_key, grad_value), each of its
-    input's shape and dtype. ``output`` and ``logsumexp`` are ``sdpfa_fwd``'s; the philox
-    tensors (any dtype and shape, as nvFuser) are not read (no dropout). Shards as
-    ``sdpfa_fwd``."""
+    input's shape and dtype. ``output`` and ``logsumexp`` are ``sdpfa_fwd``'s. Without
+    dropout the philox tensors (any dtype and shape, as nvFuser) are not read; with
+    ``dropout_p`` (a constant in (0, 1)) they are sdpfa_fwd's and regenerate its mask.
+    Shards as ``sdpfa_fwd``."""
     op = "sdpfa_bwd"
     named = {
         "grad_output": grad_output,
@@ -348,8 +410,9 @@ def sdpfa_bwd(
     }
     named = {role: _tensor(op, t, role) for role, t in named.items()}
     lse = _tensor(op, logsumexp, "logsumexp")
-    _check_philox(op, "philox_seed", philox_seed)
-    _check_philox(op, "philox_offset", philox_offset)
+    p = _dropout_p(op, dropout_p)
+    seed = _check_philox(op, "philox_seed", philox_seed, p is not None)
+    offset = _check_philox(op, "philox_offset", philox_offset, p is not None)
     _attention_tensors(op, named)
     q, k, v = named["query"], named["key"], named["value"]
     _check_qkv(op, q, k, v)
@@ -364,14 +427,20 @@ def sdpfa_bwd(
         )
     for dim in range(last):
         _same_extent(op, lse, dim, q, dim)
-    flags = _flags(op, dropout_p, is_causal, scale)
+    flags = _flags(op, is_causal, scale)
+    dropout = None if p is None else Dropout(p, seed, offset)
     return tuple(  # type: ignore[return-value]
-        _bwd_result(self, named, lse, result, flags) for result in SdpaBwdResult
+        _bwd_result(self, named, lse, result, flags, dropout) for result in SdpaBwdResult
     )
 
 
 def _bwd_result(
-    ops: Any, named: dict[str, TensorView], lse: TensorView, result: SdpaBwdResult, flags: tuple
+    ops: Any,
+    named: dict[str, TensorView],
+    lse: TensorView,
+    result: SdpaBwdResult,
+    flags: tuple,
+    dropout: Dropout | None,
 ) -> TensorView:
     """One gradient: its input's axes; batch and head axes map to every operand, the
     query's L to grad_output's, output's and logsumexp's."""
@@ -386,6 +455,8 @@ def _bwd_result(
     if result is SdpaBwdResult.GRAD_QUERY:  # L of the forward's output and logsumexp too
         for tv in (named["grad_output"], named["output"], lse):
             _add_pairs(axis_map, tv, [(axes[batch], tv.shape_domain()[batch])])
+    for tensor in _dropout_inputs(dropout):
+        _add_pairs(axis_map, tensor, [])
     out = ops._fusion.new_tensor(source.dtype, axes)
     causal, scale = flags
     expr = SdpaBwdExpr(
@@ -400,6 +471,7 @@ def _bwd_result(
         result=result,
         is_causal=causal,
         scale=scale,
+        dropout=dropout,
     )
     ops._fusion.add_expr(expr)
     return out

@@ -19,6 +19,17 @@ def _scale(value: float | None) -> Const | None:
     return None if value is None else Const(value=value)
 
 
+def _dropout(e: Any, p: Callable[[Any], Any]) -> dict[str, Any]:
+    """An expression's dropout fields: the probability and the philox tensors, if any."""
+    if e.dropout is None:
+        return {}
+    return {
+        "dropout_p": Const(value=e.dropout.p),
+        "philox_seed": p(e.dropout.seed),
+        "philox_offset": p(e.dropout.offset),
+    }
+
+
 def attention_builders(placeholder: Callable[[Any], Any]) -> dict[type, Callable[..., Instruction]]:
     """The instruction builder of each attention expression (``lowering.snapshot``'s
     table), ``placeholder`` making a tensor's unsharded value."""
@@ -32,8 +43,9 @@ def attention_builders(placeholder: Callable[[Any], Any]) -> dict[type, Callable
             result=e.result,
             is_causal=e.is_causal,
             scale=_scale(e.scale),
+            **_dropout(e, p),
         ),
-        fa.SdpaPhiloxExpr: lambda e, out: SdpaPhilox(out=out, result=e.result),
+        fa.SdpaPhiloxExpr: lambda e, out: SdpaPhilox(out=out, result=e.result, dropout=e.dropout),
         fa.SdpaBwdExpr: lambda e, out: SdpaBwd(
             out=out,
             grad_output=p(e.grad_output),
@@ -45,6 +57,7 @@ def attention_builders(placeholder: Callable[[Any], Any]) -> dict[type, Callable
             result=e.result,
             is_causal=e.is_causal,
             scale=_scale(e.scale),
+            **_dropout(e, p),
         ),
         fa.GroupedMmExpr: lambda e, out: GroupedMm(
             out=out, mat1=p(e.mat1), mat2=p(e.mat2), offsets=p(e.offsets)

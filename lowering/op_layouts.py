@@ -55,10 +55,20 @@ def whole_axes(op: LoweringOp) -> tuple[int, ...]:
 def refuse_streamed_whole_axes(op: LoweringOp, axes: tuple[AxisLayout, ...]) -> None:
     """Raises LoweringError if one of :func:`whole_axes` of the op's output (``axes``) is
     stream-parallel: the loop would run the op on each chunk as if it were the whole axis
-    (a cumsum restarting at every chunk, a causal mask by local row)."""
+    (a cumsum restarting at every chunk, a causal mask by local row). With dropout, any
+    stream-parallel axis of attention is refused: a chunk would need its position in the
+    global weights to take its slice of the mask."""
+    instruction = op.instruction
+    if getattr(instruction, "dropout_p", None) is not None:
+        for index, axis in enumerate(axes):
+            if axis.stream is not None:
+                raise LoweringError(
+                    f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                    " stream-parallel, but attention with dropout takes its mask by the"
+                    " global index of each weight; shard that axis over devices instead"
+                )
     for index in whole_axes(op):
         if axes[index].stream is not None:
-            instruction = op.instruction
             raise LoweringError(
                 f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
                 " stream-parallel, but the op computes that axis whole (a chunk alone gives"

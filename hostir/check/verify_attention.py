@@ -76,6 +76,24 @@ def _scale_problem(instruction: SdpaFwd | SdpaBwd) -> str | None:
     return f"scale {print_scalar(instruction.scale)} must be a constant"
 
 
+def _dropout_problem(instruction: SdpaFwd | SdpaBwd) -> str | None:
+    """``dropout_p`` a constant in (0, 1) with int64 ``[]`` philox tensors, or neither; a
+    logsumexp (which dropout does not change) takes none."""
+    p, seed, offset = instruction.dropout_p, instruction.philox_seed, instruction.philox_offset
+    if p is None:
+        if seed is not None or offset is not None:
+            return "philox_seed and philox_offset are read only with dropout_p"
+        return None
+    if getattr(instruction, "result", None) is SdpaFwdResult.LOGSUMEXP:
+        return "the logsumexp does not depend on dropout: leave dropout_p out"
+    if not isinstance(p, Const) or isinstance(p.value, bool) or not 0 < p.value < 1:
+        return f"dropout_p {print_scalar(p)} must be a constant in (0, 1)"
+    for role, tensor in (("philox_seed", seed), ("philox_offset", offset)):
+        if tensor is None or tensor.dtype is not DType.INT64 or tensor.ndim != 0:
+            return f"with dropout_p, {role} must be an int64 [] tensor"
+    return None
+
+
 def _qkv_problem(keyword: str, q: TensorValue, k: TensorValue, v: TensorValue) -> str | None:
     """Query ``[*N, H, L, E]``, key ``[*N, H, S, E]``, value ``[*N, H, S, E]``."""
     batch = q.ndim - 2
@@ -96,6 +114,7 @@ def _rule_sdpa_fwd(instruction: SdpaFwd, scalars: Any) -> str | None:
         _attention_operands("sdpfa_fwd", [q, k, v])
         or _qkv_problem("sdpfa_fwd", q, k, v)
         or _scale_problem(instruction)
+        or _dropout_problem(instruction)
     )
     if problem:
         return problem
@@ -115,6 +134,7 @@ def _rule_sdpa_bwd(instruction: SdpaBwd, scalars: Any) -> str | None:
         _attention_operands("sdpfa_bwd", [grad, q, k, v, out])
         or _qkv_problem("sdpfa_bwd", q, k, v)
         or _scale_problem(instruction)
+        or _dropout_problem(instruction)
     )
     if problem:
         return problem

@@ -5,8 +5,11 @@ nvFuser's attention ops return several tensors. Each host IR instruction here de
 one of them, named by its ``result`` field (a projection): a program that uses the
 attention output and its logsumexp runs the forward twice (a known cost, until
 instructions may define several tensors), and an output nobody uses is not computed.
-The philox seed and offset of ``sdpfa_fwd`` depend on no data (dropout is refused, so
-they are zeros) and have their own instruction, ``sdpfa_philox``, which reads nothing.
+The philox seed and offset of ``sdpfa_fwd`` depend on no data and have their own
+instruction, ``sdpfa_philox``, which reads nothing: zeros without dropout; with dropout
+the seed is drawn at run time (``hostir.run.attention_dropout``) and the forward's
+output and the backward read the seed and offset tensors, so that one draw serves
+every instruction that needs the dropout mask.
 
 Shapes (docs/ops.md, "Attention and MoE ops"): attention tensors are ``[*N, H, L, E]``,
 batch dims first; ``grouped_mm`` takes the three rank combinations of nvFuser's
@@ -50,12 +53,15 @@ class PhiloxResult(enum.Enum):
 @declare(kind=Kind.COMPUTE, keyword="sdpfa_fwd", positional=("query", "key", "value"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SdpaFwd:
-    """One result of scaled dot-product attention without dropout: ``softmax(q k^T * scale
-    (+ causal mask)) v`` (``result=output``) or the logsumexp of each query row's scores
-    (``result=logsumexp``). ``scale`` None is ``1 / sqrt(E)``."""
+    """One result of scaled dot-product attention: ``dropout(softmax(q k^T * scale
+    (+ causal mask))) v`` (``result=output``) or the logsumexp of each query row's scores
+    (``result=logsumexp``, which dropout does not change). ``scale`` None is
+    ``1 / sqrt(E)``. With ``dropout_p`` (a constant in (0, 1)) the output reads the
+    ``philox_seed`` and ``philox_offset`` tensors that choose the mask
+    (``hostir.run.attention_dropout``)."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("query", "key", "value")
+    INS: ClassVar[tuple[str, ...]] = ("query", "key", "value", "philox_seed", "philox_offset")
     out: TensorValue
     query: TensorValue
     key: TensorValue
@@ -63,18 +69,24 @@ class SdpaFwd:
     result: SdpaFwdResult
     is_causal: bool = False
     scale: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
+    dropout_p: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
+    philox_seed: TensorValue | None = None  # with dropout_p: int64 [] tensors
+    philox_offset: TensorValue | None = None
     preallocated: bool = False
 
 
 @declare(kind=Kind.COMPUTE, keyword="sdpfa_philox")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SdpaPhilox:
-    """``sdpfa_fwd``'s philox seed or offset: an int64 scalar tensor, 0 (no dropout ran)."""
+    """``sdpfa_fwd``'s philox seed or offset: an int64 scalar tensor. Without ``dropout``
+    both are 0 (no dropout runs); with it the seed is drawn from torch's default CPU
+    generator each run and the offset is 0."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
     INS: ClassVar[tuple[str, ...]] = ()
     out: TensorValue
     result: PhiloxResult
+    dropout: bool = False
     preallocated: bool = False
 
 
@@ -85,7 +97,8 @@ class SdpaPhilox:
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SdpaBwd:
-    """One gradient (``result``) of :class:`SdpaFwd`'s output, without dropout."""
+    """One gradient (``result``) of :class:`SdpaFwd`'s output; with ``dropout_p`` of the
+    output that the mask of ``philox_seed`` and ``philox_offset`` dropped."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
     INS: ClassVar[tuple[str, ...]] = (
@@ -95,6 +108,8 @@ class SdpaBwd:
         "value",
         "output",
         "logsumexp",
+        "philox_seed",
+        "philox_offset",
     )
     out: TensorValue
     grad_output: TensorValue
@@ -106,6 +121,9 @@ class SdpaBwd:
     result: SdpaBwdResult
     is_causal: bool = False
     scale: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
+    dropout_p: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
+    philox_seed: TensorValue | None = None  # with dropout_p: int64 [] tensors
+    philox_offset: TensorValue | None = None
     preallocated: bool = False
 
 

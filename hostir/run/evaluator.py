@@ -60,6 +60,7 @@ from hostir.run.arguments import (
     checked_program,
     run_inputs,
 )
+from hostir.run.attention_dropout import ATTENTION_DROPOUT_HANDLERS
 from hostir.run.bindings import Bindings
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.run.compiled import CompiledProgram, compile_program
@@ -148,6 +149,7 @@ HANDLERS: dict[type, Handler] = {
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
     **{cls: _compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
     **CREATION_HANDLERS,
+    **ATTENTION_DROPOUT_HANDLERS,  # over the plain sdpfa handlers: a mask needs the rank
 }
 """One handler per instruction class."""
 

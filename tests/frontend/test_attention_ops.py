@@ -124,8 +124,8 @@ def _bf(fd, *shape, dtype=DataType.BFloat16):
     ("build", "fragments"),
     [
         (
-            lambda fd: fd.ops.sdpfa_fwd(*[_bf(fd, 1, 2, 4, 8)] * 3, dropout_p=0.1),
-            ("sdpfa_fwd", "dropout_p = 0.1 is not supported"),
+            lambda fd: fd.ops.sdpfa_fwd(*[_bf(fd, 1, 2, 4, 8)] * 3, dropout_p=1.0),
+            ("sdpfa_fwd", "dropout_p = 1.0 is out of range"),
         ),
         (
             lambda fd: fd.ops.sdpfa_fwd(

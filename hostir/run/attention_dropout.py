@@ -1,0 +1,206 @@
+"""Attention with dropout: the handlers of ``sdpfa_fwd`` (output), ``sdpfa_bwd`` and
+``sdpfa_philox`` that take the run context, because a dropout mask depends on where this
+rank's shard lies in the global tensor. Instructions without ``dropout_p`` go to the
+plain handlers (``hostir.run.attention``) unchanged.
+
+The mask. For attention weights of global shape ``[*N, H, L, S]`` (the query's batch,
+head and sequence extents, the key's sequence extent)::
+
+    generator = torch.Generator("cpu").manual_seed(generator_seed(seed, offset))
+    keep = torch.rand([*N, H, L, S], generator=generator) >= dropout_p
+
+(``hostir.run.creation.generator_seed``), and each rank keeps its slice of it (the
+query's sharding: batch and head dims; sequence dims are never sharded here, they are
+gathered first). Kept weights are scaled by ``1 / (1 - dropout_p)``, as
+``torch.nn.functional.dropout``. The mask is drawn on the CPU, so it is the same on every
+device; it is not nvFuser's (CUDA Philox) stream. Cost: every rank draws the global
+``[*N, H, L, S]`` tensor (the CPU generator cannot skip to a shard), and attention runs
+the math path (matmul, softmax, mask, matmul; Float) instead of the flash kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hostir.errors import EvaluationError
+from hostir.ir.attention import PhiloxResult, SdpaBwd, SdpaFwd, SdpaFwdResult, SdpaPhilox
+from hostir.ir.scalars import evaluate_scalar
+from hostir.ir.sharding import slice_global_tensor
+from hostir.ir.values import TensorValue
+from hostir.run.attention import (
+    _GRADIENT_OF,
+    _causal_mask,
+    _flat,
+    _laid_out_like,
+    _scale,
+    run_sdpa_bwd,
+    run_sdpa_fwd,
+    run_sdpa_philox,
+)
+from hostir.run.creation import generator_seed
+
+Operands = dict[str, Any]
+
+
+def dropout_mask(
+    seed: int, offset: int, shape: list[int], dropout_p: float, device: torch.device
+) -> torch.Tensor:
+    """The global keep mask (bool, ``shape``) of ``(seed, offset)``: True where a weight
+    is kept (probability ``1 - dropout_p``)."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(generator_seed(seed, offset))
+    drawn = torch.rand(shape, generator=generator, dtype=torch.float32)
+    return (drawn >= dropout_p).to(device)
+
+
+def _global_shape(context: Any, value: TensorValue) -> list[int]:
+    return [int(evaluate_scalar(extent, context.scalars)) for extent in value.shape]
+
+
+def _local_mask(context: Any, instruction: SdpaFwd | SdpaBwd, operands: Operands) -> torch.Tensor:
+    """This rank's slice of the global mask, ``[*N_local, H_local, L, S]``."""
+    query, key = instruction.query, instruction.key
+    shape = _global_shape(context, query)[:-1] + _global_shape(context, key)[-2:-1]
+    seed, offset = int(operands["philox_seed"]), int(operands["philox_offset"])
+    p = float(instruction.dropout_p.value)  # the verifier allows constants only
+    mask = dropout_mask(seed, offset, shape, p, context.device)
+    if query.sharding is not None:
+        mask = slice_global_tensor(mask, query.sharding, context.rank, context.scalars)
+    q, k = operands["query"], operands["key"]
+    expected = [*q.shape[:-1], k.shape[-2]]
+    if mask is None or list(mask.shape) != expected:
+        got = None if mask is None else list(mask.shape)
+        raise EvaluationError(
+            f"sdpfa dropout: this rank's mask slice is {got}, but its attention weights are"
+            f" {expected} (a sharded sequence dim must be gathered first)"
+        )
+    return mask
+
+
+def _probabilities(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
+    """``softmax(q k^T * scale (+ causal mask))`` in Float."""
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+    if is_causal:
+        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), -math.inf)
+    return torch.softmax(scores, dim=-1)
+
+
+def attention_dropout(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """``(softmax(q k^T * scale) * keep / (1 - p)) v``, in the query's dtype."""
+    weights = _probabilities(q, k, is_causal, scale) * keep / (1.0 - dropout_p)
+    return torch.matmul(weights, v.float()).to(q.dtype)
+
+
+def attention_dropout_backward(
+    grad: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The exact gradients of :func:`attention_dropout` (the probabilities recomputed):
+    ``dV = D^T dO``, ``dP = (dO V^T) * keep / (1 - p)``, ``dS = P * (dP - rowsum(dP * P))``."""
+    probabilities = _probabilities(q, k, is_causal, scale)
+    kept = keep / (1.0 - dropout_p)
+    gf = grad.float()
+    grad_value = torch.matmul((probabilities * kept).transpose(-2, -1), gf)
+    grad_probabilities = torch.matmul(gf, v.float().transpose(-2, -1)) * kept
+    row_terms = (grad_probabilities * probabilities).sum(dim=-1, keepdim=True)
+    grad_scores = probabilities * (grad_probabilities - row_terms) * scale
+    grad_query = torch.matmul(grad_scores, k.float())
+    grad_key = torch.matmul(grad_scores.transpose(-2, -1), q.float())
+    return grad_query.to(q.dtype), grad_key.to(k.dtype), grad_value.to(v.dtype)
+
+
+def _checked(context: Any, instruction: Any, operands: Operands, result: torch.Tensor) -> list:
+    """``[result]`` after the local-shape check, copied into a preallocated ``out``."""
+    shape = context.local_shape(instruction.out)
+    if list(result.shape) != shape:
+        raise EvaluationError(
+            f"{type(instruction).__name__} produced a tensor of shape {list(result.shape)},"
+            f" but {instruction.out.name} is declared with local shape {shape} on rank"
+            f" {context.rank}"
+        )
+    if instruction.preallocated:
+        return [operands["out"].copy_(result)]
+    return [result]
+
+
+def _plain(run: Callable[[Any, Operands, list[int]], torch.Tensor]) -> Callable[..., list]:
+    """The context handler of a plain (no dropout) attention handler."""
+
+    def handle(context: Any, instruction: Any, operands: Operands) -> list:
+        shape = context.local_shape(instruction.out)
+        result = run(instruction, operands, shape)
+        if instruction.preallocated:
+            return [result]  # the plain handler wrote into ``out``
+        return _checked(context, instruction, operands, result)
+
+    return handle
+
+
+_run_fwd_plain = _plain(run_sdpa_fwd)
+_run_bwd_plain = _plain(run_sdpa_bwd)
+_run_philox_plain = _plain(run_sdpa_philox)
+
+
+def run_sdpa_fwd_dropout(context: Any, instruction: SdpaFwd, operands: Operands) -> list:
+    """``sdpfa_fwd``: with dropout, the output over this rank's mask slice."""
+    if instruction.dropout_p is None or instruction.result is SdpaFwdResult.LOGSUMEXP:
+        return _run_fwd_plain(context, instruction, operands)
+    q, k, v = operands["query"], operands["key"], operands["value"]
+    keep = _local_mask(context, instruction, operands)
+    p = float(instruction.dropout_p.value)
+    scale = _scale(instruction, q.shape[-1])
+    output = attention_dropout(q, k, v, keep, p, instruction.is_causal, scale)
+    return _checked(context, instruction, operands, _laid_out_like(output, q))
+
+
+def run_sdpa_bwd_dropout(context: Any, instruction: SdpaBwd, operands: Operands) -> list:
+    """``sdpfa_bwd``: with dropout, the gradient through this rank's mask slice."""
+    if instruction.dropout_p is None:
+        return _run_bwd_plain(context, instruction, operands)
+    grad, q, k, v = (operands[name] for name in ("grad_output", "query", "key", "value"))
+    keep = _local_mask(context, instruction, operands)
+    p = float(instruction.dropout_p.value)
+    scale = _scale(instruction, q.shape[-1])
+    gradients = attention_dropout_backward(
+        _flat(grad), _flat(q), _flat(k), _flat(v), _flat(keep), p, instruction.is_causal, scale
+    )
+    position, source = _GRADIENT_OF[instruction.result]
+    reference = operands[source]
+    result = _laid_out_like(gradients[position].reshape(reference.shape), reference)
+    return _checked(context, instruction, operands, result)
+
+
+def run_sdpa_philox_dropout(context: Any, instruction: SdpaPhilox, operands: Operands) -> list:
+    """``sdpfa_philox``: with dropout, a seed drawn from torch's default CPU generator (as
+    the unseeded random ops draw theirs, ``hostir.run.creation``) and offset 0."""
+    if not instruction.dropout or instruction.result is PhiloxResult.OFFSET:
+        return _run_philox_plain(context, instruction, operands)
+    seed = torch.randint(0, 2**62, (), dtype=torch.int64)
+    return _checked(context, instruction, operands, seed)
+
+
+ATTENTION_DROPOUT_HANDLERS: dict[type, Callable[..., list]] = {
+    SdpaFwd: run_sdpa_fwd_dropout,
+    SdpaBwd: run_sdpa_bwd_dropout,
+    SdpaPhilox: run_sdpa_philox_dropout,
+}
+"""Context handlers of the attention instructions a dropout mask changes; the evaluator's
+table takes them over the plain ones (``hostir.run.attention``)."""
