@@ -8,7 +8,9 @@ sharded yet, skipping mesh axes the tensor already uses, and its stream split
 (so consecutive ops share one stream loop). Then from consumers, in reverse order, for
 tensors still without a mesh; the two passes repeat while they place more tensors (a
 producer placed by its consumer passes its mesh on to its other consumers). A
-user-set mesh is final. Afterwards every tensor has a mesh or none does.
+user-set mesh is final. Afterwards every tensor has a mesh or none does. Then, in
+reverse order, a tensor neither scheduled by the user nor a fusion input takes its
+consumers' splits of data axes it leaves unsplit (nvFuser's back-propagation).
 
 Stream splits spread from producers on their own, whether or not a mesh does: an
 op's output without a stream split of its own takes its inputs' (same priority
@@ -56,6 +58,7 @@ def propagate_sharding(fusion: LoweringFusion) -> LoweringFusion:
             f"tensors {', '.join(without)} have no device mesh and none could be propagated"
             " to them; set_device_mesh on them or on a connected tensor"
         )
+    _splits_from_consumers(fusion, tensors)
     _streams_from_producers(fusion, tensors)
     result = dataclasses.replace(fusion, tensors=tuple(tensors[t.name] for t in fusion.tensors))
     check_tied_extents(result)
@@ -93,6 +96,36 @@ def _from_consumers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) 
             if producer.mesh is None and out.mesh is not None:
                 flipped = tuple((i, o) for o, i in pairs)
                 tensors[name] = _inherit(producer, out, flipped)
+
+
+def _splits_from_consumers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
+    """Back-propagation of device splits, as nvFuser's ``PropagateShardingsPass``: in
+    reverse order, a tensor neither scheduled by the user nor a fusion input takes its
+    consumer's split of each mapped data axis it does not split yet, over mesh axes its
+    data axes do not use yet. So a linear whose sum a sequence-split ``add`` reads next
+    computes its rows sequence-split, its partial sums reduced by one ReduceScatter
+    instead of an Allreduce (nvFuser's sequence-parallel transformer)."""
+    inputs = set(fusion.inputs)
+    for op in reversed(fusion.ops):
+        out = tensors[op.output]
+        if out.mesh is None:
+            continue
+        for name, pairs in op.axis_maps:
+            producer = tensors[name]
+            if producer.mesh_from_user or name in inputs or producer.mesh != out.mesh:
+                continue
+            used = {m for axis in producer.axes if not axis.reduction for m in axis.mesh_axes()}
+            axes = list(producer.axes)
+            for o, i in pairs:
+                source, target = out.axes[o], axes[i]
+                if source.reduction or target.reduction or target.mesh_axes():
+                    continue
+                if not source.mesh_axes() or set(source.mesh_axes()) & used:
+                    continue
+                copied = copy_parts(target, source, out.mesh)
+                axes[i] = copied
+                used |= set(copied.mesh_axes())
+            tensors[name] = dataclasses.replace(producer, axes=tuple(axes))
 
 
 def _pairs(op: LoweringOp, name: str) -> tuple[tuple[int, int], ...]:
