@@ -376,8 +376,17 @@ class _Loop:
             if producer.axes[i].stream is None and o != stream_axis:
                 continue
             mine, theirs = producer.axes[i].layout(), output.axes[o].layout()
-            if o == stream_axis and mine == theirs:
+            sizes = (_axis_sizes(producer, mine), _axis_sizes(output, theirs))
+            if o == stream_axis and mine == theirs and sizes[0] == sizes[1]:
                 return
+            if o == stream_axis and mine == theirs:  # one layout over meshes of other sizes
+                raise LoweringError(
+                    f"{name} is split into stream chunks on an axis laid out"
+                    f" {_axes_text(mine)} over mesh axes of sizes {sizes[0]}, but"
+                    f" {output.name}'s loop chunks it over sizes {sizes[1]}: their chunk j"
+                    " holds different indices (fuzz seed 830156); give both the same mesh"
+                    f" and stream splits, or reshard {name} with a set before the loop"
+                )
             raise LoweringError(
                 f"{name} is split into stream chunks on an axis laid out"
                 f" {_axes_text(mine)}, but {output.name}'s loop chunks an axis laid out"
@@ -503,6 +512,14 @@ def _check_repeated_operands(op: LoweringOp) -> None:
                 f" {op.output} in a stream loop: each operand needs its own chunks of {name};"
                 f" pass a copy for one of them (fd.ops.set({name}))"
             )
+
+
+def _axis_sizes(tensor: LoweringTensor, layout: tuple) -> tuple:
+    """The size of each mesh axis of ``layout`` on ``tensor``'s mesh (chunk ``j`` of one
+    layout holds the same indices on two meshes only where these agree)."""
+    if tensor.mesh is None:
+        return ()
+    return tuple(tensor.mesh.axis_size(a) for a in layout if a is not None)
 
 
 def _axes_text(axes: list) -> str:

@@ -635,3 +635,26 @@ def test_a_set_reading_a_chunked_input_whole_into_chunks_is_refused():
     expected = r"T\d+ is split into 2 stream chunks on dim 1 and reads T0 whole"
     with pytest.raises(LoweringError, match=expected + r".* with local_shard, local_shard"):
         fd.host_ir()
+
+
+def test_one_chunk_layout_over_meshes_of_other_sizes_is_refused():
+    """t5 = linear(...) on 8 devices is chunked [x, stream]: chunk j of rank r is row 2r + j.
+    The linear reading it on a 1-device mesh gathers it in a stream loop whose chunk j is
+    rows 8j..8j+7 of the layout [x, 16] there: the same layout text over an x of size 1,
+    so the check let it through and rows landed in the wrong places (a wrong result, fuzz
+    seed 830156 at 8 ranks). The chunks' mesh axis sizes are compared too now."""
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor((8,)), fd.define_tensor((16, 8))
+        t2, t3 = fd.define_tensor((16,)), fd.define_tensor((2, 16))
+        fd.add_output(fd.ops.linear(fd.ops.linear(fd.ops.mul(t0, t0), t1, t2), t3))
+    t1.set_device_mesh(DeviceMesh(list(range(8))))
+    t1.inner_split(0, 2)
+    t1.axis(0).parallelize(ParallelType.mesh_x)
+    t1.outer_split(1, 2)
+    t1.axis(1).parallelize(ParallelType.stream)
+    t3.set_device_mesh(DeviceMesh([1]))
+    t3.outer_split(1, 1)
+    t3.axis(1).parallelize(ParallelType.mesh_x)
+    expected = r"laid out \[x, local\] over mesh axes of sizes \(8,\), but T\d+'s loop chunks it"
+    with pytest.raises(LoweringError, match=expected + r" over sizes \(1,\)"):
+        fd.host_ir()
