@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hostir.check.result_checks import result_problem, shape_text
 from hostir.ir.attention import (
     EmbeddingFwd,
     GroupedMm,
@@ -19,37 +20,18 @@ from hostir.ir.attention import (
 )
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ
-from hostir.ir.scalars import Const, Scalar, print_scalar
+from hostir.ir.scalars import Const, print_scalar
 from hostir.ir.values import TensorValue
 
 ATTENTION_DTYPES = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32)
 """The dtypes attention and grouped_mm compute in (torch's flash and grouped kernels)."""
 
 
-def _shape(extents: tuple[Scalar, ...]) -> str:
-    return "[" + ", ".join(print_scalar(e) for e in extents) + "]"
-
-
-def _result(instruction: Any, shape: tuple[Scalar, ...], dtype: DType) -> str | None:
-    """The problem with ``out`` if its extents are not ``shape`` or its dtype not ``dtype``."""
-    out = instruction.out
-    if len(out.shape) != len(shape) or any(
-        differ(a, b) for a, b in zip(out.shape, shape, strict=True)
-    ):
-        return (
-            f"{out.name} is declared with extents {_shape(out.shape)}, but the op gives"
-            f" {_shape(shape)}"
-        )
-    if out.dtype is not dtype:
-        return f"{out.name} is declared {out.dtype.value}, but the op gives {dtype.value}"
-    return None
-
-
 def _same(what: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> str | None:
     if differ(a.shape[a_dim], b.shape[b_dim]):
         return (
-            f"{what}: {a.name} dim {a_dim} {_shape(a.shape)} and {b.name} dim {b_dim}"
-            f" {_shape(b.shape)} differ"
+            f"{what}: {a.name} dim {a_dim} {shape_text(a)} and {b.name} dim {b_dim}"
+            f" {shape_text(b)} differ"
         )
     return None
 
@@ -64,7 +46,7 @@ def _attention_operands(keyword: str, tensors: list[TensorValue]) -> str | None:
                 f" {first.name} {first.dtype.value}"
             )
         if tensor.ndim != first.ndim or tensor.ndim < 4:
-            return f"{keyword}: {tensor.name} {_shape(tensor.shape)} must be [*N, H, L, E]"
+            return f"{keyword}: {tensor.name} {shape_text(tensor)} must be [*N, H, L, E]"
     if first.dtype not in ATTENTION_DTYPES:
         return f"{keyword}: operands are {first.dtype.value}; expected float16, bfloat16 or float32"
     return None
@@ -119,12 +101,12 @@ def _rule_sdpa_fwd(instruction: SdpaFwd, scalars: Any) -> str | None:
     if problem:
         return problem
     if instruction.result is SdpaFwdResult.LOGSUMEXP:
-        return _result(instruction, q.shape[:-1], DType.FLOAT32)
-    return _result(instruction, q.shape[:-1] + v.shape[-1:], q.dtype)
+        return result_problem(instruction, q.shape[:-1], DType.FLOAT32)
+    return result_problem(instruction, q.shape[:-1] + v.shape[-1:], q.dtype)
 
 
 def _rule_sdpa_philox(instruction: SdpaPhilox, scalars: Any) -> str | None:
-    return _result(instruction, (), DType.INT64)
+    return result_problem(instruction, (), DType.INT64)
 
 
 def _rule_sdpa_bwd(instruction: SdpaBwd, scalars: Any) -> str | None:
@@ -142,18 +124,18 @@ def _rule_sdpa_bwd(instruction: SdpaBwd, scalars: Any) -> str | None:
         if any(
             differ(a, b) for a, b in zip(tensor.shape, q.shape[:-1] + v.shape[-1:], strict=True)
         ):
-            return f"sdpfa_bwd: {tensor.name} {_shape(tensor.shape)} must be the output's shape"
+            return f"sdpfa_bwd: {tensor.name} {shape_text(tensor)} must be the output's shape"
     lse = i.logsumexp
     if lse.dtype is not DType.FLOAT32 or len(lse.shape) != q.ndim - 1:
         return f"sdpfa_bwd: logsumexp {lse.name} must be float32 [*N, H, L]"
     if any(differ(a, b) for a, b in zip(lse.shape, q.shape[:-1], strict=True)):
-        return f"sdpfa_bwd: logsumexp {lse.name} {_shape(lse.shape)} must be [*N, H, L]"
+        return f"sdpfa_bwd: logsumexp {lse.name} {shape_text(lse)} must be [*N, H, L]"
     source = {
         SdpaBwdResult.GRAD_QUERY: q,
         SdpaBwdResult.GRAD_KEY: k,
         SdpaBwdResult.GRAD_VALUE: v,
     }[i.result]
-    return _result(instruction, source.shape, source.dtype)
+    return result_problem(instruction, source.shape, source.dtype)
 
 
 def grouped_mm_shape(mat1: TensorValue, mat2: TensorValue, offsets: TensorValue) -> Any:
@@ -187,7 +169,7 @@ def _rule_grouped_mm(instruction: GroupedMm, scalars: Any) -> str | None:
     groups = {(2, 3): (mat2, 0), (3, 2): (mat1, 0)}.get((mat1.ndim, mat2.ndim))
     if problem is None and groups is not None:
         problem = _same("grouped_mm: the group counts differ", offsets, 0, *groups)
-    return problem or _result(instruction, shape, mat1.dtype)
+    return problem or result_problem(instruction, shape, mat1.dtype)
 
 
 def _rule_embedding_fwd(instruction: EmbeddingFwd, scalars: Any) -> str | None:
@@ -195,8 +177,8 @@ def _rule_embedding_fwd(instruction: EmbeddingFwd, scalars: Any) -> str | None:
     if indices.dtype not in (DType.INT64, DType.INT32):
         return f"embedding_fwd: input {indices.name} is {indices.dtype.value}; expected int"
     if weight.ndim != 2:
-        return f"embedding_fwd: weight {weight.name} {_shape(weight.shape)} must be 2-d"
-    return _result(instruction, indices.shape + weight.shape[1:], weight.dtype)
+        return f"embedding_fwd: weight {weight.name} {shape_text(weight)} must be 2-d"
+    return result_problem(instruction, indices.shape + weight.shape[1:], weight.dtype)
 
 
 ATTENTION_RULES: dict[type, Callable[[Any, Any], str | None]] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hostir.check.result_checks import result_problem, same_extents, shape_text
 from hostir.check.verify_attention import ATTENTION_RULES
 from hostir.check.verify_shape_ops import SHAPE_RULES
 from hostir.errors import HostIrError
@@ -39,29 +40,6 @@ from hostir.ir.values import TensorValue
 
 ScalarTypes = Mapping[str, type]
 """The Python type (bool, int, float) of each scalar input and loop index by name."""
-
-
-def _shape(value: TensorValue) -> str:
-    return "[" + ", ".join(print_scalar(e) for e in value.shape) + "]"
-
-
-def _same_shapes(a: tuple[Scalar, ...], b: tuple[Scalar, ...]) -> bool:
-    """Same rank, and no extent certainly different (see hostir.ir.extents.differ)."""
-    return len(a) == len(b) and not any(differ(x, y) for x, y in zip(a, b, strict=True))
-
-
-def _expect(instruction: Any, shape: tuple[Scalar, ...], dtype: DType | None) -> str | None:
-    """The problem with ``out`` if its extents are not ``shape`` or its dtype not ``dtype``."""
-    out = instruction.out
-    if not _same_shapes(out.shape, shape):
-        wanted = "[" + ", ".join(print_scalar(e) for e in shape) + "]"
-        return f"{out.name} is declared with extents {_shape(out)}, but the op gives {wanted}"
-    if dtype is not None and out.dtype is not dtype:
-        return (
-            f"{out.name} is declared {out.dtype.value}, but the op gives {dtype.value} for"
-            " these operands"
-        )
-    return None
 
 
 def _operand_type(operand: Any, scalars: ScalarTypes) -> object:
@@ -95,7 +73,7 @@ def _rule_set(instruction: Set, scalars: ScalarTypes) -> str | None:
 
 
 def _rule_cast(instruction: Cast, scalars: ScalarTypes) -> str | None:
-    return _expect(instruction, instruction.src.shape, None)
+    return result_problem(instruction, instruction.src.shape, None)
 
 
 def _declared_dtype(instruction: Any, fields: tuple[str, ...], scalars: ScalarTypes) -> DType | str:
@@ -129,9 +107,9 @@ def _rule_pointwise(instruction: Any, scalars: ScalarTypes) -> str | None:
     for tensor in tensors[1:]:
         shape = _broadcast(shape, tensor.shape)
         if shape is None:
-            shown = " and ".join(_shape(t) for t in tensors)
+            shown = " and ".join(shape_text(t) for t in tensors)
             return f"{instruction.op.value}: the extents {shown} do not broadcast together"
-    return _expect(instruction, shape, dtype)
+    return result_problem(instruction, shape, dtype)
 
 
 _POINTWISE_FIELDS = {Unary: ("src",), Binary: ("lhs", "rhs"), Ternary: ("a", "b", "c")}
@@ -158,7 +136,7 @@ def _rule_reduction(instruction: Reduction, scalars: ScalarTypes) -> str | None:
     """The declared dtype rule (``hostir.ir.reductions``) and the reduced extents."""
     src, op = instruction.src, instruction.op.value
     if any(not -src.ndim <= d < src.ndim for d in instruction.dims):
-        return f"{op}: dims {list(instruction.dims)} out of range for {src.name} {_shape(src)}"
+        return f"{op}: dims {list(instruction.dims)} out of range for {src.name} {shape_text(src)}"
     dims = {d % src.ndim for d in instruction.dims}
     if not dims or len(dims) != len(instruction.dims):
         return f"{op}: dims {list(instruction.dims)} of {src.name} must be distinct, at least one"
@@ -172,7 +150,7 @@ def _rule_reduction(instruction: Reduction, scalars: ScalarTypes) -> str | None:
         dtype = reduction_dtype(REDUCTION_OPS[op], src.dtype, instruction.dtype, src.name)
     except OpDtypeError as error:
         return str(error)
-    return _expect(instruction, shape, dtype)
+    return result_problem(instruction, shape, dtype)
 
 
 def _contraction_dtype(op: str, operands: tuple[TensorValue, ...]) -> DType | str:
@@ -186,41 +164,47 @@ def _contraction_dtype(op: str, operands: tuple[TensorValue, ...]) -> DType | st
 def _rule_linear(instruction: Linear, scalars: ScalarTypes) -> str | None:
     a, w, bias = instruction.input, instruction.weight, instruction.bias
     if a.ndim < 1 or w.ndim < 2:
-        return f"linear: input {_shape(a)} and weight {_shape(w)}; the weight must be [*W, N, K]"
+        return (
+            f"linear: input {shape_text(a)} and weight {shape_text(w)}; the weight must be"
+            " [*W, N, K]"
+        )
     if differ(a.shape[-1], w.shape[-1]):
         return (
-            f"linear: the contraction extents differ: input {a.name} {_shape(a)} ends in"
-            f" {print_scalar(a.shape[-1])}, weight {w.name} {_shape(w)} has"
+            f"linear: the contraction extents differ: input {a.name} {shape_text(a)} ends in"
+            f" {print_scalar(a.shape[-1])}, weight {w.name} {shape_text(w)} has"
             f" {print_scalar(w.shape[-1])} columns"
         )
     if bias is not None and not (
-        _same_shapes(bias.shape, (w.shape[-2],)) or _same_shapes(bias.shape, w.shape[:-1])
+        same_extents(bias.shape, (w.shape[-2],)) or same_extents(bias.shape, w.shape[:-1])
     ):
-        return f"linear: bias {bias.name} {_shape(bias)} must be [N] or [*W, N] of {_shape(w)}"
+        return (
+            f"linear: bias {bias.name} {shape_text(bias)} must be [N] or [*W, N] of {shape_text(w)}"
+        )
     operands = (a, w) if bias is None else (a, w, bias)
     dtype = _contraction_dtype("linear", operands)
     if isinstance(dtype, str):
         return dtype
-    return _expect(instruction, (*w.shape[:-2], *a.shape[:-1], w.shape[-2]), dtype)
+    return result_problem(instruction, (*w.shape[:-2], *a.shape[:-1], w.shape[-2]), dtype)
 
 
 def _rule_matmul(instruction: Matmul, scalars: ScalarTypes) -> str | None:
     a, b = instruction.lhs, instruction.rhs
     if a.ndim < 1 or b.ndim < 1:
-        return f"matmul: operands {_shape(a)} and {_shape(b)} must have at least 1 dim"
+        return f"matmul: operands {shape_text(a)} and {shape_text(b)} must have at least 1 dim"
     if differ(a.shape[-1], b.shape[-2] if b.ndim > 1 else b.shape[0]):
         return (
-            f"matmul: the contraction extents differ: {a.name} {_shape(a)} and {b.name} {_shape(b)}"
+            f"matmul: the contraction extents differ: {a.name} {shape_text(a)} and {b.name}"
+            f" {shape_text(b)}"
         )
     batch = _broadcast(a.shape[:-2], b.shape[:-2])
     if batch is None:
-        return f"matmul: the batch extents of {_shape(a)} and {_shape(b)} do not broadcast"
+        return f"matmul: the batch extents of {shape_text(a)} and {shape_text(b)} do not broadcast"
     dtype = _contraction_dtype("matmul", (a, b))
     if isinstance(dtype, str):
         return dtype
     rows = a.shape[-2:-1] if a.ndim > 1 else ()
     columns = b.shape[-1:] if b.ndim > 1 else ()
-    return _expect(instruction, (*batch, *rows, *columns), dtype)
+    return result_problem(instruction, (*batch, *rows, *columns), dtype)
 
 
 def _rule_broadcast_in_dim(instruction: BroadcastInDim, scalars: ScalarTypes) -> str | None:
@@ -238,8 +222,8 @@ def _rule_broadcast_in_dim(instruction: BroadcastInDim, scalars: ScalarTypes) ->
         extent = src.shape[src_dim]
         if differ(extent, out.shape[out_dim]) and not is_one(extent):
             return (
-                f"broadcast_in_dim: dim {src_dim} of {src.name} {_shape(src)} cannot become"
-                f" dim {out_dim} of {out.name} {_shape(out)}"
+                f"broadcast_in_dim: dim {src_dim} of {src.name} {shape_text(src)} cannot become"
+                f" dim {out_dim} of {out.name} {shape_text(out)}"
             )
     if out.dtype is not src.dtype:
         return (
@@ -253,7 +237,7 @@ def _rule_permute(instruction: Permute, scalars: ScalarTypes) -> str | None:
     src, dims = instruction.src, instruction.dims
     if sorted(dims) != list(range(src.ndim)):
         return f"permute: dims {list(dims)} is not a permutation of {src.ndim} dims"
-    return _expect(instruction, tuple(src.shape[d] for d in dims), src.dtype)
+    return result_problem(instruction, tuple(src.shape[d] for d in dims), src.dtype)
 
 
 def _rule_shard_by_stream(instruction: ShardByStream, scalars: ScalarTypes) -> str | None:
@@ -263,8 +247,8 @@ def _rule_shard_by_stream(instruction: ShardByStream, scalars: ScalarTypes) -> s
     others = [d for d in range(src.ndim) if d != axis]
     if any(differ(src.shape[d], out.shape[d]) for d in others):
         return (
-            f"shard_by_stream: {out.name} {_shape(out)} must keep every extent of {src.name}"
-            f" {_shape(src)} but the one of axis {axis}"
+            f"shard_by_stream: {out.name} {shape_text(out)} must keep every extent of {src.name}"
+            f" {shape_text(src)} but the one of axis {axis}"
         )
     if out.dtype is not src.dtype:
         return f"{out.name} is declared {out.dtype.value}, but it aliases {src.dtype.value} data"

@@ -11,36 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hostir.check.result_checks import result_problem, shape_text
 from hostir.ir.creation import Full, Iota, Random
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ, is_one
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
-from hostir.ir.scalars import Const, Scalar, Symbol, print_scalar
+from hostir.ir.scalars import Const, Symbol
 from hostir.ir.values import TensorValue
 
 ScalarTypes = Mapping[str, type]
 
 _FLOATS = frozenset({DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16})
 _INDICES = frozenset({DType.INT64, DType.INT32})
-
-
-def _shape(extents: tuple[Scalar, ...]) -> str:
-    return "[" + ", ".join(print_scalar(e) for e in extents) + "]"
-
-
-def _expect(instruction: Any, shape: tuple[Scalar, ...], dtype: DType) -> str | None:
-    """The problem with ``out`` if its extents are not ``shape`` or its dtype not ``dtype``."""
-    out = instruction.out
-    if len(out.shape) != len(shape) or any(
-        differ(a, b) for a, b in zip(out.shape, shape, strict=True)
-    ):
-        return (
-            f"{out.name} is declared with extents {_shape(out.shape)}, but the op gives"
-            f" {_shape(shape)}"
-        )
-    if out.dtype is not dtype:
-        return f"{out.name} is declared {out.dtype.value}, but the op gives {dtype.value}"
-    return None
 
 
 def _scalar_type(value: Any, scalars: ScalarTypes) -> type | None:
@@ -71,7 +53,7 @@ def _rule_full(instruction: Full, scalars: ScalarTypes) -> str | None:
 def _rule_iota(instruction: Iota, scalars: ScalarTypes) -> str | None:
     out = instruction.out
     if out.ndim != 1:
-        return f"{out.name} must be 1-d, got {_shape(out.shape)}"
+        return f"{out.name} must be 1-d, got {shape_text(out)}"
     if out.dtype is DType.BOOL or out.dtype is DType.UINT64:
         return f"{out.name} is {out.dtype.value}; iota makes integer or floating-point tensors"
     problem = _scalars_only(instruction, ("start", "step"), scalars)
@@ -102,7 +84,7 @@ def _rule_random(instruction: Random, scalars: ScalarTypes) -> str | None:
 
 def _check_dim(op: str, src: TensorValue, dim: int) -> str | None:
     if not 0 <= dim < src.ndim:
-        return f"{op}: dim {dim} is out of range for {src.name} {_shape(src.shape)}"
+        return f"{op}: dim {dim} is out of range for {src.name} {shape_text(src)}"
     return None
 
 
@@ -118,9 +100,9 @@ def _rule_index_select(instruction: IndexSelect, scalars: ScalarTypes) -> str | 
     if problem is not None:
         return problem
     if index.ndim != 1:
-        return f"index_select: the index {index.name} must be 1-d, got {_shape(index.shape)}"
+        return f"index_select: the index {index.name} must be 1-d, got {shape_text(index)}"
     shape = src.shape[:dim] + index.shape + src.shape[dim + 1 :]
-    return _expect(instruction, shape, src.dtype)
+    return result_problem(instruction, shape, src.dtype)
 
 
 def _rule_gather(instruction: GatherAlong, scalars: ScalarTypes) -> str | None:
@@ -142,7 +124,7 @@ def _rule_gather(instruction: GatherAlong, scalars: ScalarTypes) -> str | None:
             shape[d] = a
         elif not is_one(a) and differ(a, i):
             return f"{op}: dim {d} of {src.name} and of the index {index.name} differ"
-    return _expect(instruction, tuple(shape), src.dtype)
+    return result_problem(instruction, tuple(shape), src.dtype)
 
 
 def _rule_cumsum(instruction: Cumsum, scalars: ScalarTypes) -> str | None:
@@ -150,7 +132,7 @@ def _rule_cumsum(instruction: Cumsum, scalars: ScalarTypes) -> str | None:
     problem = _check_dim("cumsum", src, instruction.dim)
     if problem is None and src.dtype in (DType.BOOL, DType.UINT64):
         problem = f"cumsum: {src.name} is {src.dtype.value}; cumsum takes numbers"
-    return problem or _expect(instruction, src.shape, src.dtype)
+    return problem or result_problem(instruction, src.shape, src.dtype)
 
 
 def _rule_topk(instruction: TopK, scalars: ScalarTypes) -> str | None:
@@ -160,7 +142,7 @@ def _rule_topk(instruction: TopK, scalars: ScalarTypes) -> str | None:
         return problem
     shape = src.shape[:dim] + (instruction.k,) + src.shape[dim + 1 :]
     dtype = src.dtype if instruction.result is TopKResult.VALUES else DType.INT64
-    return _expect(instruction, shape, dtype)
+    return result_problem(instruction, shape, dtype)
 
 
 CREATION_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hostir.check.result_checks import result_problem, shape_text
 from hostir.ir.extents import differ, local_extents
-from hostir.ir.scalars import Scalar, add, print_scalar, sub
+from hostir.ir.scalars import add, sub
 from hostir.ir.shape_ops import Cat, Pad, Reshape, ReshapeError, Slice, reshape_groups
 from hostir.ir.values import TensorValue
-
-
-def _shape(value: TensorValue) -> str:
-    return "[" + ", ".join(print_scalar(e) for e in value.shape) + "]"
 
 
 def _same_dtype(instruction: Any, op: str, src: TensorValue) -> str | None:
@@ -22,16 +19,6 @@ def _same_dtype(instruction: Any, op: str, src: TensorValue) -> str | None:
             f"{instruction.out.name} is declared {instruction.out.dtype.value}, but {op} keeps"
             f" {src.dtype.value}"
         )
-    return None
-
-
-def _expect(instruction: Any, op: str, shape: tuple[Scalar, ...]) -> str | None:
-    out = instruction.out
-    if len(out.shape) != len(shape) or any(
-        differ(a, b) for a, b in zip(out.shape, shape, strict=True)
-    ):
-        wanted = "[" + ", ".join(print_scalar(e) for e in shape) + "]"
-        return f"{out.name} is declared with extents {_shape(out)}, but {op} gives {wanted}"
     return None
 
 
@@ -63,7 +50,7 @@ def rule_reshape(instruction: Reshape, scalars: Any) -> str | None:
 
 def _dim_problem(instruction: Any, op: str, src: TensorValue, dim: int) -> str | None:
     if not 0 <= dim < src.ndim:
-        return f"dim {dim} is out of range for {src.name} {_shape(src)}"
+        return f"dim {dim} is out of range for {src.name} {shape_text(src)}"
     if src.sharding is not None and src.sharding.mesh_axes_of(dim):
         return f"dim {dim} of {src.name} is sharded; it must be whole on each rank"
     return None
@@ -79,7 +66,7 @@ def rule_slice(instruction: Slice, scalars: Any) -> str | None:
         return problem
     shape = list(src.shape)
     shape[instruction.dim] = sub(instruction.stop, instruction.start)
-    return _expect(instruction, "slice", tuple(shape))
+    return result_problem(instruction, op="slice", shape=tuple(shape))
 
 
 def rule_pad(instruction: Pad, scalars: Any) -> str | None:
@@ -95,7 +82,7 @@ def rule_pad(instruction: Pad, scalars: Any) -> str | None:
     shape[instruction.dim] = add(
         add(instruction.left, src.shape[instruction.dim]), instruction.right
     )
-    return _expect(instruction, "pad", tuple(shape))
+    return result_problem(instruction, op="pad", shape=tuple(shape))
 
 
 def rule_cat(instruction: Cat, scalars: Any) -> str | None:
@@ -114,10 +101,10 @@ def rule_cat(instruction: Cat, scalars: Any) -> str | None:
         d != instruction.dim and differ(a, b)
         for d, (a, b) in enumerate(zip(lhs.shape, rhs.shape, strict=True))
     ):
-        return f"{lhs.name} {_shape(lhs)} and {rhs.name} {_shape(rhs)} differ off dim"
+        return f"{lhs.name} {shape_text(lhs)} and {rhs.name} {shape_text(rhs)} differ off dim"
     shape = list(lhs.shape)
     shape[instruction.dim] = add(lhs.shape[instruction.dim], rhs.shape[instruction.dim])
-    return _expect(instruction, "cat", tuple(shape))
+    return result_problem(instruction, op="cat", shape=tuple(shape))
 
 
 SHAPE_RULES = {Reshape: rule_reshape, Slice: rule_slice, Pad: rule_pad, Cat: rule_cat}
