@@ -64,14 +64,22 @@ def _causal_mask(rows: int, columns: int, device: torch.device) -> torch.Tensor:
     return torch.ones(rows, columns, dtype=torch.bool, device=device).tril()
 
 
+def attention_scores(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float
+) -> torch.Tensor:
+    """``q k^T * scale`` in Float, ``-inf`` where the causal mask hides a key: what the
+    matmul forms of attention (:func:`attention_math`, its backward, dropout) softmax."""
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+    if is_causal:
+        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), -math.inf)
+    return scores
+
+
 def attention_math(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention and its logsumexp written with matmuls, in Float (CUDA Float operands)."""
-    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
-    if is_causal:
-        mask = _causal_mask(q.shape[-2], k.shape[-2], q.device)
-        scores = scores.masked_fill(~mask, -math.inf)
+    scores = attention_scores(q, k, is_causal, scale)
     logsumexp = torch.logsumexp(scores, dim=-1)
     probabilities = torch.exp(scores - logsumexp.unsqueeze(-1))
     return torch.matmul(probabilities, v.float()).to(q.dtype), logsumexp
@@ -90,10 +98,7 @@ def attention_math_backward(
     """The gradients of :func:`attention_math` from its saved logsumexp (flash
     attention's backward: ``dS = P * (dP - rowsum(dO * O))``)."""
     qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
-    scores = torch.matmul(qf, kf.transpose(-2, -1)) * scale
-    if is_causal:
-        mask = _causal_mask(q.shape[-2], k.shape[-2], q.device)
-        scores = scores.masked_fill(~mask, -math.inf)
+    scores = attention_scores(q, k, is_causal, scale)
     probabilities = torch.exp(scores - logsumexp.unsqueeze(-1))
     grad_value = torch.matmul(probabilities.transpose(-2, -1), gf)
     grad_probabilities = torch.matmul(gf, vf.transpose(-2, -1))

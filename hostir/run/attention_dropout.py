@@ -20,7 +20,6 @@ the math path (matmul, softmax, mask, matmul; Float) instead of the flash kernel
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +32,10 @@ from hostir.ir.sharding import slice_global_tensor
 from hostir.ir.values import TensorValue
 from hostir.run.attention import (
     _GRADIENT_OF,
-    _causal_mask,
     _flat,
     _laid_out_like,
     _scale,
+    attention_scores,
     run_sdpa_bwd,
     run_sdpa_fwd,
     run_sdpa_philox,
@@ -83,10 +82,7 @@ def _local_mask(context: Any, instruction: SdpaFwd | SdpaBwd, operands: Operands
 
 def _probabilities(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
     """``softmax(q k^T * scale (+ causal mask))`` in Float."""
-    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
-    if is_causal:
-        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), -math.inf)
-    return torch.softmax(scores, dim=-1)
+    return torch.softmax(attention_scores(q, k, is_causal, scale), dim=-1)
 
 
 def attention_dropout(
