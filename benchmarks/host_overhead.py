@@ -28,6 +28,19 @@ World size 1 runs with no process group (as a single-device user does)::
     hostir run benchmarks/host_overhead.py --nproc 2
     python benchmarks/host_overhead.py --sizes small --runs 9
 
+On a CUDA GPU (``--device cuda``, the default where torch has CUDA) the inputs live on
+the GPU, each run ends with ``torch.cuda.synchronize()``, and three more versions run:
+``graph`` is ``fd.execute(..., cuda_graph=True)`` (hostir.run.cuda_graphs: the inputs
+copied into static buffers, a replay, the outputs cloned); ``hand graph`` is the
+hand-written version captured in a ``torch.cuda.CUDAGraph`` by hand and called the same
+way (one multi-tensor copy in, ``replay()``, a clone out: torch.compile's reduce-overhead
+contract); ``replay`` is that graph's ``replay()`` alone, the inputs written in place by
+the caller (the least a CUDA graph can cost). Stream programs at world size 1 need a
+process group (their references call ``torch.distributed``)::
+
+    python benchmarks/host_overhead.py --device cuda
+    torchrun --nproc-per-node 1 benchmarks/host_overhead.py --device cuda
+
 Every result is checked against the hand-written one before anything is timed.
 """
 
@@ -64,9 +77,21 @@ STREAM_PROGRAMS = ("row-parallel", "column-permute", "column-broadcast")
 INTERPRET = "HOSTIR_INTERPRET"
 
 
+DEVICE = "cpu"
+"""Where the inputs live (``--device``)."""
+
+
 def _barrier() -> None:
+    _synchronize()
     if dist.is_initialized():
         dist.barrier()
+
+
+def _synchronize() -> None:
+    """Waits for the GPU's queued work (nothing on the CPU): a timed run ends when its
+    kernels have run, not when the host has queued them."""
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def _slowest(times: list[float]) -> list[float]:
@@ -93,6 +118,7 @@ def compare(versions: dict[str, Callable], runs: int, batch: int) -> dict[str, f
             start = time.perf_counter()
             for _ in range(batch):
                 versions[name]()
+            _synchronize()
             times[name].append((time.perf_counter() - start) / batch)
     return {name: statistics.median(_slowest(t)) for name, t in times.items()}
 
@@ -124,7 +150,7 @@ def mlp(size: str, d: int, rank: int) -> tuple[FusionDefinition, list, Callable]
     generator = torch.Generator().manual_seed(0)
     shapes = [(tokens, hidden), (ffn, hidden), (ffn,), (hidden, ffn), (hidden,)]
     full = [torch.randn(s, generator=generator) / s[-1] ** 0.5 for s in shapes]
-    local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
+    local = [shard_tensor(t, tv, rank).to(DEVICE) for t, tv in zip(full, tvs, strict=True)]
     x, w1, b1, w2, b2 = local
     linear = torch.nn.functional.linear
 
@@ -145,7 +171,7 @@ def chain(size: str, d: int, rank: int) -> tuple[FusionDefinition, list, Callabl
         for _ in range(CHAIN_LENGTH):
             out = fd.ops.neg(fd.ops.relu(out))
         fd.add_output(out)
-    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(1)).to(DEVICE)
 
     def hand() -> torch.Tensor:
         out = x
@@ -158,7 +184,7 @@ def chain(size: str, d: int, rank: int) -> tuple[FusionDefinition, list, Callabl
 
 def stream_loop(program: str, size: str, d: int, rank: int):
     tokens, hidden = SIZES[size][:2]
-    fd, local, references, _ = overlap.build(program, d, rank, 4, tokens * d, hidden)
+    fd, local, references, _ = overlap.build(program, d, rank, 4, tokens * d, hidden, DEVICE)
     return fd, local, references["pipelined"], references["again"]
 
 
@@ -188,6 +214,29 @@ def interpreted(name: str, size: str, d: int, rank: int, inputs: list) -> Fusion
     return fd
 
 
+def hand_graphed(hand: Callable, inputs: list) -> tuple[Callable, Callable]:
+    """``hand`` captured in a CUDA graph by hand: (a call as ours is made: copy the
+    caller's tensors in, replay, clone the output; the replay alone). ``hand`` reads
+    ``inputs`` (its closure), which become the graph's static inputs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up on a side stream, as torch's CUDA-graph notes say
+            hand()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = hand()
+    callers = [t.clone() for t in inputs]  # the caller's own tensors, new each call
+
+    def call() -> torch.Tensor:
+        torch._foreach_copy_(inputs, callers)
+        graph.replay()
+        return static_out.clone()
+
+    return call, graph.replay
+
+
 def measure(name: str, size: str, d: int, rank: int, runs: int, batch: int) -> dict:
     fd, inputs, hand, again = build(name, size, d, rank)
     (ours,) = fd.execute(inputs)
@@ -199,9 +248,21 @@ def measure(name: str, size: str, d: int, rank: int, runs: int, batch: int) -> d
         "hand": hand,
         "again": again,
     }
+    if DEVICE.startswith("cuda"):
+        versions.update(_graph_versions(name, fd, inputs, hand))
     medians = compare(versions, runs, batch)
     count = instructions_run(fd, inputs)
+    graphs = {
+        key: medians[version] * 1e6
+        for key, version in (
+            ("graph_us", "graph"),
+            ("hand_graph_us", "hand graph"),
+            ("replay_us", "replay"),
+        )
+        if version in medians
+    }
     return {
+        **graphs,
         "program": name,
         "size": size,
         "instructions": count,
@@ -214,10 +275,47 @@ def measure(name: str, size: str, d: int, rank: int, runs: int, batch: int) -> d
     }
 
 
+def _graph_versions(name: str, fd: FusionDefinition, inputs: list, hand: Callable) -> dict:
+    """The CUDA-graph versions of one program (those that capture: a refusal is printed)."""
+    versions: dict[str, Callable] = {}
+    try:
+        (graphed,) = fd.execute(inputs, cuda_graph=True)
+        torch.testing.assert_close(graphed, hand(), rtol=1e-4, atol=1e-4)
+        versions["graph"] = lambda: fd.execute(inputs, cuda_graph=True)
+    except Exception as error:  # reported, not timed
+        print(f"{name}: graph: {type(error).__name__}: {error}", file=sys.stderr)
+    try:
+        call, replay = hand_graphed(hand, inputs)
+        torch.testing.assert_close(call(), hand(), rtol=1e-4, atol=1e-4)
+        versions["hand graph"], versions["replay"] = call, replay
+    except Exception as error:
+        print(f"{name}: hand graph: {type(error).__name__}: {error}", file=sys.stderr)
+    return versions
+
+
+def graph_table(rows: list[dict]) -> str:
+    """The CUDA-graph columns, where any ran."""
+    lines = [
+        "| program | size | ours (µs) | graph (µs) | hand (µs) | hand graph (µs) | replay (µs)"
+        " | ours / hand | graph / hand graph | graph / replay |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    nan = float("nan")
+    for r in rows:
+        graph, hand_graph = r.get("graph_us", nan), r.get("hand_graph_us", nan)
+        replay = r.get("replay_us", nan)
+        lines.append(
+            f"| {r['program']} | {r['size']} | {r['ours_us']:.1f} | {graph:.1f} |"
+            f" {r['hand_us']:.1f} | {hand_graph:.1f} | {replay:.1f} | {r['ratio']:.2f} |"
+            f" {graph / hand_graph:.2f} | {graph / replay:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[dict], d: int) -> str:
     lines = [
         f"world size {d}, {platform.machine()}, torch {torch.__version__},"
-        f" {torch.get_num_threads()} threads",
+        f" {torch.get_num_threads()} threads, device {_device_name()}",
         "| program | size | instructions | ours (µs) | interp (µs) | hand (µs) | ours / hand |"
         " interp / hand | A/A | host/instr (µs) |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -232,24 +330,46 @@ def table(rows: list[dict], d: int) -> str:
     return "\n".join(lines)
 
 
+def _device_name() -> str:
+    if DEVICE.startswith("cuda"):
+        return f"{DEVICE} ({torch.cuda.get_device_name()})"
+    return DEVICE
+
+
 def main(argv: list[str]) -> int:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="small,medium,large")
     parser.add_argument("--programs", default="mlp,chain," + ",".join(STREAM_PROGRAMS))
     parser.add_argument("--runs", type=int, default=11, help="timed runs per version")
     parser.add_argument("--batch", type=int, default=0, help="calls per run (0: by size)")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where the inputs live: cpu or cuda (default: cuda where torch has it)",
+    )
     args = parser.parse_args(argv)
     world = default_communicator()  # the launcher's group, if any; else this process alone
     d, rank = world.world_size, world.rank
+    DEVICE = args.device
+    if DEVICE == "cuda":
+        DEVICE = f"cuda:{torch.cuda.current_device()}"
     rows = []
     for name in args.programs.split(","):
-        if name in STREAM_PROGRAMS and d < 2:
+        if name in STREAM_PROGRAMS and not dist.is_initialized():
             continue  # their hand-written versions call torch.distributed
         for size in args.sizes.split(","):
-            batch = args.batch or {"small": 200, "medium": 20, "large": 3}[size]
+            # a GPU queues the work, so even the large size is host-bound for a while
+            by_size = {"small": 200, "medium": 20, "large": 3}
+            if DEVICE.startswith("cuda"):
+                by_size = {"small": 200, "medium": 100, "large": 30}
+            batch = args.batch or by_size[size]
             rows.append(measure(name, size, d, rank, args.runs, batch))
     if rank == 0:
         print(table(rows, d))
+        if any("graph_us" in row or "hand_graph_us" in row for row in rows):
+            print()
+            print(graph_table(rows))
     return 0
 
 

@@ -132,7 +132,7 @@ def reference_row_parallel(x: torch.Tensor, w: torch.Tensor, streams: int, pipel
     chunk = tokens // streams
 
     def run() -> torch.Tensor:
-        out = torch.empty(tokens, w.shape[0], dtype=x.dtype)
+        out = torch.empty(tokens, w.shape[0], dtype=x.dtype, device=x.device)
         wt = w.t()
         pending = None
         for i in range(streams):
@@ -169,7 +169,7 @@ def reference_ring(x: torch.Tensor, w: torch.Tensor, rank: int, d: int, pipeline
         return buf, dist.batch_isend_irecv(ops)
 
     def run() -> torch.Tensor:
-        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
+        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype, device=x.device)
         wt = w.t()
         current, works = post(0)
         for i in range(d):
@@ -195,7 +195,7 @@ def reference_broadcast(x: torch.Tensor, w: torch.Tensor, rank: int, d: int, pip
         return buf, dist.broadcast(buf, src=i, async_op=True)
 
     def run() -> torch.Tensor:
-        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype)
+        out = torch.empty(chunk * d, w.shape[0], dtype=x.dtype, device=x.device)
         wt = w.t()
         current, work = post(0)
         for i in range(d):
@@ -213,7 +213,7 @@ def parts_alone(program: str, x: torch.Tensor, w: torch.Tensor, d: int, streams:
     """(the collectives alone, the matmuls alone) of a program, each chunk as the
     serialized reference does it."""
     rows = x.shape[0] // streams if program == "row-parallel" else x.shape[0]
-    out = torch.empty(rows, w.shape[0], dtype=x.dtype)
+    out = torch.empty(rows, w.shape[0], dtype=x.dtype, device=x.device)
     wt = w.t()
     rank = dist.get_rank()
 
@@ -338,15 +338,18 @@ def compare(versions: dict[str, Callable], warmup: int, runs: int, batch: int) -
     return {name: statistics.median(max_over_ranks(t)) for name, t in times.items()}
 
 
-def build(program: str, d: int, rank: int, streams: int, tokens: int, hidden: int):
-    """(fusion, local inputs, references by name) for one program and size."""
+def build(
+    program: str, d: int, rank: int, streams: int, tokens: int, hidden: int, device: str = "cpu"
+):
+    """(fusion, local inputs, references by name) for one program and size, the inputs on
+    ``device``."""
     torch.manual_seed(0)  # the same full tensors on every rank
     if program == "row-parallel":
         fd, tvs = row_parallel(d, streams, hidden)
     else:
         fd, tvs = column_parallel(d, program == "column-permute", hidden)
     full = [torch.randn(tokens, hidden), torch.randn(hidden, hidden)]
-    x, w = (shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True))
+    x, w = (shard_tensor(t, tv, rank).to(device) for t, tv in zip(full, tvs, strict=True))
     references = {}
     for name, pipelined in (("serialized", False), ("pipelined", True), ("again", True)):
         if program == "row-parallel":

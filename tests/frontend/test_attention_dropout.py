@@ -65,14 +65,29 @@ def _data():
     return [torch.randn(shape, generator=generator) for shape in shapes]
 
 
-def test_forward_and_backward_use_the_documented_mask() -> None:
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(
+                not torch.cuda.is_available(), reason="runs dropout on CUDA: needs a CUDA GPU"
+            ),
+        ),
+    ],
+)
+def test_forward_and_backward_use_the_documented_mask(device: str) -> None:
     """The output and the three gradients equal torch autograd's with the documented mask
-    of the returned seed and offset; the keep rate is about 1 - p; the seed comes from
-    torch's default generator (reproducible after manual_seed) and differs between runs."""
+    of the returned seed and offset (the same mask on CUDA: it is drawn on the CPU); the
+    keep rate is about 1 - p; the seed comes from torch's default generator (reproducible
+    after manual_seed) and differs between runs."""
     fd, _, _ = _fusion(P)
     data = _data()
     torch.manual_seed(3)
-    out, grad_q, grad_k, grad_v, seed, offset = fd.execute(data)
+    results = fd.execute([t.to(device) for t in data])
+    assert results[0].device.type == device
+    out, grad_q, grad_k, grad_v, seed, offset = (t.cpu() for t in results)
     assert seed.dtype == offset.dtype == torch.int64 and seed.dim() == offset.dim() == 0
     keep = _documented_mask(int(seed), int(offset), (*SHAPE_Q[:-1], SHAPE_KV[-2]), P)
     assert abs(keep.float().mean().item() - (1 - P)) < 0.08  # 240 weights
@@ -80,10 +95,11 @@ def test_forward_and_backward_use_the_documented_mask() -> None:
         (out, grad_q, grad_k, grad_v), _reference(*data, keep, P, True), strict=True
     ):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    on_device = [t.to(device) for t in data]
     torch.manual_seed(3)
-    again = fd.execute(data)
-    assert int(again[4]) == int(seed) and torch.equal(again[0], out)
-    assert int(fd.execute(data)[4]) != int(seed)  # the generator moved on
+    again = fd.execute(on_device)
+    assert int(again[4]) == int(seed) and torch.equal(again[0].cpu(), out)
+    assert int(fd.execute(on_device)[4]) != int(seed)  # the generator moved on
 
 
 @pytest.mark.world_sizes(2, 4)

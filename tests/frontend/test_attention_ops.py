@@ -31,6 +31,9 @@ from hostir.run.attention import (
 BF16, F32 = torch.bfloat16, torch.float32
 I32, INT, FLOAT = DataType.Int32, DataType.Int, DataType.Float
 X = ParallelType.mesh_x
+NEEDS_CUDA = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="runs the CUDA attention kernels: needs a CUDA GPU"
+)
 
 
 def _shard(tv, mesh: DeviceMesh, dim: int) -> None:
@@ -78,15 +81,20 @@ def _attention_fusion(shape_q, shape_kv, dtype, is_causal, scale, outputs=("all"
     [(BF16, True, None, (2,)), (F32, False, 0.3, (2, 3))],
     ids=["bf16-causal", "f32-scale-5d"],
 )
-def test_sdpa_against_torch(dtype, is_causal, scale, batch) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
+def test_sdpa_against_torch(dtype, is_causal, scale, batch, device) -> None:
     """Output, logsumexp and gradients match torch's attention (5-d: two batch dims);
-    the philox seed and offset are Int scalar tensors."""
+    the philox seed and offset are Int scalar tensors. On CUDA, BFloat16 runs the flash
+    kernels and Float the matmul path."""
     generator = torch.Generator().manual_seed(3)
     shape_q, shape_kv = (*batch, 2, 5, 8), (*batch, 2, 7, 8)
     q, grad = (torch.randn(shape_q, generator=generator).to(dtype) for _ in range(2))
     k, v = (torch.randn(shape_kv, generator=generator).to(dtype) for _ in range(2))
     fd, _, _ = _attention_fusion(shape_q, shape_kv, dtype, is_causal, scale)
-    results = fd.execute([q, k, v, grad])
+    results = fd.execute([t.to(device) for t in (q, k, v, grad)])
+    for got in results[:5]:
+        assert got.device.type == device
+    results = [t.cpu() for t in results]
     expected = _attention_reference(q, k, v, grad, is_causal, scale)
     tolerance = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == BF16 else {"rtol": 1e-4, "atol": 1e-5}
     for got, want, dt in zip(results[:5], expected, (dtype, F32, dtype, dtype, dtype), strict=True):
@@ -265,7 +273,8 @@ def _grouped_reference(a: torch.Tensor, b: torch.Tensor, offsets: list[int]) -> 
     [((10, 8), (3, 8, 4)), ((3, 5, 8), (8, 10)), ((5, 10), (10, 4))],
     ids=["rows", "columns", "contraction"],
 )
-def test_grouped_mm_forms(shape1, shape2) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
+def test_grouped_mm_forms(shape1, shape2, device) -> None:
     """The three forms of grouped_mm in BFloat16 against a loop over the groups."""
     generator = torch.Generator().manual_seed(4)
     a = torch.randn(shape1, generator=generator).to(BF16)
@@ -274,8 +283,10 @@ def test_grouped_mm_forms(shape1, shape2) -> None:
     with FusionDefinition() as fd:
         ta, tb = _bf(fd, *shape1), _bf(fd, *shape2)
         fd.add_output(fd.ops.grouped_mm(ta, tb, _bf(fd, 3, dtype=I32)))
-    (out,) = fd.execute([a, b, torch.tensor(offsets, dtype=torch.int32)])
-    assert out.dtype == BF16
+    inputs = [a, b, torch.tensor(offsets, dtype=torch.int32)]
+    (out,) = fd.execute([t.to(device) for t in inputs])
+    assert out.dtype == BF16 and out.device.type == device
+    out = out.cpu()
     torch.testing.assert_close(out.float(), _grouped_reference(a, b, offsets), rtol=2e-2, atol=5e-2)
 
 
