@@ -346,7 +346,9 @@ class FusionDefinition:
             self._graphs[key] = graph
         call_key = _call_key(self._fusion.schedule.version, inputs, keep_as)
         if keep_as is not False and call_key is not None:
-            self._prepared_calls[call_key] = graph.replay
+            # The key compares every input's type, shape, dtype and device: the replay
+            # need not check them again.
+            self._prepared_calls[call_key] = graph.replay_known
         return graph.replay(inputs)
 
     def _prepare_call(

@@ -2,9 +2,11 @@
 
 Attention runs torch's flash-attention kernels: on CPU
 ``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``; on CUDA
-``aten._scaled_dot_product_flash_attention`` and its ``_backward`` for Half and BFloat16,
-and for Float (which CUDA's flash kernel does not take) the same computation written with
-matmuls (:func:`attention_math`, :func:`attention_math_backward`). Batch dims before
+``aten._scaled_dot_product_flash_attention`` and its ``_backward`` where that kernel
+computes the op as documented (:func:`cuda_flash`: Half or BFloat16, head dims it takes,
+no causal mask over fewer queries than keys), and otherwise (Float, which CUDA's flash
+kernel does not take, among them) the same computation written with matmuls
+(:func:`attention_math`, :func:`attention_math_backward`). Batch dims before
 ``[H, L, E]`` are flattened into one, as nvFuser's ``SdpaFwdOp::evaluate`` does. Results
 take their reference input's layout (the output the query's, each gradient its input's),
 as nvFuser lays out ``sdpfa_fwd``'s output like the query.
@@ -109,6 +111,26 @@ def attention_math_backward(
     return grad_query.to(q.dtype), grad_key.to(k.dtype), grad_value.to(v.dtype)
 
 
+FLASH_HEAD_DIMS = 256
+"""The largest head dim CUDA's flash kernels take (a multiple of 8)."""
+
+
+def cuda_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> bool:
+    """Whether CUDA's flash kernel computes this attention as documented: Half or
+    BFloat16, one head dim, a multiple of 8 up to :data:`FLASH_HEAD_DIMS`, and, when causal,
+    as many queries as keys. The kernel aligns a causal mask to the bottom-right corner
+    when ``L != S`` (FlashAttention-2), where torch's ``is_causal`` (and this op, on every
+    device) aligns it top-left: row ``i`` sees keys ``0..i``. torch's own SDPA dispatch
+    declines the flash kernel there too (``check_flash_causal_non_square_seqlens``)."""
+    return (
+        q.dtype in (torch.float16, torch.bfloat16)
+        and q.shape[-1] == v.shape[-1]
+        and q.shape[-1] % 8 == 0
+        and q.shape[-1] <= FLASH_HEAD_DIMS
+        and not (is_causal and q.shape[-2] != k.shape[-2])
+    )
+
+
 def attention_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +139,7 @@ def attention_forward(
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, is_causal, scale=scale
         )
-    if q.dtype in (torch.float16, torch.bfloat16):
+    if cuda_flash(q, k, v, is_causal):
         results = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, 0.0, is_causal, return_debug_mask=False, scale=scale
         )
@@ -140,7 +162,7 @@ def attention_backward(
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad, q, k, v, out, logsumexp, 0.0, is_causal, scale=scale
         )
-    if q.dtype in (torch.float16, torch.bfloat16):
+    if cuda_flash(q, k, v, is_causal):
         # No dropout ran: the philox state is not read.
         seed = torch.zeros(2, dtype=torch.uint64, device=q.device)
         offset = torch.zeros((), dtype=torch.uint64, device=q.device)

@@ -356,15 +356,17 @@ class HostIrEvaluator:
                 communicator.set_timeout(limit)
                 return self._guarded(context, lambda: replay.run(context, inputs))
 
-        def run_alone_on_cpu(inputs: Sequence[Any]) -> list:
-            # _guarded adds nothing here: no peer to tell or name, no stream to restore.
+        def run_alone(inputs: Sequence[Any]) -> list:
+            # _guarded adds nothing here: no peer to tell or name, no stream to restore
+            # (on the CPU there are none; on CUDA a replay that switches streams uses its
+            # context, and runs run_again).
             if torch.autograd.profiler._is_profiler_enabled:  # as profiling() says
                 return self.run(inputs, timeout=timeout)
             return replay.run(context_for_run() if uses_context else context_for_run, inputs)
 
         uses_context = replay.uses_context
-        if communicator.world_size == 1 and device.type == "cpu":
-            return run_alone_on_cpu
+        if communicator.world_size == 1 and (device.type == "cpu" or not uses_context):
+            return run_alone
         return run_again
 
     def _run_body(self, context: RunContext, compiled: bool) -> None:

@@ -157,8 +157,13 @@ class _ReplayWriter(_Writer):
                 lines.append(INDENT + f"{self.variable(value.name)} = {given}")
         first = 2 + len(self.meshes.names) + len(self.program.inputs)
         body = self._block(self.program.body, first, 1)
-        # Only code that calls a handler or reads a scalar needs the run's context.
-        self.uses_context = any(re.search(r"\bctx\b|\bs\[", b.split("#")[0]) for b in body)
+        # Only code that calls a handler or reads a scalar needs the run's context; a
+        # failure's report (fail_at) makes one when it needs it.
+        self.uses_context = any(
+            re.search(r"\bctx\b|\bs\[", b.split("#")[0])
+            for b in body
+            if not b.lstrip().startswith("fail_at(")
+        )
         if self.uses_context:
             lines.append(INDENT + "s = ctx.scalars")
         lines += body

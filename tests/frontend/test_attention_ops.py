@@ -22,10 +22,12 @@ from frontend import (
 )
 from hostir import HostIrError, parse
 from hostir.run.attention import (
+    FLASH_HEAD_DIMS,
     attention_backward,
     attention_forward,
     attention_math,
     attention_math_backward,
+    cuda_flash,
 )
 
 BF16, F32 = torch.bfloat16, torch.float32
@@ -77,17 +79,25 @@ def _attention_fusion(shape_q, shape_kv, dtype, is_causal, scale, outputs=("all"
 
 
 @pytest.mark.parametrize(
-    ("dtype", "is_causal", "scale", "batch"),
-    [(BF16, True, None, (2,)), (F32, False, 0.3, (2, 3))],
-    ids=["bf16-causal", "f32-scale-5d"],
+    ("dtype", "is_causal", "scale", "batch", "keys"),
+    [
+        (BF16, True, None, (2,), 7),
+        (BF16, True, 0.5, (2,), 5),
+        (BF16, False, None, (3,), 7),
+        (F32, False, 0.3, (2, 3), 7),
+    ],
+    ids=["bf16-causal", "bf16-causal-square", "bf16-more-keys", "f32-scale-5d"],
 )
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
-def test_sdpa_against_torch(dtype, is_causal, scale, batch, device) -> None:
+def test_sdpa_against_torch(dtype, is_causal, scale, batch, keys, device) -> None:
     """Output, logsumexp and gradients match torch's attention (5-d: two batch dims);
-    the philox seed and offset are Int scalar tensors. On CUDA, BFloat16 runs the flash
-    kernels and Float the matmul path."""
+    the philox seed and offset are Int scalar tensors. The causal mask is top-left aligned
+    when there are more keys than queries (5 queries, 7 keys), as torch's. On CUDA,
+    BFloat16 runs the flash kernels (bf16-causal-square, bf16-more-keys) and the matmul
+    path where the flash kernel's causal mask would be bottom-right aligned (bf16-causal),
+    Float the matmul path."""
     generator = torch.Generator().manual_seed(3)
-    shape_q, shape_kv = (*batch, 2, 5, 8), (*batch, 2, 7, 8)
+    shape_q, shape_kv = (*batch, 2, 5, 8), (*batch, 2, keys, 8)
     q, grad = (torch.randn(shape_q, generator=generator).to(dtype) for _ in range(2))
     k, v = (torch.randn(shape_kv, generator=generator).to(dtype) for _ in range(2))
     fd, _, _ = _attention_fusion(shape_q, shape_kv, dtype, is_causal, scale)
@@ -589,3 +599,23 @@ def test_the_matmul_attention_agrees_with_the_flash_kernel(is_causal: bool) -> N
     flash_grads = attention_backward(grad, q, k, v, out, lse, is_causal, 0.4)
     for got, want in zip(grads, flash_grads, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_cuda_takes_the_flash_kernel_only_where_it_means_the_op() -> None:
+    """CUDA's flash kernel aligns a causal mask bottom-right when there are fewer queries
+    than keys, and takes Half/BFloat16 head dims that are multiples of 8 up to 256: every
+    other case goes to the matmul path (on a GPU, test_sdpa_against_torch[cuda-*] checks
+    both paths' numbers)."""
+
+    def flash(dtype, queries, keys, head, value_head, is_causal) -> bool:
+        q = torch.empty(1, 1, queries, head, dtype=dtype)
+        k = torch.empty(1, 1, keys, head, dtype=dtype)
+        v = torch.empty(1, 1, keys, value_head, dtype=dtype)
+        return cuda_flash(q, k, v, is_causal)
+
+    assert flash(BF16, 5, 5, 8, 8, True) and flash(torch.float16, 5, 7, 64, 64, False)
+    assert not flash(BF16, 5, 7, 8, 8, True)  # bottom-right in the kernel
+    assert flash(BF16, 7, 5, 8, 8, False) and not flash(BF16, 7, 5, 8, 8, True)
+    assert not flash(F32, 5, 5, 8, 8, False)
+    assert not flash(BF16, 5, 5, 12, 12, False) and not flash(BF16, 5, 5, 8, 16, False)
+    assert not flash(BF16, 5, 5, 2 * FLASH_HEAD_DIMS, 2 * FLASH_HEAD_DIMS, False)

@@ -158,6 +158,19 @@ def test_a_torch_error_in_a_replay_names_the_instruction_and_its_line():
     wrong = [full[0][:, :5], *full[1:]]
     with pytest.raises(EvaluationError, match=r"^linear defining T5 failed on rank 0: Runtime"):
         replay.run(_context(evaluator), wrong)
+    # The MLP's replay reads no context (torch calls only): a prepared call passes the
+    # function making one, called only to report a failure, with the same error.
+    assert replay.uses_context is False
+    made = []
+
+    def make_context():
+        made.append(True)
+        return _context(evaluator)
+
+    assert len(replay.run(make_context, full)) == 1 and made == []
+    with pytest.raises(EvaluationError, match=r"^linear defining T5 failed on rank 0: Runtime"):
+        replay.run(make_context, wrong)
+    assert made == [True]
 
 
 def _context(evaluator: HostIrEvaluator):
