@@ -63,6 +63,9 @@ def plain_call(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str
     if kind is Reduction:
         return reduction_call(instruction), ("src",)
     if kind is Linear:
+        # A 2-d weight (its rank is declared) is torch's own linear: no frame of ours.
+        if len(instruction.weight.shape) == 2:
+            return torch.nn.functional.linear, ("input", "weight", "bias")
         return linear, ("input", "weight", "bias")
     if kind is Matmul:
         return torch.matmul, ("lhs", "rhs")
