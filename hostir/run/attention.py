@@ -173,17 +173,33 @@ def attention_backward(
     return attention_math_backward(grad, q, k, v, out, logsumexp, is_causal, scale)
 
 
-def run_sdpa_fwd(instruction: SdpaFwd, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``sdpfa_fwd``'s result ``instruction.result`` (the other one is not kept)."""
+def sdpa_fwd_results(instruction: SdpaFwd, operands: Operands) -> tuple[torch.Tensor, ...]:
+    """Both results of ``sdpfa_fwd`` without dropout, in :class:`SdpaFwdResult`'s order:
+    the output (laid out like the query) and the logsumexp (Float)."""
     q, k, v = operands["query"], operands["key"], operands["value"]
     scale = _scale(instruction, q.shape[-1])
     output, logsumexp = attention_forward(
         _flat(q), _flat(k), _flat(v), instruction.is_causal, scale
     )
-    if instruction.result is SdpaFwdResult.LOGSUMEXP:
-        return _into(instruction, operands, logsumexp.reshape(q.shape[:-1]).float())
-    result = _laid_out_like(output.reshape(q.shape[:-1] + v.shape[-1:]), q)
-    return _into(instruction, operands, result)
+    output = _laid_out_like(output.reshape(q.shape[:-1] + v.shape[-1:]), q)
+    return output, logsumexp.reshape(q.shape[:-1]).float()
+
+
+FWD_POSITION = {SdpaFwdResult.OUTPUT: 0, SdpaFwdResult.LOGSUMEXP: 1}
+"""Each ``sdpfa_fwd`` result's place among :func:`sdpa_fwd_results`'."""
+
+
+def run_sdpa_fwd(
+    instruction: SdpaFwd,
+    operands: Operands,
+    out_shape: list[int],
+    results: tuple[torch.Tensor, ...] | None = None,
+) -> torch.Tensor:
+    """``sdpfa_fwd``'s result ``instruction.result``, from ``results`` (every result of
+    the op, hostir.run.shared_results) when given."""
+    if results is None:
+        results = sdpa_fwd_results(instruction, operands)
+    return _into(instruction, operands, results[FWD_POSITION[instruction.result]])
 
 
 def run_sdpa_philox(
@@ -201,17 +217,40 @@ _GRADIENT_OF: dict[SdpaBwdResult, tuple[int, str]] = {
 """Each result's position among the backward kernel's results, and its input."""
 
 
-def run_sdpa_bwd(instruction: SdpaBwd, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``sdpfa_bwd``'s gradient ``instruction.result``, laid out like its input."""
+def laid_out_gradients(
+    gradients: tuple[torch.Tensor, ...], operands: Operands
+) -> tuple[torch.Tensor, ...]:
+    """The flat gradients of query, key and value, each shaped and laid out like its
+    input."""
+    laid_out = []
+    for gradient, source in zip(gradients, ("query", "key", "value"), strict=True):
+        reference = operands[source]
+        laid_out.append(_laid_out_like(gradient.reshape(reference.shape), reference))
+    return tuple(laid_out)
+
+
+def sdpa_bwd_results(instruction: SdpaBwd, operands: Operands) -> tuple[torch.Tensor, ...]:
+    """The three gradients of ``sdpfa_bwd`` without dropout (query's, key's, value's),
+    each laid out like its input."""
     names = ("grad_output", "query", "key", "value", "output")
     grad, q, k, v, out = (_flat(operands[name]) for name in names)
     logsumexp = operands["logsumexp"].reshape(q.shape[:-1])
     scale = _scale(instruction, q.shape[-1])
     gradients = attention_backward(grad, q, k, v, out, logsumexp, instruction.is_causal, scale)
-    position, source = _GRADIENT_OF[instruction.result]
-    reference = operands[source]
-    result = _laid_out_like(gradients[position].reshape(reference.shape), reference)
-    return _into(instruction, operands, result)
+    return laid_out_gradients(gradients, operands)
+
+
+def run_sdpa_bwd(
+    instruction: SdpaBwd,
+    operands: Operands,
+    out_shape: list[int],
+    results: tuple[torch.Tensor, ...] | None = None,
+) -> torch.Tensor:
+    """``sdpfa_bwd``'s gradient ``instruction.result``, from ``results`` (the three
+    gradients, hostir.run.shared_results) when given."""
+    if results is None:
+        results = sdpa_bwd_results(instruction, operands)
+    return _into(instruction, operands, results[_GRADIENT_OF[instruction.result][0]])
 
 
 def grouped_mm(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

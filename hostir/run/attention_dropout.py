@@ -36,11 +36,15 @@ from hostir.run.attention import (
     _laid_out_like,
     _scale,
     attention_scores,
+    laid_out_gradients,
     run_sdpa_bwd,
     run_sdpa_fwd,
     run_sdpa_philox,
+    sdpa_bwd_results,
+    sdpa_fwd_results,
 )
 from hostir.run.creation import generator_seed
+from hostir.run.shared_results import shared, sharing
 
 Operands = dict[str, Any]
 
@@ -137,12 +141,22 @@ def _checked(context: Any, instruction: Any, operands: Operands, result: torch.T
     return [result]
 
 
-def _plain(run: Callable[[Any, Operands, list[int]], torch.Tensor]) -> Callable[..., list]:
-    """The context handler of a plain (no dropout) attention handler."""
+def _plain(
+    run: Callable[..., torch.Tensor], results_of: Callable[[Any, Operands], tuple] | None = None
+) -> Callable[..., list]:
+    """The context handler of a plain (no dropout) attention handler; with
+    ``results_of`` (every result of the op), the op is computed once for its sibling
+    instructions (hostir.run.shared_results)."""
 
     def handle(context: Any, instruction: Any, operands: Operands) -> list:
         shape = context.local_shape(instruction.out)
-        result = run(instruction, operands, shape)
+        if results_of is None:
+            result = run(instruction, operands, shape)
+        else:
+            results = shared(
+                context, instruction, operands, lambda: results_of(instruction, operands)
+            )
+            result = run(instruction, operands, shape, results)
         if instruction.preallocated:
             return [result]  # the plain handler wrote into ``out``
         return _checked(context, instruction, operands, result)
@@ -150,15 +164,19 @@ def _plain(run: Callable[[Any, Operands, list[int]], torch.Tensor]) -> Callable[
     return handle
 
 
-_run_fwd_plain = _plain(run_sdpa_fwd)
-_run_bwd_plain = _plain(run_sdpa_bwd)
+_run_fwd_plain = _plain(run_sdpa_fwd, sdpa_fwd_results)
+_run_fwd_alone = _plain(run_sdpa_fwd)
+_run_bwd_plain = _plain(run_sdpa_bwd, sdpa_bwd_results)
 _run_philox_plain = _plain(run_sdpa_philox)
 
 
 def run_sdpa_fwd_dropout(context: Any, instruction: SdpaFwd, operands: Operands) -> list:
     """``sdpfa_fwd``: with dropout, the output over this rank's mask slice."""
-    if instruction.dropout_p is None or instruction.result is SdpaFwdResult.LOGSUMEXP:
+    if instruction.dropout_p is None:
         return _run_fwd_plain(context, instruction, operands)
+    if instruction.result is SdpaFwdResult.LOGSUMEXP:
+        # The output with dropout is another computation: nothing to share with it.
+        return _run_fwd_alone(context, instruction, operands)
     q, k, v = operands["query"], operands["key"], operands["value"]
     keep = _local_mask(context, instruction, operands)
     p = float(instruction.dropout_p.value)
@@ -171,16 +189,20 @@ def run_sdpa_bwd_dropout(context: Any, instruction: SdpaBwd, operands: Operands)
     """``sdpfa_bwd``: with dropout, the gradient through this rank's mask slice."""
     if instruction.dropout_p is None:
         return _run_bwd_plain(context, instruction, operands)
-    grad, q, k, v = (operands[name] for name in ("grad_output", "query", "key", "value"))
-    keep = _local_mask(context, instruction, operands)
-    p = float(instruction.dropout_p.value)
-    scale = _scale(instruction, q.shape[-1])
-    gradients = attention_dropout_backward(
-        _flat(grad), _flat(q), _flat(k), _flat(v), _flat(keep), p, instruction.is_causal, scale
-    )
-    position, source = _GRADIENT_OF[instruction.result]
-    reference = operands[source]
-    result = _laid_out_like(gradients[position].reshape(reference.shape), reference)
+
+    def gradients() -> tuple[torch.Tensor, ...]:
+        grad, q, k, v = (operands[name] for name in ("grad_output", "query", "key", "value"))
+        keep = _local_mask(context, instruction, operands)
+        p = float(instruction.dropout_p.value)
+        scale = _scale(instruction, q.shape[-1])
+        flat = attention_dropout_backward(
+            _flat(grad), _flat(q), _flat(k), _flat(v), _flat(keep), p, instruction.is_causal,
+            scale,
+        )  # fmt: skip
+        return laid_out_gradients(flat, operands)
+
+    results = shared(context, instruction, operands, gradients)
+    result = results[_GRADIENT_OF[instruction.result][0]]
     return _checked(context, instruction, operands, result)
 
 
@@ -192,6 +214,9 @@ def run_sdpa_philox_dropout(context: Any, instruction: SdpaPhilox, operands: Ope
     seed = torch.randint(0, 2**62, (), dtype=torch.int64)
     return _checked(context, instruction, operands, seed)
 
+
+sharing(SdpaFwd)
+sharing(SdpaBwd)
 
 ATTENTION_DROPOUT_HANDLERS: dict[type, Callable[..., list]] = {
     SdpaFwd: run_sdpa_fwd_dropout,

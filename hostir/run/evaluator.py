@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from hostir.errors import (
 )
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.dtypes import INT_RANGES, DType
+from hostir.ir.indexing import TopK
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -68,9 +70,11 @@ from hostir.run.compiled_runs import compiling
 from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
 from hostir.run.creation import CREATION_HANDLERS
+from hostir.run.indexing import run_topk, topk_results
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
+from hostir.run.shared_results import op_key, shared, sibling_counts
 from hostir.run.steps import Handler, Step, profiling, step_failure
 from hostir.run.stream_handlers import STREAM_HANDLERS
 from hostir.run.stream_pool import MAIN, StreamPool, stream_count
@@ -115,10 +119,21 @@ def _run_for_loop(context: RunContext, instruction: ForLoop, operands: dict) -> 
     return []
 
 
-def _compute_handler(run: Callable) -> Handler:
+def _compute_handler(run: Callable, results_of: Callable | None = None) -> Handler:
+    """The context handler of a compute handler ``run(instruction, operands, out_shape)``;
+    with ``results_of(instruction, operands)`` (every result of an op that has several),
+    ``run`` also takes those, computed once for the op's sibling instructions
+    (hostir.run.shared_results)."""
+
     def handle(context: RunContext, instruction: Any, operands: dict) -> list:
         shape = context.local_shape(instruction.out)
-        result = run(instruction, operands, shape)
+        if results_of is None:
+            result = run(instruction, operands, shape)
+        else:
+            results = shared(
+                context, instruction, operands, lambda: results_of(instruction, operands)
+            )
+            result = run(instruction, operands, shape, results)
         if list(result.shape) != shape:
             # Operands that disagree with their declared extents (two symbolic extents
             # unified at definition, say) must not yield a silently different tensor.
@@ -150,6 +165,7 @@ HANDLERS: dict[type, Handler] = {
     **{cls: _compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
     **CREATION_HANDLERS,
     **ATTENTION_DROPOUT_HANDLERS,  # over the plain sdpfa handlers: a mask needs the rank
+    TopK: _compute_handler(run_topk, topk_results),  # values and indices computed once
 }
 """One handler per instruction class."""
 
@@ -208,11 +224,19 @@ class HostIrEvaluator:
         self._fits: set[int] = set()  # world sizes every mesh of the program fits in
         self._steps: dict[int, Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
+        self._siblings: Counter | None = None  # instructions per shared op (shared_results)
         self.streams = stream_count(streams)  # the pool's size per device
         self.pipeline = pipelining(pipeline)
         self.compiled = compiling(compiled)
         self._compiled: dict[tuple[int, bool], CompiledProgram] = {}  # by rank, pipelining
         self._replays: dict[tuple[int, bool], ReplayProgram | None] = {}  # likewise
+
+    def siblings(self, instruction: Instruction) -> int:
+        """How many instructions of the program compute ``instruction``'s op, itself
+        included (hostir.run.shared_results; counted at the first ask)."""
+        if self._siblings is None:
+            self._siblings = sibling_counts(self.program)
+        return self._siblings.get(op_key(instruction), 1)
 
     def stream_pool(self, device: torch.device) -> StreamPool:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
+from hostir.run.shared_results import sharing
 
 
 def _into(instruction: Any, operands: dict, result: torch.Tensor) -> torch.Tensor:
@@ -46,8 +47,8 @@ def run_cumsum(instruction: Cumsum, operands: dict, out_shape: list[int]) -> Any
     return _into(instruction, operands, result)
 
 
-def run_topk(instruction: TopK, operands: dict, out_shape: list[int]) -> Any:
-    """``torch.topk``, keeping the result the instruction names."""
+def topk_results(instruction: TopK, operands: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both results of ``torch.topk``: (values, indices)."""
     values, indices = torch.topk(
         operands["src"],
         int(operands["k"]),
@@ -55,9 +56,23 @@ def run_topk(instruction: TopK, operands: dict, out_shape: list[int]) -> Any:
         largest=instruction.largest,
         sorted=instruction.sorted,
     )
+    return values, indices
+
+
+def run_topk(
+    instruction: TopK,
+    operands: dict,
+    out_shape: list[int],
+    results: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Any:
+    """``torch.topk``, keeping the result the instruction names; from ``results`` (both,
+    hostir.run.shared_results) when given."""
+    values, indices = results if results is not None else topk_results(instruction, operands)
     result = values if instruction.result is TopKResult.VALUES else indices
     return _into(instruction, operands, result)
 
+
+sharing(TopK)  # its evaluator handler computes values and indices once (hostir.run.evaluator)
 
 INDEXING_HANDLERS: dict[type, Callable[[Any, dict, list[int]], torch.Tensor]] = {
     IndexSelect: run_index_select,
