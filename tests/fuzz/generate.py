@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hostir import HostIrError
+from tests.fuzz import new_ops
 from tests.fuzz.case import Case, InputSpec, Statement
 from tests.fuzz.schedule import schedule_case
 
@@ -114,16 +116,29 @@ class Builder:
     def fresh(self) -> str:
         return f"t{len(self.tensors)}"
 
-    def add_input(self, shape: list[int], positive: bool = False) -> Tensor:
+    def add_input(
+        self,
+        shape: list[int],
+        positive: bool = False,
+        dtype: torch.dtype = torch.float32,
+        high: int = 0,
+    ) -> Tensor:
+        """A new input of global ``shape``, some dims drawn symbolic; an index input
+        (``high`` > 0, an integer ``dtype``) holds data in ``[0, high)`` and is kept out
+        of the pool (later ops would compute with indices)."""
         name = self.fresh()
         share = RAGGED_SYMBOLIC if self.ragged else 0.15
         symbolic = tuple(n > 1 and self.rng.random() < share for n in shape)
         self.features.update({"symbolic"} if any(symbolic) else set())
         axes = [Axis(n, sym) for n, sym in zip(shape, symbolic, strict=True)]
-        tensor = Tensor(name, axes, torch.float32, positive=positive, is_input=True)
+        tensor = Tensor(name, axes, dtype, positive=positive, is_input=True)
         self.tensors[name] = tensor
-        self.inputs.append(InputSpec(name, tuple(shape), symbolic, positive))
-        self.pool.append(name)
+        spec = InputSpec(name, tuple(shape), symbolic, positive)
+        if high:
+            spec = dataclasses.replace(spec, dtype=str(dtype).removeprefix("torch."), high=high)
+        self.inputs.append(spec)
+        if not high:
+            self.pool.append(name)
         return tensor
 
     def add_op(self, tensor: Tensor, fusion: str, reference: str, uses: tuple[str, ...]) -> Tensor:
@@ -527,9 +542,18 @@ def generate(seed: int, world_size: int) -> Case:
     count = rng.randint(1, 6)
     ops, weights = zip(*OPS, strict=True)
     attempts = 0
-    while len(b.statements) < count and attempts < 50:
+    # The ops of issue 25's families go where `extra` places them, drawn from `extra`
+    # alone (tests/fuzz/new_ops.py): a case that gets none is the case it always was.
+    extra = random.Random(f"hostir-fuzz-extra:{seed}:{world_size}")
+    places, made_extra = new_ops.extra_positions(extra, count), 0
+    while len(b.statements) - made_extra < count and attempts < 50:
         attempts += 1
+        while places and places[0] <= len(b.statements) - made_extra:
+            places.pop(0)
+            made_extra += new_ops.add_extra_op(b, extra) is not None
         rng.choices(ops, weights)[0](b)
+    for _ in places:
+        made_extra += new_ops.add_extra_op(b, extra) is not None
     reshaping = random.Random(f"hostir-fuzz-reshape:{seed}:{world_size}")
     if not ragged and reshaping.random() < RESHAPE_SHARE:
         op_reshape(b, reshaping)
@@ -577,6 +601,11 @@ def renumber(case: Case) -> Case:
         named, made = _tensors_made(statement.fusion)
         names[statement.name] = f"t{number + named}"
         number += made
+    if "new_op" in case.features:  # ops of many shapes: as the frontend names them
+        try:
+            names = _frontend_names(case)
+        except HostIrError:  # the frontend refuses the fusion: so will the run, by name
+            pass
 
     def rename(text: str) -> str:
         return re.sub(r"\bt(\d+)\b", lambda m: names[m.group(0)], text)
@@ -596,3 +625,18 @@ def renumber(case: Case) -> Case:
             for name, steps in case.schedules
         ),
     )
+
+
+def _frontend_names(case: Case) -> dict[str, str]:
+    """Each tensor variable of ``case`` mapped to ``tN``, ``TN`` being the name the frontend
+    gives the tensor when the fusion is defined (its ops make helper tensors between)."""
+    from frontend import DataType, FusionDefinition
+
+    namespace: dict = {"DataType": DataType, "torch": torch}
+    with FusionDefinition() as fd:
+        namespace["fd"] = fd
+        for line in [spec.define() for spec in case.inputs] + [s.fusion for s in case.statements]:
+            exec(line, namespace)
+        fd.add_output(namespace[case.statements[-1].name])
+    names = [spec.name for spec in case.inputs] + [s.name for s in case.statements]
+    return {name: "t" + namespace[name].name.removeprefix("T") for name in names}

@@ -41,7 +41,8 @@ def test_the_comparison_cannot_pass_vacuously():
         if case.low_precision or run_case(case, 0, 1).status != OK:
             continue
         full = make_inputs(case)
-        assert all(bool((t != 0).all()) and t.std() > 0 for t in full if t.numel() > 1)
+        floating = [t for t in full if t.is_floating_point() and t.numel() > 1]
+        assert all(bool((t != 0).all()) and t.std() > 0 for t in floating)
         namespace = load(case)
         fd, _ = namespace["define"]()
         expected = namespace["reference"](*full)
