@@ -658,3 +658,25 @@ def test_one_chunk_layout_over_meshes_of_other_sizes_is_refused():
     expected = r"laid out \[x, local\] over mesh axes of sizes \(8,\), but T\d+'s loop chunks it"
     with pytest.raises(LoweringError, match=expected + r" over sizes \(1,\)"):
         fd.host_ir()
+
+
+def test_shard_tensor_of_a_dim_whose_extent_is_an_expression_of_unbound_symbols():
+    """The output of ``cat([t10, t5], 1)`` with ``t5: [2, i0]`` has the extent ``8 + i0``,
+    split by a mesh axis of one device: sharding the reference by the program's output
+    (``shard_tensor(ref, fd.host_ir().outputs[0])``) could not evaluate ``8 + i0``
+    (nothing binds ``i0`` there) and raised a bare EvaluationError (fuzz seed 961202 at 4
+    ranks, a crash of the fuzzer's comparison). The one local part whose extent is not
+    known takes what the dim's size leaves."""
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor((2, 8)), fd.define_tensor((2, -1))
+        out = fd.ops.cat([t0, t1], 1)
+        fd.add_output(out)
+    out.set_device_mesh(DeviceMesh([0]))
+    out.outer_split(1, 1)
+    out.axis(1).parallelize(ParallelType.mesh_x)
+    full = [torch.randn(2, 8), torch.randn(2, 3)]
+    expected = torch.cat(full, 1)
+    value = fd.host_ir().outputs[0]
+    assert f"{value.name} : float32[2, 8 + i" in str(fd.host_ir())
+    assert torch.equal(shard_tensor(expected, value, 0), expected)
+    assert torch.equal(fd.execute(full)[0], expected)
