@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hostir
-from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir.ir.catalog import COMMUNICATING, Kind, declaration_of
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
@@ -680,3 +680,28 @@ def test_shard_tensor_of_a_dim_whose_extent_is_an_expression_of_unbound_symbols(
     assert f"{value.name} : float32[2, 8 + i" in str(fd.host_ir())
     assert torch.equal(shard_tensor(expected, value, 0), expected)
     assert torch.equal(fd.execute(full)[0], expected)
+
+
+@pytest.mark.world_sizes(1, 2)
+def test_take_along_axis_of_extents_written_differently_is_split_alike(multidevice_test):
+    """take_along_axis(t0: [4, 8], t3: [i1, 3], 1): off the taken dim the extents are equal
+    (4 and i1 bound to 4), but only the index's dim was mapped to the output's, so a split
+    of the output's rows (stream chunks, or a mesh axis at 2 ranks) left t0 whole: torch
+    broadcast a [1, 3] chunk of the index against all 4 rows (fuzz seed 970059 at 8 ranks:
+    "output with shape [1, 3] doesn't match the broadcast shape [4, 3]"). The two dims are
+    mapped to the output's alike now."""
+    size = multidevice_test.size
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor((4, 8))
+        t3 = fd.define_tensor((-1, 3), dtype=DataType.Int)
+        t7 = fd.ops.take_along_axis(t0, t3, 1)
+        fd.add_output(t7)
+    if size == 1:
+        t7.outer_split(0, 4)
+        t7.axis(0).parallelize(ParallelType.stream)
+    else:
+        _shard(t7, DeviceMesh(list(range(size))), 0, X)
+    generator = torch.Generator().manual_seed(970059)
+    arg = torch.randn(4, 8, generator=generator)
+    index = torch.randint(0, 8, (4, 3), generator=generator)
+    run_against_torch(fd, multidevice_test, [arg, index], [torch.take_along_dim(arg, index, 1)])
