@@ -223,36 +223,40 @@ def op_cat(b: Builder) -> Tensor | None:
 
 
 def op_unit_dims(b: Builder) -> Tensor | None:
-    """``squeeze`` or ``expand`` of a dim of extent 1, or ``broadcast`` adding one."""
+    """``squeeze`` or ``expand`` of a dim of extent 1; where the tensor has none, a
+    ``broadcast`` adds one first (a statement of its own), mostly then squeezed or
+    expanded."""
     t = b.pick(lambda t: len(t.data) <= 3)
     if t is None:
         return None
     ones = [i for i, a in enumerate(t.data) if a.extent == 1 and not a.symbolic]
-    if ones and b.rng.random() < 0.5:
-        dim = b.rng.choice(ones)
+    if not ones:
+        dim = b.rng.randrange(len(t.data) + 1)
+        flags = [i == dim for i in range(len(t.data) + 1)]
+        axes = _axes(t.data)
+        axes.insert(dim, _axis(1))
+        b.features.add("op:broadcast")
+        out = _new(b, axes, t.dtype, t.positive)
+        fusion = f"fd.ops.broadcast({t.name}, {flags})"
+        t = b.add_op(out, fusion, f"{t.name}.unsqueeze({dim})", (t.name,))
+        if b.rng.random() < 0.3:
+            return t
+        ones = [dim]
+    dim = b.rng.choice(ones)
+    if b.rng.random() < 0.5:
         axes = [a for i, a in enumerate(_axes(t.data)) if i != dim]
         b.features.add("op:squeeze")
         out = _new(b, axes, t.dtype, t.positive)
         fusion = f"fd.ops.squeeze({t.name}, [{dim}])"
         return b.add_op(out, fusion, f"{t.name}.squeeze({dim})", (t.name,))
-    if ones:
-        dim = b.rng.choice(ones)
-        size = b.rng.choice((2, 4))
-        shape = [size if i == dim else -1 for i in range(len(t.data))]
-        axes = _axes(t.data)
-        axes[dim] = _axis(size)
-        b.features.add("op:expand")
-        out = _new(b, axes, t.dtype, t.positive)
-        fusion = f"fd.ops.expand({t.name}, {shape})"
-        return b.add_op(out, fusion, f"{t.name}.expand({shape})", (t.name,))
-    dim = b.rng.randrange(len(t.data) + 1)
-    flags = [i == dim for i in range(len(t.data) + 1)]
+    size = b.rng.choice((2, 4))
+    shape = [size if i == dim else -1 for i in range(len(t.data))]
     axes = _axes(t.data)
-    axes.insert(dim, _axis(1))
-    b.features.add("op:broadcast")
+    axes[dim] = _axis(size)
+    b.features.add("op:expand")
     out = _new(b, axes, t.dtype, t.positive)
-    fusion = f"fd.ops.broadcast({t.name}, {flags})"
-    return b.add_op(out, fusion, f"{t.name}.unsqueeze({dim})", (t.name,))
+    fusion = f"fd.ops.expand({t.name}, {shape})"
+    return b.add_op(out, fusion, f"{t.name}.expand({shape})", (t.name,))
 
 
 # ---------------------------------------------------------------------------
@@ -281,11 +285,18 @@ def op_where(b: Builder) -> Tensor | None:
     dtype = torch.promote_types(t.dtype, other.dtype) if other is not None else t.dtype
     b.features.update({"op:where", f"op:{kind}"})
     operands = [t] + [u for u in (same, other) if u is not None and u.name in (rhs, value)]
-    out = _new(b, _either(*operands), dtype)
     condition = f"fd.ops.{kind}({t.name}, {rhs})"
+    compared = f"{t.name} {COMPARISONS[kind]} {rhs}"
+    uses = tuple(dict.fromkeys(n for n in (t.name, rhs) if n in b.tensors))
+    if b.rng.random() < 0.3:  # the Bool tensor its own statement, scheduled as any other
+        mask = _new(b, _either(*operands[: 1 + (rhs != t.name and rhs in b.tensors)]), torch.bool)
+        b.add_op(mask, condition, compared, uses)
+        b.pool.remove(mask.name)
+        condition, compared, uses = mask.name, mask.name, (mask.name,)
+    out = _new(b, _either(*operands), dtype)
     fusion = f"fd.ops.where({condition}, {t.name}, {value})"
-    reference = f"torch.where({t.name} {COMPARISONS[kind]} {rhs}, {t.name}, {value})"
-    uses = tuple(dict.fromkeys(n for n in (t.name, rhs, value) if n in b.tensors))
+    reference = f"torch.where({compared}, {t.name}, {value})"
+    uses = tuple(dict.fromkeys(n for n in (*uses, t.name, value) if n in b.tensors))
     return b.add_op(out, fusion, reference, uses)
 
 
@@ -464,7 +475,9 @@ def op_embedding(b: Builder) -> Tensor | None:
 def op_creation(b: Builder) -> Tensor | None:
     """``triu`` of a tensor (a causal mask built of iotas), an ``iota`` added along the
     last dim, or ``where(t > 0, t, full(...))``."""
-    kind = b.rng.choice(["triu", "triu", "iota", "full"])
+    kind = b.rng.choice(["triu", "mask", "iota", "full"])
+    if kind == "mask":
+        return _causal_mask(b)
     if kind == "triu":
         t = b.pick(lambda t: len(t.data) >= 2 and _floating(t))
         if t is None:
@@ -499,6 +512,26 @@ def op_creation(b: Builder) -> Tensor | None:
         f"fd.ops.where(fd.ops.gt({t.name}, 0.0), {t.name}, {full})",
         f"torch.where({t.name} > 0.0, {t.name}, torch.full({t.name}.shape, {fill!r},"
         f" dtype={t.name}.dtype))",
+        (t.name,),
+    )
+
+
+def _causal_mask(b: Builder) -> Tensor | None:
+    """``where(gt(triu(full([r, c], 1.0), k), 0.0), t, 0.0)``: a mask made of ``full`` and
+    ``triu`` (itself ``iota``s) over the last two dims of ``t``, broadcast over the others."""
+    t = b.pick(lambda t: len(t.data) >= 2 and t.dtype in FLOAT_TABLES)
+    if t is None:
+        return None
+    rows, columns = _sizes(t)[-2:]
+    diagonal = b.rng.choice((0, 1, -1))
+    mask = f"fd.ops.triu(fd.ops.full([{rows}, {columns}], 1.0, DataType.Float), {diagonal})"
+    reference = f"torch.triu(torch.ones({t.name}.shape[-2:]), {diagonal}) > 0.0"
+    b.features.update({"op:full", "op:triu", "causal_mask"})
+    out = _new(b, _axes(t.data), t.dtype)
+    return b.add_op(
+        out,
+        f"fd.ops.where(fd.ops.gt({mask}, 0.0), {t.name}, 0.0)",
+        f"torch.where({reference}, {t.name}, 0.0)",
         (t.name,),
     )
 
