@@ -11,6 +11,17 @@ let splits divide (some dims symbolic), and a random schedule of its tensors on 
 2- or 3-d mesh of the world's ranks (``tests/fuzz/schedule.py``). The same seed and
 world size always give the same case, in any process.
 
+About one case in two (``new_ops.EXTRA_SHARE``, drawn from a stream of its own, so that
+the other cases stay as they were) also gets one op (sometimes two) of issue 25's
+families at a random place in its chain (``tests/fuzz/new_ops.py``): ``slice``, ``pad``,
+``cat``, ``squeeze`` / ``expand`` / ``broadcast``, a comparison feeding ``where``,
+``pow``, ``cumsum``, ``topk`` (values; an input's indices too), ``prod``,
+``index_select`` / ``take_along_axis`` / ``gather`` and ``embedding_fwd`` with Int or
+Int32 index inputs drawn in range, ``triu`` / ``iota`` / ``full`` in an expression (a
+causal mask ``where(triu(full(...)) > 0, t, 0)``), and ``sdpfa_fwd`` (output and
+logsumexp of tiny ``[N, H, L, E]`` inputs). Such a case's tensors are numbered as the
+frontend numbers them (its ops make helper tensors), by defining the fusion once.
+
 About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
 as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
 its dims are symbolic, and its schedule may split a symbolic dim by mesh axes and stream
