@@ -44,6 +44,7 @@ from hostir import HostIrError
 from tests.fuzz import new_ops
 from tests.fuzz.case import Case, InputSpec, Statement
 from tests.fuzz.schedule import schedule_case
+from tests.fuzz.tensors import Axis, Tensor
 
 FRONTEND_DTYPE = {
     torch.float32: "Float",
@@ -68,35 +69,6 @@ SCALARS = (2.0, 0.5, -1.5, 3.0)
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 FD_OPS = {"div": "truediv"}
 """The fd.ops name of a kind: torch's ``/`` is nvFuser's truediv (its div truncates ints)."""
-
-
-@dataclass
-class Axis:
-    """A logical axis as the generator tracks it: concrete extent, symbolic, reduced."""
-
-    extent: int
-    symbolic: bool = False
-    reduction: bool = False
-
-
-@dataclass
-class Tensor:
-    """A tensor of the case being built."""
-
-    name: str
-    axes: list[Axis]
-    """The logical domain, reduction axes included (as the frontend has it)."""
-    dtype: torch.dtype
-    positive: bool = False
-    is_input: bool = False
-
-    @property
-    def data(self) -> list[Axis]:
-        return [a for a in self.axes if not a.reduction]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(a.extent for a in self.data)
 
 
 @dataclass

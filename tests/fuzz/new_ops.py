@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tests.fuzz.tensors import Axis, Tensor
+
 if TYPE_CHECKING:
-    from tests.fuzz.generate import Builder, Tensor
+    from tests.fuzz.generate import Builder
 
 EXTRA_SHARE = 0.5
 """How often a case gets an op of the new families (drawn from its own stream)."""
@@ -81,21 +83,17 @@ def add_extra_op(b: Builder, extra: random.Random) -> Tensor | None:
 # Helpers
 
 
-def _axes(source: list) -> list:
-    from tests.fuzz.generate import Axis
-
+def _axes(source: list[Axis]) -> list[Axis]:
+    """Fresh copies of ``source``'s axes (extents and symbolic flags; no reductions)."""
     return [Axis(a.extent, a.symbolic) for a in source]
 
 
-def _new(b: Builder, axes: list, dtype: torch.dtype, positive: bool = False) -> Tensor:
-    from tests.fuzz.generate import Tensor
-
+def _new(b: Builder, axes: list[Axis], dtype: torch.dtype, positive: bool = False) -> Tensor:
+    """A new tensor of the case (named, not yet added)."""
     return Tensor(b.fresh(), axes, dtype, positive=positive)
 
 
-def _axis(extent: int, symbolic: bool = False):
-    from tests.fuzz.generate import Axis
-
+def _axis(extent: int, symbolic: bool = False) -> Axis:
     return Axis(extent, symbolic)
 
 
@@ -377,8 +375,6 @@ def op_topk(b: Builder) -> Tensor | None:
 
 def op_prod(b: Builder) -> Tensor | None:
     """``prod`` over some dims (at most :data:`MAX_PROD` elements), ``keepdim`` either way."""
-    from tests.fuzz.generate import Axis
-
     t = b.pick(lambda t: bool(t.data) and t.dtype in FLOAT_TABLES)
     if t is None:
         return None
