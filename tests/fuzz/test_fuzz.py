@@ -7,6 +7,7 @@ import pickle
 import pytest
 import torch
 
+from frontend import DefinitionError, OperandError, ScheduleError
 from hostir import HostIrError
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
@@ -203,3 +204,24 @@ def test_a_refusal_some_ranks_see_is_refused_when_the_others_carry_it():
     assert combine(seen) == (REFUSED, refusal)
     assert combine([RankResult(PEER_REFUSED, other), RankResult(REFUSED, refusal)])[0] == CRASH
     assert combine([RankResult(PEER_REFUSED, carried)] * 2)[0] == CRASH
+
+
+def test_new_ops_define_and_their_index_inputs_are_in_range():
+    """The new ops' fusions are valid definitions (a schedule may be refused, an op never:
+    an op the frontend refused would read as a refusal and test nothing), each index input
+    is Int or Int32 with data in ``[0, high)``, and about half the cases draw new ops."""
+    drawn = 0
+    for seed in range(120):
+        case = generate(seed, 4)
+        drawn += "new_op" in case.features
+        try:
+            load(case)["define"]()
+        except (OperandError, DefinitionError) as error:
+            raise AssertionError(f"seed {seed}: {error}") from None
+        except ScheduleError:
+            pass
+        for spec, data in zip(case.inputs, make_inputs(case), strict=True):
+            if spec.high:
+                assert data.dtype in (torch.int64, torch.int32), (seed, spec)
+                assert 0 <= int(data.min()) and int(data.max()) < spec.high, (seed, spec)
+    assert 40 <= drawn <= 80, drawn
