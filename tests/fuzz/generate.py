@@ -527,6 +527,8 @@ def generate(seed: int, world_size: int) -> Case:
     attempts = 0
     # The ops of issue 25's families go where `extra` places them, drawn from `extra`
     # alone (tests/fuzz/new_ops.py): a case that gets none is the case it always was.
+    # `made_extra` counts the calls that made one; a call making two statements (topk's
+    # values and indices, say) leaves the chain one op of its own fewer.
     extra = random.Random(f"hostir-fuzz-extra:{seed}:{world_size}")
     places, made_extra = new_ops.extra_positions(extra, count), 0
     while len(b.statements) - made_extra < count and attempts < 50:

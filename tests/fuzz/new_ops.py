@@ -6,7 +6,8 @@ at a random place in their chain: shape ops (``slice``, ``pad``, ``cat``, ``sque
 ``expand``, ``broadcast``), a comparison feeding ``where``, ``pow``, ``cumsum``, ``topk``
 (values; indices of an input), ``prod``, indexing (``index_select``, ``take_along_axis``,
 ``gather`` with index inputs drawn in range), creation in an expression (``triu``, an
-``iota`` added to a tensor, a ``full`` in a ``where``), ``sdpfa_fwd`` (output and
+``iota`` added to a tensor, a ``full`` in a ``where``, a causal mask
+``where(triu(full(...)) > 0, t, 0)``), ``sdpfa_fwd`` (output and
 logsumexp of tiny ``[N, H, L, E]`` inputs) and ``embedding_fwd``. While such an op is
 drawn, the builder's generator *is* that stream, so the draws of the case's own stream
 (its other ops, inputs and schedule) are the same as before for every case that gets
@@ -48,7 +49,8 @@ MAX_PROD = 16
 """The most elements one ``prod`` multiplies (randn products underflow beyond)."""
 INDEX_DTYPES = (torch.int64, torch.int32)
 FLOAT_TABLES = (torch.float32, torch.float64)
-"""The dtypes of pool tensors ``prod``, ``full`` and ``embedding_fwd`` read."""
+"""The dtypes of the pool tensors that ``prod``, ``iota``, ``full``, the causal mask and
+``embedding_fwd`` read (floats whose torch reference keeps the dtype)."""
 
 
 def extra_positions(extra: random.Random, count: int) -> list[int]:
