@@ -209,7 +209,11 @@ def _gather(self, kind: GatherKind, arg: Any, index: Any, dim: Any) -> TensorVie
                 )
             new = _copy(a if i.extent == one else i)
         axes.append(new)
-        if d != dim and a.extent == new.extent:
+        # take_along_axis: off ``dim`` the two extents are equal unless one is 1 (which
+        # broadcasts), also when they are written differently (4 and a symbolic i1): the
+        # output's dim is arg's too, computed locally (and chunked) alike.
+        same = kind is GatherKind.TAKE_ALONG_AXIS and one not in (a.extent, i.extent)
+        if d != dim and (a.extent == new.extent or same):
             arg_pairs.append((new, a))
         if i.extent == new.extent:
             index_pairs.append((new, i))

@@ -22,11 +22,11 @@ stays) and the host IR program. The exit code is 1 if any case was wrong or cras
 A long run, step by step:
 
 1. Pick seeds never run before. A case is a function of (seed, world size) only, so
-   the same seeds give the same cases; the suite runs 0-77 and 257 at 4 ranks and
-   1000-1057, 90134 and 90313 at 8 (tests/fuzz/test_fuzz.py), docs/reliability.md lists
-   the ranges of earlier long runs. Take a fresh range (a round number above the last
-   one used, e.g. ``--seed 200000``) and note it with the results in
-   docs/reliability.md.
+   the same seeds give the same cases; the suite runs 0-77, 257 and NEW_OP_SEEDS at 4
+   ranks and 1000-1057, 90134 and 90313 at 8 (tests/fuzz/test_fuzz.py),
+   docs/reliability.md lists the ranges of earlier long runs. Take a fresh range (a
+   round number above the last one used, e.g. ``--seed 200000``) and note it with the
+   results in docs/reliability.md.
 2. Run both world sizes, writing the report to a file:
 
        python3 scripts/fuzz.py --ranks 4 --cases 1000 --seed S --report fuzz4.txt

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hostir.errors import MeshError
+from hostir.errors import EvaluationError, MeshError
 from hostir.ir.mesh import Mesh, MeshAxis
 from hostir.ir.scalars import Const, Scalar, evaluate_scalar, mul, print_scalar
 
@@ -153,7 +153,7 @@ def _slice_dim(
     parts = sharding.dims[dim]
     if all(p.axis is None for p in parts):
         return t
-    extents = part_extents(parts, sharding.mesh, env)
+    extents = _sliced_part_extents(parts, sharding.mesh, env, t.shape[dim])
     if math.prod(extents) != t.shape[dim]:
         raise MeshError(
             f"dim {dim} of extent {t.shape[dim]} does not split into parts"
@@ -167,6 +167,29 @@ def _slice_dim(
             split = split.select(dim + offset, coords[axis.dim(sharding.mesh.ndim)])
     local = math.prod(e for p, e in zip(parts, extents, strict=True) if p.axis is None)
     return split.reshape(*t.shape[:dim], local, *t.shape[dim + 1 :])
+
+
+def _sliced_part_extents(
+    parts: tuple[ShardPart, ...], mesh: Mesh, env: Mapping[str, int | float | bool], size: int
+) -> list[int]:
+    """:func:`part_extents` of a dim of ``size`` elements: a single local part whose extent
+    ``env`` cannot give (an expression of symbols nothing binds, ``8 + i0`` of a ``cat``)
+    takes what the other parts leave of ``size``."""
+    extents: list[int | None] = []
+    for part in parts:
+        if part.axis is not None:
+            extents.append(mesh.axis_size(part.axis))
+            continue
+        try:
+            extents.append(int(evaluate_scalar(part.extent, env)))
+        except EvaluationError:
+            extents.append(None)
+    unknown = [i for i, e in enumerate(extents) if e is None]
+    known = math.prod(e for e in extents if e is not None)
+    if len(unknown) != 1 or known == 0 or size % known:
+        return part_extents(parts, mesh, env)  # evaluates (or raises) as before
+    extents[unknown[0]] = size // known
+    return [int(e) for e in extents if e is not None]
 
 
 def canonical_parts(parts: list[ShardPart]) -> tuple[ShardPart, ...]:

@@ -26,6 +26,22 @@ class InputSpec:
     symbolic: tuple[bool, ...]
     positive: bool = False
     """Data in [1, 2) instead of a standard normal (a safe divisor)."""
+    dtype: str = "float32"
+    """The torch dtype's name: ``float32``, or ``int64`` / ``int32`` for an index input."""
+    high: int = 0
+    """An index input's bound: its data is drawn in ``[0, high)`` (0 for a float input)."""
+
+    def define(self) -> str:
+        """The fusion line defining this input (``fd.define_tensor``; -1 for symbolic)."""
+        shape = [-1 if sym else n for n, sym in zip(self.shape, self.symbolic, strict=True)]
+        dtype = INDEX_DTYPES.get(self.dtype)
+        return f"{self.name} = fd.define_tensor({tuple(shape)!r}" + (
+            f", dtype=DataType.{dtype})" if dtype else ")"
+        )
+
+
+INDEX_DTYPES = {"int64": "Int", "int32": "Int32"}
+"""The frontend's DataType of an index input's dtype (float inputs need none)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,22 @@ def _broadcast_in_dim(t, shape, broadcast_dims):
         view[dim] = t.shape[i]
     sizes = [t.shape[broadcast_dims.index(j)] if s == -1 else s for j, s in enumerate(shape)]
     return t.reshape(view).expand(sizes)
+
+
+def _prod(t, dims, keepdim):
+    """torch's equivalent of fd.ops.prod over several dims (torch.prod takes one)."""
+    for dim in sorted(dims, reverse=True):
+        t = torch.prod(t, dim, keepdim=keepdim)
+    return t
+
+
+def _sdpa_logsumexp(q, k, is_causal, scale):
+    """The logsumexp over the keys of fd.ops.sdpfa_fwd's scaled, causally masked scores."""
+    scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.logsumexp(scores, dim=-1)
 '''
 
 
@@ -77,9 +109,7 @@ def render(case: Case) -> str:
     """The case as a Python module: ``define()``, ``reference(...)`` and ``INPUTS``."""
     lines = [PRELUDE, "", f"# seed {case.seed}, world size {case.world_size}", "def define():"]
     lines.append("    with FusionDefinition() as fd:")
-    for spec in case.inputs:
-        shape = [-1 if sym else n for n, sym in zip(spec.shape, spec.symbolic, strict=True)]
-        lines.append(f"        {spec.name} = fd.define_tensor({tuple(shape)!r})")
+    lines += [f"        {spec.define()}" for spec in case.inputs]
     lines += [f"        {s.fusion}" for s in case.statements]
     lines += [f"        fd.add_output({name})" for name in case.outputs]
     schedule = [line for _, steps in case.schedules for step in steps for line in step]
@@ -106,12 +136,16 @@ def make_inputs(case: Case) -> list[torch.Tensor]:
     """The full (unsharded) random inputs: the same on every rank for one seed.
 
     Standard normal data is non-zero almost surely and varies, so a missing or
-    misplaced piece shows; ``positive`` inputs (divisors) are in [1, 2).
+    misplaced piece shows; ``positive`` inputs (divisors) are in [1, 2); index inputs
+    (``high``) are integers in ``[0, high)``, in range on every rank.
     """
     generator = torch.Generator().manual_seed(case.seed)
     full = []
     for spec in case.inputs:
-        if spec.positive:
+        if spec.high:
+            dtype = getattr(torch, spec.dtype)
+            full.append(torch.randint(0, spec.high, spec.shape, generator=generator, dtype=dtype))
+        elif spec.positive:
             full.append(1 + torch.rand(spec.shape, generator=generator))
         else:
             full.append(torch.randn(spec.shape, generator=generator))

@@ -11,6 +11,17 @@ let splits divide (some dims symbolic), and a random schedule of its tensors on 
 2- or 3-d mesh of the world's ranks (``tests/fuzz/schedule.py``). The same seed and
 world size always give the same case, in any process.
 
+About one case in two (``new_ops.EXTRA_SHARE``, drawn from a stream of its own, so that
+the other cases stay as they were) also gets one op (sometimes two) of issue 25's
+families at a random place in its chain (``tests/fuzz/new_ops.py``): ``slice``, ``pad``,
+``cat``, ``squeeze`` / ``expand`` / ``broadcast``, a comparison feeding ``where``,
+``pow``, ``cumsum``, ``topk`` (values; an input's indices too), ``prod``,
+``index_select`` / ``take_along_axis`` / ``gather`` and ``embedding_fwd`` with Int or
+Int32 index inputs drawn in range, ``triu`` / ``iota`` / ``full`` in an expression (a
+causal mask ``where(triu(full(...)) > 0, t, 0)``), and ``sdpfa_fwd`` (output and
+logsumexp of tiny ``[N, H, L, E]`` inputs). Such a case's tensors are numbered as the
+frontend numbers them (its ops make helper tensors), by defining the fusion once.
+
 About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
 as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
 its dims are symbolic, and its schedule may split a symbolic dim by mesh axes and stream
@@ -29,8 +40,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hostir import HostIrError
+from tests.fuzz import new_ops
 from tests.fuzz.case import Case, InputSpec, Statement
 from tests.fuzz.schedule import schedule_case
+from tests.fuzz.tensors import Axis, Tensor
 
 FRONTEND_DTYPE = {
     torch.float32: "Float",
@@ -55,35 +69,6 @@ SCALARS = (2.0, 0.5, -1.5, 3.0)
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 FD_OPS = {"div": "truediv"}
 """The fd.ops name of a kind: torch's ``/`` is nvFuser's truediv (its div truncates ints)."""
-
-
-@dataclass
-class Axis:
-    """A logical axis as the generator tracks it: concrete extent, symbolic, reduced."""
-
-    extent: int
-    symbolic: bool = False
-    reduction: bool = False
-
-
-@dataclass
-class Tensor:
-    """A tensor of the case being built."""
-
-    name: str
-    axes: list[Axis]
-    """The logical domain, reduction axes included (as the frontend has it)."""
-    dtype: torch.dtype
-    positive: bool = False
-    is_input: bool = False
-
-    @property
-    def data(self) -> list[Axis]:
-        return [a for a in self.axes if not a.reduction]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(a.extent for a in self.data)
 
 
 @dataclass
@@ -114,16 +99,29 @@ class Builder:
     def fresh(self) -> str:
         return f"t{len(self.tensors)}"
 
-    def add_input(self, shape: list[int], positive: bool = False) -> Tensor:
+    def add_input(
+        self,
+        shape: list[int],
+        positive: bool = False,
+        dtype: torch.dtype = torch.float32,
+        high: int = 0,
+    ) -> Tensor:
+        """A new input of global ``shape``, some dims drawn symbolic; an index input
+        (``high`` > 0, an integer ``dtype``) holds data in ``[0, high)`` and is kept out
+        of the pool (later ops would compute with indices)."""
         name = self.fresh()
         share = RAGGED_SYMBOLIC if self.ragged else 0.15
         symbolic = tuple(n > 1 and self.rng.random() < share for n in shape)
         self.features.update({"symbolic"} if any(symbolic) else set())
         axes = [Axis(n, sym) for n, sym in zip(shape, symbolic, strict=True)]
-        tensor = Tensor(name, axes, torch.float32, positive=positive, is_input=True)
+        tensor = Tensor(name, axes, dtype, positive=positive, is_input=True)
         self.tensors[name] = tensor
-        self.inputs.append(InputSpec(name, tuple(shape), symbolic, positive))
-        self.pool.append(name)
+        spec = InputSpec(name, tuple(shape), symbolic, positive)
+        if high:
+            spec = dataclasses.replace(spec, dtype=str(dtype).removeprefix("torch."), high=high)
+        self.inputs.append(spec)
+        if not high:
+            self.pool.append(name)
         return tensor
 
     def add_op(self, tensor: Tensor, fusion: str, reference: str, uses: tuple[str, ...]) -> Tensor:
@@ -527,9 +525,20 @@ def generate(seed: int, world_size: int) -> Case:
     count = rng.randint(1, 6)
     ops, weights = zip(*OPS, strict=True)
     attempts = 0
-    while len(b.statements) < count and attempts < 50:
+    # The ops of issue 25's families go where `extra` places them, drawn from `extra`
+    # alone (tests/fuzz/new_ops.py): a case that gets none is the case it always was.
+    # `made_extra` counts the calls that made one; a call making two statements (topk's
+    # values and indices, say) leaves the chain one op of its own fewer.
+    extra = random.Random(f"hostir-fuzz-extra:{seed}:{world_size}")
+    places, made_extra = new_ops.extra_positions(extra, count), 0
+    while len(b.statements) - made_extra < count and attempts < 50:
         attempts += 1
+        while places and places[0] <= len(b.statements) - made_extra:
+            places.pop(0)
+            made_extra += new_ops.add_extra_op(b, extra) is not None
         rng.choices(ops, weights)[0](b)
+    for _ in places:
+        made_extra += new_ops.add_extra_op(b, extra) is not None
     reshaping = random.Random(f"hostir-fuzz-reshape:{seed}:{world_size}")
     if not ragged and reshaping.random() < RESHAPE_SHARE:
         op_reshape(b, reshaping)
@@ -577,6 +586,11 @@ def renumber(case: Case) -> Case:
         named, made = _tensors_made(statement.fusion)
         names[statement.name] = f"t{number + named}"
         number += made
+    if "new_op" in case.features:  # ops of many shapes: as the frontend names them
+        try:
+            names = _frontend_names(case)
+        except HostIrError:  # the frontend refuses the fusion: so will the run, by name
+            pass
 
     def rename(text: str) -> str:
         return re.sub(r"\bt(\d+)\b", lambda m: names[m.group(0)], text)
@@ -596,3 +610,18 @@ def renumber(case: Case) -> Case:
             for name, steps in case.schedules
         ),
     )
+
+
+def _frontend_names(case: Case) -> dict[str, str]:
+    """Each tensor variable of ``case`` mapped to ``tN``, ``TN`` being the name the frontend
+    gives the tensor when the fusion is defined (its ops make helper tensors between)."""
+    from frontend import DataType, FusionDefinition
+
+    namespace: dict = {"DataType": DataType, "torch": torch}
+    with FusionDefinition() as fd:
+        namespace["fd"] = fd
+        for line in [spec.define() for spec in case.inputs] + [s.fusion for s in case.statements]:
+            exec(line, namespace)
+        fd.add_output(namespace[case.statements[-1].name])
+    names = [spec.name for spec in case.inputs] + [s.name for s in case.statements]
+    return {name: "t" + namespace[name].name.removeprefix("T") for name in names}

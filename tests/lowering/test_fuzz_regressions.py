@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hostir
-from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir.ir.catalog import COMMUNICATING, Kind, declaration_of
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
@@ -658,3 +658,50 @@ def test_one_chunk_layout_over_meshes_of_other_sizes_is_refused():
     expected = r"laid out \[x, local\] over mesh axes of sizes \(8,\), but T\d+'s loop chunks it"
     with pytest.raises(LoweringError, match=expected + r" over sizes \(1,\)"):
         fd.host_ir()
+
+
+def test_shard_tensor_of_a_dim_whose_extent_is_an_expression_of_unbound_symbols():
+    """The output of ``cat([t10, t5], 1)`` with ``t5: [2, i0]`` has the extent ``8 + i0``,
+    split by a mesh axis of one device: sharding the reference by the program's output
+    (``shard_tensor(ref, fd.host_ir().outputs[0])``) could not evaluate ``8 + i0``
+    (nothing binds ``i0`` there) and raised a bare EvaluationError (fuzz seed 961202 at 4
+    ranks, a crash of the fuzzer's comparison). The one local part whose extent is not
+    known takes what the dim's size leaves."""
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor((2, 8)), fd.define_tensor((2, -1))
+        out = fd.ops.cat([t0, t1], 1)
+        fd.add_output(out)
+    out.set_device_mesh(DeviceMesh([0]))
+    out.outer_split(1, 1)
+    out.axis(1).parallelize(ParallelType.mesh_x)
+    full = [torch.randn(2, 8), torch.randn(2, 3)]
+    expected = torch.cat(full, 1)
+    value = fd.host_ir().outputs[0]
+    assert f"{value.name} : float32[2, 8 + i" in str(fd.host_ir())
+    assert torch.equal(shard_tensor(expected, value, 0), expected)
+    assert torch.equal(fd.execute(full)[0], expected)
+
+
+@pytest.mark.world_sizes(1, 2)
+def test_take_along_axis_of_extents_written_differently_is_split_alike(multidevice_test):
+    """take_along_axis(t0: [4, 8], t3: [i1, 3], 1): off the taken dim the extents are equal
+    (4 and i1 bound to 4), but only the index's dim was mapped to the output's, so a split
+    of the output's rows (stream chunks, or a mesh axis at 2 ranks) left t0 whole: torch
+    broadcast a [1, 3] chunk of the index against all 4 rows (fuzz seed 970059 at 8 ranks:
+    "output with shape [1, 3] doesn't match the broadcast shape [4, 3]"). The two dims are
+    mapped to the output's alike now."""
+    size = multidevice_test.size
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor((4, 8))
+        t3 = fd.define_tensor((-1, 3), dtype=DataType.Int)
+        t7 = fd.ops.take_along_axis(t0, t3, 1)
+        fd.add_output(t7)
+    if size == 1:
+        t7.outer_split(0, 4)
+        t7.axis(0).parallelize(ParallelType.stream)
+    else:
+        _shard(t7, DeviceMesh(list(range(size))), 0, X)
+    generator = torch.Generator().manual_seed(970059)
+    arg = torch.randn(4, 8, generator=generator)
+    index = torch.randint(0, 8, (4, 3), generator=generator)
+    run_against_torch(fd, multidevice_test, [arg, index], [torch.take_along_dim(arg, index, 1)])
