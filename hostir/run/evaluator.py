@@ -229,7 +229,8 @@ class HostIrEvaluator:
         self.pipeline = pipelining(pipeline)
         self.compiled = compiling(compiled)
         self._compiled: dict[tuple[int, bool], CompiledProgram] = {}  # by rank, pipelining
-        self._replays: dict[tuple[int, bool], ReplayProgram | None] = {}  # likewise
+        # by rank, pipelining and whether on the CPU
+        self._replays: dict[tuple[int, bool, bool], ReplayProgram | None] = {}
 
     def siblings(self, instruction: Instruction) -> int:
         """How many instructions of the program compute ``instruction``'s op, itself
@@ -307,7 +308,10 @@ class HostIrEvaluator:
 
         def body() -> list | None:
             self._prepare(communicator)
-            replay = self.replay_program(context.rank) if compiled and context.replays else None
+            on_cpu = context.device.type == "cpu"
+            replay = (
+                self.replay_program(context.rank, on_cpu) if compiled and context.replays else None
+            )
             if replay is not None:  # this signature ran before: nothing left to check
                 return replay.run(context, inputs)
             self._run_body(context, compiled)
@@ -357,7 +361,7 @@ class HostIrEvaluator:
         signature = self._bindings.signature(inputs, device, communicator)
         binding = self._bindings.get(signature)
         known = communicator.world_size == 1 or _signature(inputs) in self._agreed
-        replay = self.replay_program(communicator.rank)
+        replay = self.replay_program(communicator.rank, device.type == "cpu")
         if binding is None or not known or replay is None or self._prepared_for is not communicator:
             return None
         limit = collective_timeout(timeout)
@@ -419,12 +423,15 @@ class HostIrEvaluator:
             self._compiled[key] = compiled
         return compiled
 
-    def replay_program(self, rank: int) -> ReplayProgram | None:
-        """The program's replay for ``rank`` (hostir.run.replay), made once; None where it
-        has none (a loop runs pipelined)."""
-        key = (rank, self.pipeline)
+    def replay_program(self, rank: int, on_cpu: bool = False) -> ReplayProgram | None:
+        """The program's replay for ``rank`` (hostir.run.replay; ``on_cpu``: for runs on
+        the CPU, without the stream instructions), made once; None where it has none (a
+        pipelined loop holds a loop)."""
+        key = (rank, self.pipeline, on_cpu)
         if key not in self._replays:
-            self._replays[key] = replay_program(self.program, rank, self.pipeline, self.step)
+            self._replays[key] = replay_program(
+                self.program, rank, self.pipeline, self.step, on_cpu
+            )
         return self._replays[key]
 
     def has_agreed(self, inputs: Sequence[Any]) -> bool:

@@ -18,6 +18,9 @@ runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
   can tell the difference: the source is a fresh tensor of the program (not an input,
   not an output, not a view of another, never written in place) and the result is
   never written in place either; elsewhere it copies, as the handler does;
+- on the CPU (a replay made with ``on_cpu``), the stream instructions are left out: there
+  they only move the run's bookkeeping of the current stream, and execution stays in
+  program order (``hostir.run.stream_handlers``);
 - every other instruction calls its handler, as the compiled program does.
 
 A program with a loop whose stages run pipelined (``hostir.run.pipelined_loops``
@@ -55,7 +58,7 @@ from hostir.run.compiled import INDENT, CompiledProgram, _Writer
 from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
 from hostir.run.steps import Step
-from hostir.run.stream_handlers import make_current
+from hostir.run.stream_handlers import STREAM_HANDLERS, make_current
 from hostir.text.printer import print_instruction
 
 FRESH = (Set, Unary, Binary, Reduction, Linear, Matmul)
@@ -97,18 +100,25 @@ class ReplayProgram(CompiledProgram):
         self.fail(position, error, context)
 
 
+STREAM_INSTRUCTIONS = tuple(STREAM_HANDLERS)
+"""The instructions that only switch or order streams."""
+
+
 def replay_program(
     program: HostIrContainer,
     rank: int,
     pipelined: bool,
     step_of: Callable[[Instruction], Step],
+    on_cpu: bool = False,
 ) -> ReplayProgram | None:
-    """``program``'s replay for ``rank``; None if a loop run pipelined holds a loop."""
+    """``program``'s replay for ``rank`` (for runs on the CPU alone with ``on_cpu``: no
+    stream instructions); None if a loop run pipelined holds a loop."""
     for loop in walk_instructions(program.body):
         if pipelined and isinstance(loop, ForLoop) and is_pipelined(loop):
             if any(isinstance(i, ForLoop) for i in walk_instructions(loop.body)):
                 return None
     writer = _ReplayWriter(program, rank, pipelined, step_of)
+    writer.on_cpu = on_cpu
     source = writer.source()
     replay = ReplayProgram(source, writer.sites, writer.names, writer.locals_of)
     replay.uses_context = writer.uses_context
@@ -129,6 +139,7 @@ class _ReplayWriter(_Writer):
         # reads need no check for None; a value the program binds anew elsewhere (in a
         # loop, or to None) leaves the set.
         self.present: set[str] = set()
+        self.on_cpu = False  # leave the stream instructions out (see the module docstring)
 
     def variable(self, name: str) -> str:
         """The local variable holding value ``name``."""
@@ -187,6 +198,8 @@ class _ReplayWriter(_Writer):
             return self._absent(step, code)
         if isinstance(instruction, Deallocate):
             return code + [f"{self.variable(instruction.tensor.name)} = None"]
+        if self.on_cpu and isinstance(instruction, STREAM_INSTRUCTIONS):
+            return code + ["pass  # a stream instruction: nothing to do on the CPU"]
         self.names[f"I{k}"] = instruction
         checks, operands = self._operands(step)
         body = [f"if {' or '.join(f'{e} is None' for e in checks)}:", INDENT + "raise Unresolved"]

@@ -194,3 +194,53 @@ def test_a_profiler_sees_the_interpreter_in_a_prepared_call(monkeypatch):
     names = [event.name for event in profile.events()]
     assert names.count("hir::linear") == 2 and names.count("hir::Allreduce") == 1
     torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
+
+
+def test_a_replay_on_the_cpu_leaves_the_stream_instructions_out():
+    """The row-parallel stream loop: its replay for the CPU calls no stream handler (no
+    `H<k>(ctx, I<k>, ...)` for get/set_current_stream or synchronize), the general one
+    does; both give the interpreter's result bitwise, and a prepared call on the CPU runs
+    the CPU replay."""
+    from tests.hostir.test_compiled import _row_parallel
+
+    fd, inputs, (x, w, b) = _row_parallel(1, 0)
+    program = fd.host_ir()
+    stream_lines = [
+        line for line in str(program).splitlines() if "stream(" in line or "synchronize" in line
+    ]
+    assert stream_lines, str(program)
+    evaluator = HostIrEvaluator(program, compiled=True)
+    (interpreted,) = HostIrEvaluator(program, compiled=False).run(inputs)
+    evaluator.run(inputs)  # the signature's first run: bound, checked
+    cpu, general = evaluator.replay_program(0, on_cpu=True), evaluator.replay_program(0)
+    calls = {
+        "cpu": _stream_handler_calls(cpu.source),
+        "general": _stream_handler_calls(general.source),
+    }
+    assert calls["cpu"] == 0 and calls["general"] >= 3, calls
+    for replay in (cpu, general):
+        context = _context(evaluator)  # bound as the prepared call binds it
+        binding = evaluator._bindings.get(
+            evaluator._bindings.signature(inputs, context.device, context.communicator)
+        )
+        context.scalars.update(binding.scalars)
+        context.shape_cache = binding.shapes
+        assert torch.equal(replay.run(context, inputs)[0], interpreted)
+    again = evaluator.prepared_call(inputs)
+    assert torch.equal(again(inputs)[0], interpreted)
+    assert (0, evaluator.pipeline, True) in evaluator._replays
+    torch.testing.assert_close(interpreted, x @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+def _stream_handler_calls(source: str) -> int:
+    """How many handler calls of a replay's source run a stream instruction (each block
+    starts with a comment naming its instruction)."""
+    keywords = ("main = get_current_stream", "set_current_stream", "synchronize")
+    count, instruction = 0, ""
+    for line in source.splitlines():
+        comment = re.match(r"\s*# \[\d+\] line \d+: (.*)", line)
+        if comment:
+            instruction = comment.group(1)
+        elif re.search(r"\bH\d+\(ctx, I\d+", line) and instruction.startswith(keywords):
+            count += 1
+    return count
