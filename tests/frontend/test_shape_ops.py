@@ -254,6 +254,48 @@ def test_reshapes_that_gather_first(multidevice_test) -> None:
 
 
 @pytest.mark.world_sizes(1, 2, 4)
+def test_ops_beside_a_sharded_dim_stay_local(multidevice_test) -> None:
+    """A tensor sharded on dim 0, each op acting on dims beside it: slice, pad and cat of
+    dim 1, squeeze and expand of a new broadcast dim, stride_order and permute: every
+    rank computes its own rows (the program communicates nothing) and the shards are
+    torch's."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(torch.arange(d))
+    x = _data((2 * d, 6), 13)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor((2 * d, 6))
+        outs = [
+            fd.ops.slice(a, [0, 1], [2 * d, 5]),
+            fd.ops.pad(a, [1, 2]),
+            fd.ops.cat([a, a], dim=1),
+            fd.ops.squeeze(fd.ops.broadcast(a, [False, True, False]), [1]),
+            fd.ops.expand(fd.ops.broadcast(a, [False, True, False]), [-1, 3, -1]),
+            fd.ops.stride_order(a, [0, 1]),
+            fd.ops.permute(a, [1, 0]),
+        ]
+        for out in outs:
+            fd.add_output(out)
+    _shard(a, mesh, 0, d)
+    results = fd.execute([shard_tensor(x, a, rank)])
+    text = str(fd.host_ir())
+    for collective in ("Allgather", "Allreduce", "Broadcast", "AllToAll", "Permute", "Send"):
+        assert collective not in text, text
+    expected = [
+        x[:, 1:5],
+        torch.nn.functional.pad(x, [1, 2]),
+        torch.cat([x, x], 1),
+        x,
+        x.unsqueeze(1).expand(-1, 3, -1),
+        x,
+        x.T,
+    ]
+    rows = slice(2 * rank, 2 * rank + 2)
+    for out, want in zip(results, expected, strict=True):
+        local = want[:, rows] if want is expected[-1] else want[rows]
+        torch.testing.assert_close(out, local, rtol=0, atol=0)
+
+
+@pytest.mark.world_sizes(1, 2, 4)
 def test_privatize_squeeze(multidevice_test) -> None:
     """nvFuser's test_multidevice.py::test_privatize_squeeze: broadcast then squeeze of a
     tensor sharded on dim 0, then sums over the sharded dim (an Allreduce) and another."""
