@@ -244,3 +244,32 @@ def _stream_handler_calls(source: str) -> int:
         elif re.search(r"\bH\d+\(ctx, I\d+", line) and instruction.startswith(keywords):
             count += 1
     return count
+
+
+def test_repeated_runs_of_one_signature_take_the_prepared_call(monkeypatch):
+    """HostIrEvaluator.run, like execute: the first run of a signature binds and checks;
+    later runs of it bind nothing (the prepared call); another shape, a scalar input, a
+    listener or an explicit ``compiled`` take the whole path; the results are the
+    interpreter's throughout."""
+    from tests.hostir.test_compiled import LOOPS, _row_parallel
+
+    fd, inputs, _ = _row_parallel(1, 0)
+    program = fd.host_ir()
+    evaluator = HostIrEvaluator(program)
+    binds = []
+    original = evaluator._bind
+    monkeypatch.setattr(evaluator, "_bind", lambda *a: binds.append(1) or original(*a))
+    (expected,) = HostIrEvaluator(program, compiled=False).run(inputs)
+    for _ in range(3):
+        assert torch.equal(evaluator.run(inputs)[0], expected)
+    assert len(binds) == 1 and len(evaluator._prepared_runs) == 1
+    again = [2 * t for t in inputs]
+    (doubled,) = HostIrEvaluator(program, compiled=False).run(again)
+    assert torch.equal(evaluator.run(again)[0], doubled) and len(binds) == 1  # same shapes
+    evaluator.run(inputs, compiled=True)
+    assert len(binds) == 2  # asked for compiled: the whole path
+    scalars = HostIrEvaluator(parse(LOOPS))
+    loop_inputs = [torch.randn(6, 4), 3, 0.5, 1]
+    scalars.run(loop_inputs)
+    scalars.run(loop_inputs)
+    assert scalars._prepared_runs == {}  # scalar inputs are checked every call
