@@ -112,7 +112,8 @@ def replay_program(
     on_cpu: bool = False,
 ) -> ReplayProgram | None:
     """``program``'s replay for ``rank`` (for runs on the CPU alone with ``on_cpu``: no
-    stream instructions); None if a loop run pipelined holds a loop."""
+    stream instructions); None if a loop run pipelined holds a loop, or loops nest deeper
+    than Python compiles."""
     for loop in walk_instructions(program.body):
         if pipelined and isinstance(loop, ForLoop) and is_pipelined(loop):
             if any(isinstance(i, ForLoop) for i in walk_instructions(loop.body)):
@@ -120,7 +121,15 @@ def replay_program(
     writer = _ReplayWriter(program, rank, pipelined, step_of)
     writer.on_cpu = on_cpu
     source = writer.source()
-    replay = ReplayProgram(source, writer.sites, writer.names, writer.locals_of)
+    try:
+        replay = ReplayProgram(source, writer.sites, writer.names, writer.locals_of)
+    except SyntaxError as error:
+        # Loops nested deeper than Python's 20 nested blocks (each inlined loop takes
+        # three): no replay; the compiled program, which runs loop bodies through their
+        # handler, runs instead.
+        if "too many statically nested blocks" in str(error):
+            return None
+        raise
     replay.uses_context = writer.uses_context
     return replay
 

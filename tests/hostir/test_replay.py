@@ -273,3 +273,25 @@ def test_repeated_runs_of_one_signature_take_the_prepared_call(monkeypatch):
     scalars.run(loop_inputs)
     scalars.run(loop_inputs)
     assert scalars._prepared_runs == {}  # scalar inputs are checked every call
+
+
+def test_loops_nested_deeper_than_python_compiles_run_without_a_replay():
+    """Twelve nested loops inline to more than Python's 20 nested blocks: no replay (the
+    compiled program runs them through the loop handler), and repeated runs still give
+    the interpreter's result."""
+    lines, indent = [], "  "
+    for k in range(12):
+        lines.append(f"{indent}for i{k} in range(0, 1) {{")
+        indent += "  "
+    lines.append(f"{indent}neg(x, out=y)")
+    for _ in range(12):
+        indent = indent[:-2]
+        lines.append(f"{indent}}}")
+    text = "%HostIrContainer {\n  input x : float32[4]\n  allocate y : float32[4]\n"
+    program = parse(text + "\n".join(lines) + "\n  output y\n}\n")
+    evaluator = HostIrEvaluator(program)
+    value = torch.randn(4)
+    for _ in range(3):
+        assert torch.equal(evaluator.run([value])[0], -value)
+    assert evaluator.replay_program(0, on_cpu=True) is None
+    assert evaluator._prepared_runs == {}
