@@ -295,3 +295,23 @@ def test_loops_nested_deeper_than_python_compiles_run_without_a_replay():
         assert torch.equal(evaluator.run([value])[0], -value)
     assert evaluator.replay_program(0, on_cpu=True) is None
     assert evaluator._prepared_runs == {}
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_repeated_runs_between_ranks_bind_once_and_give_new_results(multidevice_test):
+    """HostIrEvaluator.run of the tensor-parallel MLP on every rank, again and again with
+    new data of one signature: one binding (and one agreement) per rank, then the
+    prepared call, each run's result the reference's."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    fd, tvs = _mlp(d)
+    generator = torch.Generator().manual_seed(12)
+    evaluator = HostIrEvaluator(fd.host_ir())
+    binds = []
+    original = evaluator._bind
+    evaluator._bind = lambda *a: binds.append(1) or original(*a)
+    for _ in range(4):
+        full = _mlp_data(generator, d, 5)
+        local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
+        (out,) = evaluator.run(local)
+        torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
+    assert len(binds) == 1 and len(evaluator._prepared_runs) == 1
