@@ -29,15 +29,9 @@ from hostir.ir.attention import (
     SdpaFwdResult,
     SdpaPhilox,
 )
+from hostir.run.handler_common import into_out
 
 Operands = dict[str, Any]
-
-
-def _into(instruction: Any, operands: Operands, result: torch.Tensor) -> torch.Tensor:
-    """``result``, or copied into the preallocated ``out`` buffer."""
-    if not instruction.preallocated:
-        return result
-    return operands["out"].copy_(result)
 
 
 def _scale(instruction: SdpaFwd | SdpaBwd, head_dim: int) -> float:
@@ -199,14 +193,14 @@ def run_sdpa_fwd(
     the op, hostir.run.shared_results) when given."""
     if results is None:
         results = sdpa_fwd_results(instruction, operands)
-    return _into(instruction, operands, results[FWD_POSITION[instruction.result]])
+    return into_out(instruction, operands, results[FWD_POSITION[instruction.result]])
 
 
 def run_sdpa_philox(
     instruction: SdpaPhilox, operands: Operands, out_shape: list[int]
 ) -> torch.Tensor:
     """The philox seed or offset of a forward that ran no dropout: 0."""
-    return _into(instruction, operands, torch.zeros(out_shape, dtype=torch.int64))
+    return into_out(instruction, operands, torch.zeros(out_shape, dtype=torch.int64))
 
 
 _GRADIENT_OF: dict[SdpaBwdResult, tuple[int, str]] = {
@@ -250,7 +244,7 @@ def run_sdpa_bwd(
     gradients, hostir.run.shared_results) when given."""
     if results is None:
         results = sdpa_bwd_results(instruction, operands)
-    return _into(instruction, operands, results[_GRADIENT_OF[instruction.result][0]])
+    return into_out(instruction, operands, results[_GRADIENT_OF[instruction.result][0]])
 
 
 def grouped_mm(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -294,7 +288,7 @@ def run_grouped_mm(
 ) -> torch.Tensor:
     """``grouped_mm`` on the local operands."""
     result = grouped_mm(operands["mat1"], operands["mat2"], operands["offsets"])
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 def run_embedding_fwd(
@@ -302,7 +296,7 @@ def run_embedding_fwd(
 ) -> torch.Tensor:
     """``embedding_fwd``: rows of the weight picked by the indices."""
     result = torch.nn.functional.embedding(operands["input"], operands["weight"])
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 ATTENTION_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {

@@ -44,6 +44,7 @@ from hostir.run.attention import (
     sdpa_fwd_results,
 )
 from hostir.run.creation import generator_seed
+from hostir.run.handler_common import checked_result, compute_handler, into_out
 from hostir.run.shared_results import shared, sharing
 
 Operands = dict[str, Any]
@@ -129,45 +130,15 @@ def attention_dropout_backward(
 
 def _checked(context: Any, instruction: Any, operands: Operands, result: torch.Tensor) -> list:
     """``[result]`` after the local-shape check, copied into a preallocated ``out``."""
-    shape = context.local_shape(instruction.out)
-    if list(result.shape) != shape:
-        raise EvaluationError(
-            f"{type(instruction).__name__} produced a tensor of shape {list(result.shape)},"
-            f" but {instruction.out.name} is declared with local shape {shape} on rank"
-            f" {context.rank}"
-        )
-    if instruction.preallocated:
-        return [operands["out"].copy_(result)]
-    return [result]
+    return [into_out(instruction, operands, checked_result(context, instruction, result))]
 
 
-def _plain(
-    run: Callable[..., torch.Tensor], results_of: Callable[[Any, Operands], tuple] | None = None
-) -> Callable[..., list]:
-    """The context handler of a plain (no dropout) attention handler; with
-    ``results_of`` (every result of the op), the op is computed once for its sibling
-    instructions (hostir.run.shared_results)."""
-
-    def handle(context: Any, instruction: Any, operands: Operands) -> list:
-        shape = context.local_shape(instruction.out)
-        if results_of is None:
-            result = run(instruction, operands, shape)
-        else:
-            results = shared(
-                context, instruction, operands, lambda: results_of(instruction, operands)
-            )
-            result = run(instruction, operands, shape, results)
-        if instruction.preallocated:
-            return [result]  # the plain handler wrote into ``out``
-        return _checked(context, instruction, operands, result)
-
-    return handle
-
-
-_run_fwd_plain = _plain(run_sdpa_fwd, sdpa_fwd_results)
-_run_fwd_alone = _plain(run_sdpa_fwd)
-_run_bwd_plain = _plain(run_sdpa_bwd, sdpa_bwd_results)
-_run_philox_plain = _plain(run_sdpa_philox)
+# The plain (no dropout) handlers, the forward's and backward's results shared by their
+# sibling instructions; the logsumexp beside a dropout output has no sibling to share with.
+_run_fwd_plain = compute_handler(run_sdpa_fwd, sdpa_fwd_results)
+_run_fwd_alone = compute_handler(run_sdpa_fwd)
+_run_bwd_plain = compute_handler(run_sdpa_bwd, sdpa_bwd_results)
+_run_philox_plain = compute_handler(run_sdpa_philox)
 
 
 def run_sdpa_fwd_dropout(context: Any, instruction: SdpaFwd, operands: Operands) -> list:
@@ -175,7 +146,6 @@ def run_sdpa_fwd_dropout(context: Any, instruction: SdpaFwd, operands: Operands)
     if instruction.dropout_p is None:
         return _run_fwd_plain(context, instruction, operands)
     if instruction.result is SdpaFwdResult.LOGSUMEXP:
-        # The output with dropout is another computation: nothing to share with it.
         return _run_fwd_alone(context, instruction, operands)
     q, k, v = operands["query"], operands["key"], operands["value"]
     keep = _local_mask(context, instruction, operands)

@@ -31,20 +31,12 @@ from hostir.ir.ops import OperandType, scalar_operand, tensor_operand
 from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
 from hostir.run.attention import ATTENTION_HANDLERS
+from hostir.run.handler_common import into_out
 from hostir.run.pointwise import pointwise_call
 from hostir.run.reductions import reduction_call, run_reduction
 from hostir.run.shape_ops import SHAPE_HANDLERS
 
 Operands = dict[str, Any]
-
-
-def _into(instruction: Any, operands: Operands, result: torch.Tensor) -> torch.Tensor:
-    """Returns ``result``, or copies it into the preallocated ``out`` buffer."""
-    if not instruction.preallocated:
-        return result
-    out = operands["out"]
-    out.copy_(result)
-    return out
 
 
 def plain_call(instruction: Any) -> tuple[Callable[..., torch.Tensor], tuple[str, ...]] | None:
@@ -127,12 +119,12 @@ def _operand_type(value: Any, name: str) -> OperandType | None:
 
 def run_pointwise(instruction: Any, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """A pointwise op (``hostir.ir.ops``): torch broadcasting, nvFuser's dtype promotion."""
-    return _into(instruction, operands, _plain(instruction, operands))
+    return into_out(instruction, operands, _plain(instruction, operands))
 
 
 def run_cast(instruction: Cast, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``cast`` to the output's dtype."""
-    return _into(instruction, operands, _plain(instruction, operands))
+    return into_out(instruction, operands, _plain(instruction, operands))
 
 
 def linear(
@@ -195,12 +187,12 @@ def run_broadcast_in_dim(
     for src_dim, out_dim in enumerate(instruction.broadcast_dims):
         view[out_dim] = src.shape[src_dim]
     result = src.reshape(view).expand(out_shape)
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 def run_permute(instruction: Permute, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``permute`` (a view unless written into a preallocated buffer)."""
-    return _into(instruction, operands, _plain(instruction, operands))
+    return into_out(instruction, operands, _plain(instruction, operands))
 
 
 COMPUTE_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {

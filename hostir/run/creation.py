@@ -23,13 +23,12 @@ from typing import Any
 
 import torch
 
-from hostir.errors import EvaluationError
-from hostir.ir.catalog import keyword
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.dtypes import DType
 from hostir.ir.scalars import evaluate_scalar
 from hostir.ir.sharding import slice_global_tensor
 from hostir.ir.values import TensorValue
+from hostir.run.handler_common import checked_result, into_out
 
 _MIX = (6364136223846793005, 1442695040888963407)
 """Odd multipliers (Knuth's MMIX LCG) mixing a seed and an offset into one generator
@@ -111,17 +110,8 @@ def _handler(run: Callable[[Any, Any, dict], torch.Tensor]) -> Callable[..., lis
     preallocated ``out``."""
 
     def handle(context: Any, instruction: Any, operands: dict) -> list:
-        result = run(context, instruction, operands)
-        shape = context.local_shape(instruction.out)
-        if list(result.shape) != shape:
-            raise EvaluationError(
-                f"{keyword(instruction)} produced a tensor of shape {list(result.shape)}, but"
-                f" {instruction.out.name} is declared with local shape {shape} on rank"
-                f" {context.rank}"
-            )
-        if instruction.preallocated:
-            return [operands["out"].copy_(result)]
-        return [result]
+        result = checked_result(context, instruction, run(context, instruction, operands))
+        return [into_out(instruction, operands, result)]
 
     return handle
 

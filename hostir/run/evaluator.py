@@ -50,7 +50,6 @@ from hostir.ir.instructions import (
     Instruction,
     PipelineStage,
     ShardByStream,
-    keyword,
 )
 from hostir.ir.program_info import check_meshes_fit, program_teams, walk_instructions
 from hostir.ir.scalars import Symbol
@@ -70,11 +69,12 @@ from hostir.run.compiled_runs import compiling
 from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
 from hostir.run.creation import CREATION_HANDLERS
+from hostir.run.handler_common import compute_handler
 from hostir.run.indexing import run_topk, topk_results
 from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
-from hostir.run.shared_results import op_key, shared, sibling_counts
+from hostir.run.shared_results import op_key, sibling_counts
 from hostir.run.steps import Handler, Step, profiling, step_failure
 from hostir.run.stream_handlers import STREAM_HANDLERS
 from hostir.run.stream_pool import MAIN, StreamPool, stream_count
@@ -119,34 +119,6 @@ def _run_for_loop(context: RunContext, instruction: ForLoop, operands: dict) -> 
     return []
 
 
-def _compute_handler(run: Callable, results_of: Callable | None = None) -> Handler:
-    """The context handler of a compute handler ``run(instruction, operands, out_shape)``;
-    with ``results_of(instruction, operands)`` (every result of an op that has several),
-    ``run`` also takes those, computed once for the op's sibling instructions
-    (hostir.run.shared_results)."""
-
-    def handle(context: RunContext, instruction: Any, operands: dict) -> list:
-        shape = context.local_shape(instruction.out)
-        if results_of is None:
-            result = run(instruction, operands, shape)
-        else:
-            results = shared(
-                context, instruction, operands, lambda: results_of(instruction, operands)
-            )
-            result = run(instruction, operands, shape, results)
-        if list(result.shape) != shape:
-            # Operands that disagree with their declared extents (two symbolic extents
-            # unified at definition, say) must not yield a silently different tensor.
-            raise EvaluationError(
-                f"{keyword(instruction)} produced a tensor of shape {list(result.shape)}, but"
-                f" {instruction.out.name} is declared with local shape {shape} on rank"
-                f" {context.rank}"
-            )
-        return [result]
-
-    return handle
-
-
 def register_handler(cls: type, handler: Handler) -> None:
     """Makes ``handler`` run instructions of ``cls`` (a class declared outside the package):
     ``handler(context, instruction, operands)`` returns the values of ``cls.OUTS`` in order
@@ -162,10 +134,10 @@ HANDLERS: dict[type, Handler] = {
     ShardByStream: _run_shard_by_stream,
     ForLoop: _run_for_loop,
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
-    **{cls: _compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
+    **{cls: compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
     **CREATION_HANDLERS,
     **ATTENTION_DROPOUT_HANDLERS,  # over the plain sdpfa handlers: a mask needs the rank
-    TopK: _compute_handler(run_topk, topk_results),  # values and indices computed once
+    TopK: compute_handler(run_topk, topk_results),  # values and indices computed once
 }
 """One handler per instruction class."""
 

@@ -1,5 +1,7 @@
-"""What every communication handler shares: the request a handler returns, and the
-``out`` buffer and operands it needs on this rank."""
+"""What handlers share: for communications, the request a handler returns and the
+``out`` buffer and operands it needs on this rank; for compute, the check of a result's
+local shape, the copy into a preallocated ``out``, and the context handler made from a
+plain compute handler (``hostir.run.compute``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hostir.errors import EvaluationError
+from hostir.ir.instructions import keyword
+from hostir.run.shared_results import shared
 
 if TYPE_CHECKING:
     from hostir.run.context import RunContext
@@ -59,3 +63,47 @@ def need(value: torch.Tensor | None, instruction: Any, role: str, context: RunCo
             f" {getattr(instruction, role).name}, but it does not"
         )
     return value
+
+
+def checked_result(context: RunContext, instruction: Any, result: torch.Tensor) -> torch.Tensor:
+    """``result``, once checked to have ``instruction.out``'s local shape: operands that
+    disagree with their declared extents (two symbolic extents unified at definition,
+    say) must not yield a silently different tensor."""
+    shape = context.local_shape(instruction.out)
+    if list(result.shape) != shape:
+        raise EvaluationError(
+            f"{keyword(instruction)} produced a tensor of shape {list(result.shape)}, but"
+            f" {instruction.out.name} is declared with local shape {shape} on rank"
+            f" {context.rank}"
+        )
+    return result
+
+
+def into_out(instruction: Any, operands: dict, result: torch.Tensor) -> torch.Tensor:
+    """``result``, or copied into the preallocated ``out``."""
+    if instruction.preallocated:
+        return operands["out"].copy_(result)
+    return result
+
+
+def compute_handler(
+    run: Callable[..., torch.Tensor], results_of: Callable[[Any, dict], tuple] | None = None
+) -> Callable[[RunContext, Any, dict], list]:
+    """The context handler of a plain compute handler ``run(instruction, operands,
+    out_shape)`` (which writes a preallocated ``out`` itself), its result checked; with
+    ``results_of(instruction, operands)`` (every result of an op that has several),
+    ``run`` also takes those, computed once for the op's sibling instructions
+    (hostir.run.shared_results)."""
+
+    def handle(context: RunContext, instruction: Any, operands: dict) -> list:
+        shape = context.local_shape(instruction.out)
+        if results_of is None:
+            result = run(instruction, operands, shape)
+        else:
+            results = shared(
+                context, instruction, operands, lambda: results_of(instruction, operands)
+            )
+            result = run(instruction, operands, shape, results)
+        return [checked_result(context, instruction, result)]
+
+    return handle

@@ -13,20 +13,14 @@ from typing import Any
 import torch
 
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
+from hostir.run.handler_common import into_out
 from hostir.run.shared_results import sharing
-
-
-def _into(instruction: Any, operands: dict, result: torch.Tensor) -> torch.Tensor:
-    """``result``, or copied into the preallocated ``out``."""
-    if not instruction.preallocated:
-        return result
-    return operands["out"].copy_(result)
 
 
 def run_index_select(instruction: IndexSelect, operands: dict, out_shape: list[int]) -> Any:
     """``torch.index_select`` (int32 indices are taken as they are)."""
     result = torch.index_select(operands["src"], instruction.dim, operands["index"])
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 def run_gather(instruction: GatherAlong, operands: dict, out_shape: list[int]) -> Any:
@@ -37,14 +31,14 @@ def run_gather(instruction: GatherAlong, operands: dict, out_shape: list[int]) -
         result = torch.gather(src, instruction.dim, index)
     else:
         result = torch.take_along_dim(src, index, instruction.dim)
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 def run_cumsum(instruction: Cumsum, operands: dict, out_shape: list[int]) -> Any:
     """``torch.cumsum`` in the output's dtype (torch would widen int32 to int64)."""
     dtype = instruction.out.dtype.to_torch()
     result = torch.cumsum(operands["src"], instruction.dim, dtype=dtype)
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 def topk_results(instruction: TopK, operands: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +63,7 @@ def run_topk(
     hostir.run.shared_results) when given."""
     values, indices = results if results is not None else topk_results(instruction, operands)
     result = values if instruction.result is TopKResult.VALUES else indices
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 sharing(TopK)  # its evaluator handler computes values and indices once (hostir.run.evaluator)

@@ -16,6 +16,7 @@ import torch
 
 from hostir.ir.instructions import Reduction
 from hostir.ir.reductions import REDUCTION_OPS
+from hostir.run.handler_common import into_out
 
 TorchCall = Callable[[torch.Tensor], torch.Tensor]
 
@@ -55,7 +56,4 @@ def reduction_call(instruction: Reduction) -> TorchCall:
 
 def run_reduction(instruction: Reduction, operands: dict, out_shape: list[int]) -> torch.Tensor:
     """A reduction of the local data (written into ``out`` if preallocated)."""
-    result = reduction_call(instruction)(operands["src"])
-    if not instruction.preallocated:
-        return result
-    return operands["out"].copy_(result)
+    return into_out(instruction, operands, reduction_call(instruction)(operands["src"]))

@@ -13,15 +13,9 @@ import torch
 
 from hostir.errors import EvaluationError
 from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
+from hostir.run.handler_common import into_out
 
 Operands = dict[str, Any]
-
-
-def _into(instruction: Any, operands: Operands, result: torch.Tensor) -> torch.Tensor:
-    """Returns ``result``, or copies it into the preallocated ``out`` buffer."""
-    if not instruction.preallocated:
-        return result
-    return operands["out"].copy_(result)
 
 
 def run_reshape(instruction: Reshape, operands: Operands, out_shape: list[int]) -> torch.Tensor:
@@ -33,7 +27,7 @@ def run_reshape(instruction: Reshape, operands: Operands, out_shape: list[int]) 
             f" {list(src.shape)} has {src.numel()} elements, {out_shape} needs"
             f" {_numel(out_shape)}"
         )
-    return _into(instruction, operands, src.reshape(out_shape))
+    return into_out(instruction, operands, src.reshape(out_shape))
 
 
 def _numel(shape: list[int]) -> int:
@@ -53,7 +47,7 @@ def run_slice(instruction: Slice, operands: Operands, out_shape: list[int]) -> t
             f"slice defining {instruction.out.name}: [{start}, {stop}) is not within dim"
             f" {instruction.dim} of {instruction.src.name}, of extent {extent}"
         )
-    return _into(instruction, operands, src.narrow(instruction.dim, start, stop - start))
+    return into_out(instruction, operands, src.narrow(instruction.dim, start, stop - start))
 
 
 def run_pad(instruction: Pad, operands: Operands, out_shape: list[int]) -> torch.Tensor:
@@ -67,13 +61,13 @@ def run_pad(instruction: Pad, operands: Operands, out_shape: list[int]) -> torch
     elif not src.dtype.is_floating_point:
         value = int(value)
     result = torch.nn.functional.pad(src, widths, mode="constant", value=value)
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 def run_cat(instruction: Cat, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``torch.cat([lhs, rhs], dim)``."""
     result = torch.cat([operands["lhs"], operands["rhs"]], instruction.dim)
-    return _into(instruction, operands, result)
+    return into_out(instruction, operands, result)
 
 
 SHAPE_HANDLERS = {Reshape: run_reshape, Slice: run_slice, Pad: run_pad, Cat: run_cat}
