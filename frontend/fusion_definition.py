@@ -44,9 +44,9 @@ from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
 from hostir.analysis.pipeline_stages import has_pipelined_loop
 from hostir.comm.agreement import RankFacts, agree
 from hostir.comm.timeouts import collective_timeout
-from hostir.comm.world import world_token
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
+from hostir.run.bindings import MAX_SIGNATURES, call_key
 from hostir.run.compiled_runs import check_compiled_outputs, compiled_checking_enabled
 from hostir.run.cuda_graphs import GraphedProgram, check_capturable, graphing
 from hostir.run.inputs import bind_input_tensor
@@ -66,7 +66,7 @@ class FusionDefinition:
         self._integer_limits: dict[str, list] = {}  # set when the definition is finished
         self._programs: dict[tuple, HostIrContainer] = {}
         self._evaluators: dict[tuple, HostIrEvaluator] = {}
-        self._prepared_calls: dict[tuple, Any] = {}  # by _call_key: see execute
+        self._prepared_calls: dict[tuple, Any] = {}  # by call_key: see execute
         self._last_call: tuple[tuple, Any] | None = None  # the latest one run, with its key
         self._graphs: dict[tuple, GraphedProgram] = {}  # by the evaluator's key: see execute
         self._last_program: tuple[int, HostIrContainer] | None = None  # (schedule version, it)
@@ -266,7 +266,7 @@ class FusionDefinition:
         between ranks, listeners.
         """
         if device is None and timeout is None and not _enable_options and not _disable_options:
-            key = _call_key(self._fusion.schedule.version, inputs, cuda_graph)
+            key = call_key(inputs, self._fusion.schedule.version, cuda_graph)
             last = self._last_call  # the same signature again: compared, not hashed
             if last is not None and last[0] == key:
                 return last[1](inputs)
@@ -344,11 +344,11 @@ class FusionDefinition:
                 names=[v.name for v in self._fusion.inputs()],
             )
             self._graphs[key] = graph
-        call_key = _call_key(self._fusion.schedule.version, inputs, keep_as)
-        if keep_as is not False and call_key is not None:
+        prepared_key = call_key(inputs, self._fusion.schedule.version, keep_as)
+        if keep_as is not False and prepared_key is not None:
             # The key compares every input's type, shape, dtype and device: the replay
             # need not check them again.
-            self._prepared_calls[call_key] = graph.replay_known
+            self._prepared_calls[prepared_key] = graph.replay_known
         return graph.replay(inputs)
 
     def _prepare_call(
@@ -359,8 +359,8 @@ class FusionDefinition:
         ``HOSTIR_CHECK_COMPILED`` the kept call compares every run with an interpreted
         one. (Every call's own check already runs the replay: its compiled run of the
         signature the interpreted run just bound replays.)"""
-        key = _call_key(self._fusion.schedule.version, inputs, cuda_graph)
-        if key is None or len(self._prepared_calls) >= MAX_PREPARED_CALLS:
+        key = call_key(inputs, self._fusion.schedule.version, cuda_graph)
+        if key is None or len(self._prepared_calls) >= MAX_SIGNATURES:
             return
         if pipeline_checking_enabled() and has_pipelined_loop(evaluator.program.body):
             return  # every call runs the check of pipelined against unpipelined loops
@@ -468,24 +468,6 @@ def _tell_peers(error: Exception, communicator: Any, first: bool) -> None:
     except HostIrError:
         pass  # a bad HOSTIR_TIMEOUT: the communicator keeps the timeout it has
     agree(communicator, RankFacts.failed(error))
-
-
-MAX_PREPARED_CALLS = 64
-"""How many signatures a definition keeps a prepared call for (as hostir.run.bindings)."""
-
-
-def _call_key(version: int, inputs: Any, cuda_graph: bool | None) -> tuple | None:
-    """What a prepared call depends on: the schedule version, the default process group
-    (hostir.comm.world.world_token), the ``cuda_graph`` argument and each input tensor's
-    type, shape, dtype and device; None for inputs that are not a list or tuple of
-    tensors (scalars are checked every call)."""
-    if type(inputs) is not list and type(inputs) is not tuple:
-        return None
-    try:  # a scalar has no shape: it is checked every call
-        signature = [(x.__class__, x.shape, x.dtype, x.device) for x in inputs]
-    except AttributeError:
-        return None
-    return (version, world_token(), cuda_graph, *signature)
 
 
 def _first_device(inputs: list[Any]) -> torch.device:

@@ -17,13 +17,31 @@ from typing import Any
 import torch
 
 from hostir.comm.communicator import Communicator
+from hostir.comm.world import world_token
 from hostir.ir.container import ScalarInput
 from hostir.ir.values import TensorValue
 from hostir.run.context import RunContext
 
 MAX_SIGNATURES = 64
-"""How many signatures an evaluator keeps; past that, a new signature is bound every run
-(a float scalar input that changes every call must not grow the cache without bound)."""
+"""How many signatures an evaluator keeps bindings for, and ``HostIrEvaluator.run`` and
+``FusionDefinition.execute`` prepared calls for; past that, a new signature is bound every
+run (a float scalar input that changes every call must not grow the cache without
+bound)."""
+
+
+def call_key(inputs: Any, *fixed: Any) -> tuple | None:
+    """What a prepared call (``HostIrEvaluator.prepared_call``) depends on: the caller's
+    ``fixed`` values (its own settings), the default process group
+    (hostir.comm.world.world_token) and each input tensor's type, shape, dtype and device;
+    None for inputs that are not a list or tuple of tensors (scalars are checked every
+    call). ``HostIrEvaluator.run`` and ``FusionDefinition.execute`` key theirs with it."""
+    if type(inputs) is not list and type(inputs) is not tuple:
+        return None
+    try:  # a scalar has no shape: it is checked every call
+        signature = [(x.__class__, x.shape, x.dtype, x.device) for x in inputs]
+    except AttributeError:
+        return None
+    return (*fixed, world_token(), *signature)
 
 
 class Binding:

@@ -31,7 +31,7 @@ from hostir.comm.agreement import BoundExtent, RankFacts, agree
 from hostir.comm.communicator import Communicator
 from hostir.comm.run_guard import occupying_world
 from hostir.comm.timeouts import collective_timeout
-from hostir.comm.world import default_communicator, world_token
+from hostir.comm.world import default_communicator
 from hostir.errors import (
     CommunicationError,
     EvaluationError,
@@ -62,7 +62,7 @@ from hostir.run.arguments import (
     run_inputs,
 )
 from hostir.run.attention_dropout import ATTENTION_DROPOUT_HANDLERS
-from hostir.run.bindings import Bindings
+from hostir.run.bindings import MAX_SIGNATURES, Bindings, call_key
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.run.compiled import CompiledProgram, compile_program
 from hostir.run.compiled_runs import compiling
@@ -197,7 +197,7 @@ class HostIrEvaluator:
         self._steps: dict[int, Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
         self._siblings: Counter | None = None  # instructions per shared op (shared_results)
-        self._prepared_runs: dict[tuple, Callable] = {}  # run()'s prepared calls by _run_key
+        self._prepared_runs: dict[tuple, Callable] = {}  # run()'s prepared calls by call_key
         self.streams = stream_count(streams)  # the pool's size per device
         self.pipeline = pipelining(pipeline)
         self.compiled = compiling(compiled)
@@ -243,12 +243,12 @@ class HostIrEvaluator:
         (:meth:`prepared_call`), as ``FusionDefinition.execute`` does: nothing is checked
         or bound again, and the settings read when the signature was prepared hold.
         """
-        key = _run_key(inputs, timeout) if compiled is None and not self.listeners else None
+        key = call_key(inputs, timeout) if compiled is None and not self.listeners else None
         again = self._prepared_runs.get(key) if key is not None else None
         if again is not None and not profiling():
             return again(inputs)
         outputs = self._first_run(inputs, timeout, compiled)
-        if key is not None and len(self._prepared_runs) < MAX_PREPARED_RUNS:
+        if key is not None and len(self._prepared_runs) < MAX_SIGNATURES:
             prepared = self.prepared_call(inputs, timeout)
             if prepared is not None:
                 self._prepared_runs[key] = prepared
@@ -651,23 +651,6 @@ def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float 
 def _same_device(a: torch.device, b: torch.device) -> bool:
     """Whether ``a`` and ``b`` are one device (``cuda`` without an index is the current one)."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
-
-
-MAX_PREPARED_RUNS = 64
-"""How many input signatures :meth:`HostIrEvaluator.run` keeps a prepared call for."""
-
-
-def _run_key(inputs: Any, timeout: float | None) -> tuple | None:
-    """What a prepared call of :meth:`HostIrEvaluator.run` depends on: the default process
-    group, the timeout, and each input tensor's type, shape, dtype and device; None for
-    inputs that are not a list or tuple of tensors (scalars are checked every call)."""
-    if type(inputs) is not list and type(inputs) is not tuple:
-        return None
-    try:
-        signature = [(x.__class__, x.shape, x.dtype, x.device) for x in inputs]
-    except AttributeError:
-        return None
-    return (world_token(), timeout, *signature)
 
 
 def _device_of(inputs: Sequence[Any]) -> torch.device:
