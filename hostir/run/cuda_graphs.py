@@ -247,8 +247,8 @@ class GraphedProgram:
         with torch.cuda.device(self.device):
             self._warm_up(run_once)
             self._graph, self._outputs = self._capture(run_once)
-        # What a replay of a known signature copies: every input (all tensors there), and
-        # each distinct output once (``_copy_out``'s rule, worked out once).
+        # What a replay copies: the tensor inputs into their static buffers, and each
+        # distinct output once (an output listed twice is cloned once).
         self._buffers = [x for x in self._static if isinstance(x, torch.Tensor)]
         position: dict[int, int] = {}  # id of a static output -> its place in _distinct
         self._distinct: list[torch.Tensor] = []
@@ -267,21 +267,21 @@ class GraphedProgram:
         Replays from several threads or streams take turns: a replay on another stream than
         the last one first waits for it, so no replay's copy-in lands in a replay still
         running."""
-        with self._lock:
-            stream = torch.cuda.current_stream(self.device)
-            if self._stream is not None and stream != self._stream:
-                stream.wait_stream(self._stream)
-            self._copy_in(inputs)
-            self._graph.replay()
-            outputs = self._copy_out()
-            self._stream, self._raw_stream = stream, _raw_stream(self.device)
-        return outputs
+        return self._launch(self._checked_tensors(inputs))
 
     def replay_known(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """:meth:`replay` for inputs the caller has matched against the capture's
         signature (``FusionDefinition.execute``'s prepared call: every input a tensor of
-        the captured shape, dtype and device, compared in its key): no per-input checks;
-        the same copy-in, replay, fresh outputs and stream ordering."""
+        the captured shape, dtype and device, compared in its key): no per-input checks."""
+        if len(inputs) != len(self._buffers):
+            raise CudaGraphError(
+                f"the graph was captured with {len(self._buffers)} inputs, got {len(inputs)}"
+            )
+        return self._launch(list(inputs))
+
+    def _launch(self, tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Orders the current stream after the last replay's, copies ``tensors`` (one per
+        static buffer) in, replays, and clones each distinct output once."""
         with self._lock:
             raw = _raw_stream(self.device)
             if raw != self._raw_stream:
@@ -289,11 +289,8 @@ class GraphedProgram:
                 if self._stream is not None and stream != self._stream:
                     stream.wait_stream(self._stream)
                 self._stream, self._raw_stream = stream, raw
-            if len(inputs) != len(self._buffers):
-                raise CudaGraphError(
-                    f"the graph was captured with {len(self._buffers)} inputs, got {len(inputs)}"
-                )
-            _copy_all(self._buffers, list(inputs))
+            if tensors:
+                _copy_all(self._buffers, tensors)
             self._graph.replay()
             clones = [t.clone() for t in self._distinct]
         return [None if pick is None else clones[pick] for pick in self._picks]
@@ -356,15 +353,15 @@ class GraphedProgram:
             ) from error
         return graph, outputs
 
-    def _copy_in(self, inputs: Sequence[Any]) -> None:
-        """Checks every input against the capture, then copies the tensors into their
-        static buffers on the current stream (one multi-tensor copy: a launch per input
-        would cost more host time than the replay)."""
+    def _checked_tensors(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        """The tensor inputs, in order, once every input is checked against the capture:
+        each tensor of the captured shape, dtype and device, each scalar the captured
+        value."""
         if len(inputs) != len(self._static):
             raise CudaGraphError(
                 f"the graph was captured with {len(self._static)} inputs, got {len(inputs)}"
             )
-        buffers, sources = [], []
+        tensors = []
         for index, (static, given) in enumerate(zip(self._static, inputs, strict=True)):
             if isinstance(static, torch.Tensor):
                 if not _fits(given, static):
@@ -373,28 +370,13 @@ class GraphedProgram:
                         f" {list(static.shape)} and dtype {static.dtype} on {static.device},"
                         f" got {_describe(given)}"
                     )
-                buffers.append(static)
-                sources.append(given)
+                tensors.append(given)
             elif not _same_scalar(static, given):
                 raise CudaGraphError(
                     f"{self._name(index)} was {static!r} when the graph was captured, got"
                     f" {given!r}: scalar inputs are part of the graph, capture one per value"
                 )
-        if buffers:
-            _copy_all(buffers, sources)
-
-    def _copy_out(self) -> list[torch.Tensor | None]:
-        """Fresh clones of the static outputs; an output listed twice is cloned once."""
-        clones: dict[int, torch.Tensor] = {}
-        outputs: list[torch.Tensor | None] = []
-        for static in self._outputs:
-            if static is None:
-                outputs.append(None)
-                continue
-            if id(static) not in clones:
-                clones[id(static)] = static.clone()
-            outputs.append(clones[id(static)])
-        return outputs
+        return tensors
 
 
 def _copy_all(buffers: list[torch.Tensor], sources: list[torch.Tensor]) -> None:

@@ -378,3 +378,21 @@ def test_execute_with_a_cuda_graph_replays_new_inputs(monkeypatch):
     (second,) = fd.execute(again, cuda_graph=True)
     (expected,) = fd.execute(again, cuda_graph=False)
     assert bitwise_equal(second, expected) and bitwise_equal(first[0], kept)
+
+
+def test_a_replay_checks_its_inputs_against_the_capture():
+    """What a replay checks before it copies anything (on every machine: the check reads
+    only the static inputs kept at capture): the count, each tensor's shape, dtype and
+    device, each scalar's value; the tensors pass on in order."""
+    graphed = object.__new__(GraphedProgram)  # the capture itself needs CUDA
+    statics = [torch.zeros(2, 3), 4, torch.zeros(5)]
+    graphed._static, graphed._names = statics, ["T0", "n", "T1"]
+    given = [torch.ones(2, 3), 4, torch.ones(5)]
+    tensors = graphed._checked_tensors(given)
+    assert len(tensors) == 2 and tensors[0] is given[0] and tensors[1] is given[2]
+    with pytest.raises(CudaGraphError, match="captured with 3 inputs, got 2"):
+        graphed._checked_tensors(given[:2])
+    with pytest.raises(CudaGraphError, match=r"input T1: .* shape \[5\] and dtype torch.float32"):
+        graphed._checked_tensors([given[0], 4, torch.ones(5, dtype=torch.float64)])
+    with pytest.raises(CudaGraphError, match="input n was 4 when the graph was captured, got 5"):
+        graphed._checked_tensors([given[0], 5, given[2]])
