@@ -16,8 +16,10 @@ class VerifyError(HostIrError):
     """A host IR program is malformed (undefined value, wrong operand kind, ...).
 
     ``path`` (when the verifier knows it) is the offending instruction's index in the
-    program's body, then in each enclosing loop's body; ``line`` and ``col`` are set when
-    the program came from text, and then the message starts with ``line:col: ``.
+    program's body, then in each enclosing loop's body; ``field`` names a declaration at
+    fault that is no instruction, ``("inputs", 1)`` for the program's second input or
+    ``("outputs", 0)`` for its first output; ``line`` and ``col`` are set when the program
+    came from text, and then the message starts with ``line:col: ``.
     """
 
     def __init__(
@@ -25,12 +27,14 @@ class VerifyError(HostIrError):
         message: str,
         *,
         path: tuple[int, ...] | None = None,
+        field: tuple[str, int] | None = None,
         line: int | None = None,
         col: int | None = None,
     ) -> None:
         super().__init__(f"{line}:{col}: {message}" if line is not None else message)
         self.message = message
         self.path = path
+        self.field = field
         self.line = line
         self.col = col
 

@@ -41,7 +41,8 @@ message names the instruction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -93,8 +94,8 @@ def verify_located(program: HostIrContainer) -> None:
     try:
         verify(program)
     except VerifyError as error:
-        where = describe_location(program, error.path)
-        raise VerifyError(f"{where}: {error.message}", path=error.path) from None
+        where = describe_location(program, error.path, error.field)
+        raise VerifyError(f"{where}: {error.message}", path=error.path, field=error.field) from None
 
 
 verify_program = verify_located
@@ -124,19 +125,20 @@ class _Walk:
         self.allocated: dict[str, Path] = {}  # allocated, not yet certainly written
         self.scopes: list[_Scope] = [_Scope()]
         self.runs: list[bool] = [True]  # does each enclosing body certainly run?
-        for value in program.inputs:
+        for index, value in enumerate(program.inputs):
             if value.name in self.values:
-                raise VerifyError(f"input {value.name} is declared twice")
+                raise VerifyError(f"input {value.name} is declared twice", field=("inputs", index))
             self.values[value.name] = value
             self.where[value.name] = ()
             if isinstance(value, ScalarInput):
                 problem = scalar_problem(Symbol(name=value.name))  # it is read as one
                 if problem is not None:
-                    raise VerifyError(f"input {value.name}: {problem}")
+                    raise VerifyError(f"input {value.name}: {problem}", field=("inputs", index))
                 self.scalars[value.name] = _python_type(value.dtype)
-        for value in program.inputs:  # once every scalar input's type is known
+        for index, value in enumerate(program.inputs):  # once every scalar input's type is known
             if isinstance(value, TensorValue):
-                self.check_tensor(value, ())
+                with _declared_at("inputs", index):
+                    self.check_tensor(value, ())
 
     # ----- bodies -----
     def body(self, body: Sequence[Instruction], prefix: Path) -> None:
@@ -194,8 +196,9 @@ class _Walk:
 
     def finish(self) -> None:
         self.close(self.scopes[0], None, "the program")
-        for value in self.program.outputs:
-            self.use(value, None, None, what=f"output {value.name}")
+        for index, value in enumerate(self.program.outputs):
+            with _declared_at("outputs", index):
+                self.use(value, None, None, what=f"output {value.name}")
             if value.name in self.allocated:
                 raise VerifyError(
                     f"output {value.name} is allocated but never certainly written: every"
@@ -364,6 +367,17 @@ def _check_sharding(value: TensorValue, path: Path) -> None:
             )
 
 
+@contextmanager
+def _declared_at(kind: str, index: int) -> Iterator[None]:
+    """Gives a VerifyError raised in the check of the declaration ``program.<kind>[index]``
+    (an input or an output: no instruction, so no path names it) that declaration as its
+    ``field``, so that text, JSON and words point at it and not at the program's end."""
+    try:
+        yield
+    except VerifyError as error:
+        raise VerifyError(error.message, field=(kind, index)) from None
+
+
 @cache
 def _scalar_fields(cls: type) -> tuple[tuple[str, FieldKind], ...]:
     """The fields of ``cls`` that hold scalars: SCALAR (integers), OPERAND (a tensor or
@@ -399,10 +413,16 @@ def instruction_at(program: HostIrContainer, path: Path) -> Instruction:
     return instruction
 
 
-def describe_location(program: HostIrContainer, path: Path | None) -> str:
-    """``body[3] (linear defining T4)``: where a verifier path points, in words."""
+def describe_location(
+    program: HostIrContainer, path: Path | None, field: tuple[str, int] | None = None
+) -> str:
+    """``body[3] (linear defining T4)``, or ``inputs[1] (T0)`` for a declaration ``field``:
+    where a verifier error points, in words."""
+    if field is not None:
+        kind, index = field
+        return f"{kind}[{index}] ({getattr(program, kind)[index].name})"
     if path is None:
-        return "the program's outputs"
+        return "the program"
     if not path:
         return "the inputs"
     instruction = instruction_at(program, path)

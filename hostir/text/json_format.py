@@ -203,11 +203,19 @@ def from_json(text: str | bytes) -> HostIrContainer:
     try:
         verify(program)
     except VerifyError as error:
-        where = "program" + "".join(f".body[{index}]" for index in error.path or ())
-        if error.path is None:
-            where = "program.outputs"
-        raise JsonFormatError(f"{where}: {error.message}", path=error.path) from None
+        raise JsonFormatError(
+            f"{json_path(error)}: {error.message}", path=error.path, field=error.field
+        ) from None
     return program
+
+
+def json_path(error: VerifyError) -> str:
+    """The JSON path of what a verifier error points at: ``program.inputs[1]`` for a
+    declaration, ``program.body[3].body[0]`` for an instruction."""
+    if error.field is not None:
+        kind, index = error.field
+        return f"program.{kind}[{index}]"
+    return "program" + "".join(f".body[{index}]" for index in error.path or ())
 
 
 def read_document(text: str | bytes) -> HostIrContainer:

@@ -92,8 +92,10 @@ def parse(text: str, *, verify_program: bool = True) -> HostIrContainer:
     try:
         verify(program)
     except VerifyError as error:
-        line, col = builder.positions.get(error.path, builder.end) if error.path else builder.end
-        raise VerifyError(error.message, path=error.path, line=line, col=col) from None
+        line, col = builder.position_of(error)
+        raise VerifyError(
+            error.message, path=error.path, field=error.field, line=line, col=col
+        ) from None
     return program
 
 
@@ -140,7 +142,16 @@ class _Builder:
         self.outputs: list[TensorValue] = []
         self.positions: dict[tuple[int, ...], tuple[int, int]] = {}  # instruction path -> line, col
         self.path: tuple[int, ...] = ()  # of the statement being read
-        self.end = (1, 1)  # where the outputs are declared (for problems with them)
+        # ("inputs", k) or ("outputs", k) -> line, col of that declaration
+        self.declarations: dict[tuple[str, int], tuple[int, int]] = {}
+        self.end = (1, 1)  # where the outputs are declared (for problems with no place)
+
+    def position_of(self, error: VerifyError) -> tuple[int, int]:
+        """The ``line, col`` of the statement a verifier error points at: its instruction,
+        its input or output declaration, else the outputs."""
+        if error.field is not None:
+            return self.declarations.get(error.field, self.end)
+        return self.positions.get(error.path, self.end) if error.path else self.end
 
     # ----- program and statements -----
     def program(self, tree: lark.Tree) -> HostIrContainer:
@@ -180,12 +191,14 @@ class _Builder:
     def stmt_input_decl(self, tree: lark.Tree) -> None:
         value = self.declaration(tree.children[0])
         self.define(tree.children[0].children[0], value)
+        self.declarations["inputs", len(self.inputs)] = where(tree)
         self.inputs.append(value)
 
     def stmt_output_decl(self, tree: lark.Tree) -> None:
         (name,) = tree.children
         if not self.outputs:
             self.end = where(tree)
+        self.declarations["outputs", len(self.outputs)] = where(tree)
         self.outputs.append(self.tensor(name))
 
     def stmt_allocate(self, tree: lark.Tree) -> Instruction:

@@ -33,14 +33,14 @@ def _lark_tree(text: str) -> lark.Tree | None:
 
 
 def _built(tree: lark.Tree) -> tuple | None:
-    """The program the builder makes of ``tree`` with its statement positions (None if it
-    refuses the tree)."""
+    """The program the builder makes of ``tree`` with its statement and declaration
+    positions (None if it refuses the tree)."""
     builder = parser_module._Builder()
     try:
         program = builder.program(tree)
     except ParseError:
         return None
-    return program, builder.positions, builder.end
+    return program, builder.positions, builder.declarations, builder.end
 
 
 def _check_agrees(text: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -36,6 +37,7 @@ from hostir import (
 )
 from hostir.check.verify import verify
 from hostir.errors import JsonFormatError
+from hostir.text import json_format
 from tests.hostir.programs import c
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
@@ -141,7 +143,7 @@ FAULTS = {
     ),
     "a sharding that does not make up its extent": (
         HEAD + "  input T0 : float32[8] @M0 {0: [x, 3]}\n  output T0\n}\n",
-        (4, 3),
+        (3, 3),  # the input's line (was the output's: the verifier's error had no place)
         "T0 dim 0: the parts [x, 3] do not make up its extent 8",
     ),
     "a loop body deallocating what it did not define": (
@@ -207,7 +209,8 @@ def test_the_evaluator_refuses_the_same_program_built_in_python(name):
     """The program read without verification (JSON's codec) and handed to the evaluator."""
     text, _, message = FAULTS[name]
     program = _unverified(text)
-    with pytest.raises(VerifyError, match=r"^(body\[\d+\]|the program|the inputs)") as info:
+    where = r"^(body\[\d+\]|(in|out)puts\[\d+\]|the program)"
+    with pytest.raises(VerifyError, match=where) as info:
         HostIrEvaluator(program)
     assert message in str(info.value)
 
@@ -216,7 +219,8 @@ def test_the_evaluator_refuses_the_same_program_built_in_python(name):
 def test_from_json_refuses_with_the_json_path(name):
     text, _, message = FAULTS[name]
     document = _unverified(text).to_json()
-    with pytest.raises(JsonFormatError, match=r"^program(\.body\[\d+\])*(\.outputs)?: ") as info:
+    where = r"^program((\.body\[\d+\])*|\.(in|out)puts\[\d+\]): "
+    with pytest.raises(JsonFormatError, match=where) as info:
         HostIrContainer.from_json(document)
     assert message in str(info.value)
 
@@ -239,6 +243,88 @@ def test_a_json_document_with_a_renamed_definition_is_refused():
     document["program"]["body"][1]["src"]["dtype"]["value"] = "float64"
     with pytest.raises(JsonFormatError, match=r"^program\.body\[1\]: neg uses T1 as a value"):
         HostIrContainer.from_json(json.dumps(document))
+
+
+DECLARED = (
+    HEAD
+    + "  input T0 : float32[4] @M0\n"
+    + "  input T1 : float32[4] @M0 {0: [x, 2]}\n"
+    + "  T2 : float32[4] @M0 = neg(T0)\n"
+    + "  output T2\n"
+    + "  output T1\n}\n"
+)
+
+
+def _set(where: list, value) -> Callable[[dict], None]:
+    """A change of the JSON document of DECLARED: the field at ``where`` becomes ``value``."""
+
+    def change(document: dict) -> None:
+        node = document["program"]
+        for key in where[:-1]:
+            node = node[key]
+        node[where[-1]] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words", "message"),
+    [
+        (
+            _set(["inputs", 1, "name"], "T0"),
+            "program.inputs[1]",
+            "inputs[1] (T0)",
+            "input T0 is declared twice",
+        ),
+        (
+            _set(["inputs", 1, "shape", 0, "value"], 6),
+            "program.inputs[1]",
+            "inputs[1] (T1)",
+            "T1 dim 0: the parts [x, 2] do not make up its extent 6",
+        ),
+        (
+            _set(["outputs", 1, "name"], "T9"),
+            "program.outputs[1]",
+            "outputs[1] (T9)",
+            "output T9 uses T9 before it is defined",
+        ),
+        (
+            _set(["outputs", 1, "dtype", "value"], "float64"),
+            "program.outputs[1]",
+            "outputs[1] (T1)",
+            "output T1 uses T1 as a value other than the one defined at the inputs",
+        ),
+        (
+            _set(["body", 0, "out", "name"], "T1"),
+            "program.body[0]",
+            "body[0] (neg defining T1)",
+            "neg defines T1 a second time",
+        ),
+    ],
+    ids=["input twice", "input's sharding", "undefined output", "output differs", "defined twice"],
+)
+def test_a_refused_declaration_is_named_where_it_is(change, path, words, message):
+    """A JSON program listing an input twice (or an input the verifier refuses) used to be
+    refused at ``program.outputs``, and in words at "the program's outputs"; an output at
+    fault at ``program.outputs`` without its index. Each now names the field at fault."""
+    document = json.loads(parse(DECLARED).to_json())
+    change(document)
+    with pytest.raises(JsonFormatError) as info:
+        HostIrContainer.from_json(json.dumps(document))
+    assert str(info.value).startswith(f"{path}: {message}")
+    unverified = json_format.read_document(json.dumps(document))
+    with pytest.raises(VerifyError) as info:
+        HostIrEvaluator(unverified)
+    assert str(info.value).startswith(f"{words}: {message}")
+
+
+def test_text_refuses_an_input_at_its_own_line():
+    """An input whose sharding does not make up its extent used to be refused at the line of
+    the first output (or at 1:1 in a program without outputs)."""
+    text = DECLARED.replace("float32[4] @M0 {0: [x, 2]}", "float32[6] @M0 {0: [x, 2]}")
+    for program in (text, text.replace("  output T1\n", "").replace("  output T2\n", "")):
+        with pytest.raises(VerifyError, match=r"^4:3: T1 dim 0: the parts \[x, 2\] do not"):
+            parse(program)
 
 
 @pytest.mark.world_sizes(2)
