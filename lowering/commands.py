@@ -16,7 +16,7 @@ import argparse
 import math
 
 from hostir import Const, DType, Mesh, TensorValue
-from hostir.errors import SettingError
+from hostir.errors import HostIrError, SettingError
 from hostir.settings import parse_count
 from lowering.errors import ReshardingError
 from lowering.redistribution.distribution import parse_notation
@@ -94,6 +94,12 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    """Prints the plan's explanation."""
-    print(plan_text(args.mesh, args.shape, args.source, args.target, args.dtype))
+    """Prints the plan's explanation. Everything ``plan`` reads is an option, so a refusal
+    (a bad size, notation or dtype, an extent that does not divide, distributions no plan
+    connects) is a bad command line: a SettingError, exit code 2 (docs/cli.md)."""
+    try:
+        text = plan_text(args.mesh, args.shape, args.source, args.target, args.dtype)
+    except HostIrError as error:
+        raise SettingError(str(error)) from error
+    print(text)
     return 0

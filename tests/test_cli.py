@@ -351,17 +351,17 @@ def test_errors_are_one_line(args, code, message, in_repo, capsys):
     [
         (
             ["plan", "--mesh", "99999x99999", "--shape", "8x8", "--from", "RR", "--to", "RR"],
-            1,
+            2,
             "--mesh '99999x99999': each size must be from 1 to 65536, got 99999",
         ),
         (
             ["plan", "--mesh", "256x257", "--shape", "8", "--from", "RR", "--to", "RR"],
-            1,
+            2,
             "--mesh '256x257': 65792 devices; plan takes meshes of at most 65536 devices",
         ),
         (
             ["plan", "--mesh", "2x2", "--shape", "1_6x8", "--from", "RR", "--to", "RR"],
-            1,
+            2,
             "--shape '1_6x8': expected sizes like 2x2 or 8x8",
         ),
         (
@@ -415,6 +415,52 @@ def test_bad_values_are_one_line_not_internal_errors(args, code, message, in_rep
     err = capsys.readouterr().err
     assert err.startswith("hostir: error: ") and err.count("\n") == 1 and message in err, err
     assert "internal error" not in err
+
+
+PLAN = ["plan", "--mesh", "2x2", "--shape", "8x8", "--from", "S0S0"]
+
+BAD_ARGUMENTS = {
+    "run": (["run", SCRIPT, "--nproc", "2", "--backend", "mpi"], "invalid choice: 'mpi'"),
+    "dump": (["dump", HIR, "--rank", "1"], "--rank is for --python only"),
+    "viz": (
+        ["viz", HIR, "-o", "p.dot", "--traffic", "--instruction", "9"],
+        "instruction index 9 is out of range: the program body has 5 top-level instructions",
+    ),
+    "viz-no-communication": (
+        ["viz", HIR, "-o", "p.dot", "--traffic", "--instruction", "0"],
+        "instruction 0 has no communication to draw: allocate T4",
+    ),
+    "check": (["check", HIR, "--world-size", "0"], "--world-size must be at least 1, got 0"),
+    "traffic": (
+        ["traffic", HIR, "--bind", "i0=4", "--bind", "i0=8"],
+        "--bind i0 is given twice: 4 and 8",
+    ),
+    "plan": ([*PLAN, "--to", "Q"], "cannot read the distribution 'Q' at 'Q'"),
+    "plan-dtype": ([*PLAN, "--to", "RR", "--dtype", "f32"], "--dtype 'f32': expected one of"),
+    "plan-no-plan": ([*PLAN, "--to", "PR"], "the target holds partial sums the source does not"),
+}
+"""One bad argument per subcommand (and the other refusals that used to exit 1 or 0:
+``plan``'s notation, dtype and impossible targets, ``viz --instruction``, a ``--bind``
+given two values), with a fragment of its one-line message."""
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_every_command_s_bad_arguments_exit_2(case, in_repo, tmp_path, capsys):
+    """docs/cli.md: a bad command line exits 2. ``plan`` exited 1 on every refusal of its
+    options; ``viz --instruction`` out of range or at no communication exited 1; ``traffic``
+    took the last of two ``--bind`` values silently."""
+    args, message = BAD_ARGUMENTS[case]
+    args = [str(tmp_path / a) if a == "p.dot" else a for a in args]
+    assert main(*args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hostir: error: ") and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.iterdir())  # nothing drawn
+
+
+def test_the_bad_argument_cases_cover_every_command():
+    """A subcommand added later gets its case in BAD_ARGUMENTS."""
+    subparsers = next(a for a in cli.build_parser()._actions if a.dest == "command")
+    assert {case.split("-")[0] for case in BAD_ARGUMENTS} == set(subparsers.choices)
 
 
 def test_a_bad_traceback_setting_is_one_line(in_repo, monkeypatch, capsys):
@@ -579,6 +625,6 @@ def test_plan_explains_a_permutation_and_a_reduction_first(hostir):
 
 
 def test_plan_refuses_uneven_shapes_in_one_line(hostir):
-    """An extent that does not split evenly: one error line, exit 1."""
+    """An extent that does not split evenly: one error line, exit 2 (a bad option)."""
     done = hostir("plan", "--mesh", "2x2", "--shape", "7x8", "--from", "S0S0", "--to", "RR")
-    assert_one_line_error(done, 1, "dim 0 of extent 7 does not divide over 4 devices")
+    assert_one_line_error(done, 2, "dim 0 of extent 7 does not divide over 4 devices")

@@ -64,10 +64,10 @@ def program_symbols(program: HostIrContainer) -> set[str]:
 
 def parse_bindings(items: list[str], program: HostIrContainer) -> dict[str, int]:
     """``--bind NAME=VALUE`` items as ``{name: value}``; SettingError for an item that is
-    not NAME=WHOLE NUMBER, a value out of range, or a name that is not a symbolic extent
-    of the program (a typo would leave the extent unknown); once every symbol is bound,
-    ExtentError for values the program cannot run with (``i0 = 3`` split over 2 devices
-    would count one-row shards)."""
+    not NAME=WHOLE NUMBER, a value out of range, a name that is not a symbolic extent of
+    the program (a typo would leave the extent unknown) or one bound to two values; once
+    every symbol is bound, ExtentError for values the program cannot run with (``i0 = 3``
+    split over 2 devices would count one-row shards)."""
     known = program_symbols(program)
     bindings: dict[str, int] = {}
     for item in items:
@@ -80,7 +80,10 @@ def parse_bindings(items: list[str], program: HostIrContainer) -> dict[str, int]
                 f"--bind {item!r}: {name} is not a symbolic extent of the program (its"
                 f" symbols: {symbols})"
             )
-        bindings[name] = parse_count(text.strip(), f"--bind {name}", 0, MAX_EXTENT)
+        value = parse_count(text.strip(), f"--bind {name}", 0, MAX_EXTENT)
+        if bindings.get(name, value) != value:  # the last one used to win silently
+            raise SettingError(f"--bind {name} is given twice: {bindings[name]} and {value}")
+        bindings[name] = value
     if known and known <= set(bindings):
         ExtentChecks(program).check({**bindings, RANK: 0}, 0)
     return bindings

@@ -20,7 +20,7 @@ import graphviz
 
 from hostir.analysis.exchanges import exchange
 from hostir.analysis.traffic import communications
-from hostir.errors import HostIrError
+from hostir.errors import HostIrError, SettingError
 from hostir.ir.catalog import COMMUNICATING, declaration_of
 from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import ForLoop, Instruction, keyword
@@ -53,12 +53,14 @@ def to_traffic_dot(
     of the team's mesh at each iteration. Ranks are ``0 .. world_size - 1``
     (default: every rank of the meshes involved). A transfer from a rank to
     itself (a CollectivePermute's local copy) is listed in the caption, not drawn.
+    An ``instruction_index`` out of range, or one that communicates nothing, is a
+    SettingError (a bad option: ``hostir viz --instruction K`` exits 2).
     """
     index = _select(program, instruction_index)
     meshes = mesh_names(program)
     steps = list(_communications((program.body[index],), {}))
-    if not steps:
-        raise HostIrError(
+    if not steps:  # the caller's pick, as the index below: a bad option
+        raise SettingError(
             f"instruction {index} has no communication to draw: "
             + print_instruction(program.body[index], meshes)[0]
         )
@@ -110,7 +112,7 @@ def _select(program: HostIrContainer, instruction_index: int | None) -> int:
                 return index
         raise HostIrError("the program has no communication to draw")
     if not 0 <= instruction_index < len(program.body):
-        raise HostIrError(
+        raise SettingError(
             f"instruction index {instruction_index} is out of range: the program body has "
             f"{len(program.body)} top-level instructions"
         )
