@@ -3,7 +3,9 @@
 Define inputs and ops inside ``with FusionDefinition() as fd:``, schedule the
 tensors (meshes, splits, parallelization), then ``fd.execute(local_inputs)``.
 Execution always goes through host IR: the fusion is lowered once per input
-signature and the program is run by ``hostir.HostIrEvaluator``.
+signature and the program is run by ``hostir.HostIrEvaluator`` (the programs and
+evaluators of the ``hostir.run.bindings.MAX_SIGNATURES`` most recently used signatures
+are kept).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from hostir.comm.agreement import RankFacts, agree
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
-from hostir.run.bindings import MAX_SIGNATURES, call_key
+from hostir.run.bindings import MAX_SIGNATURES, RecentlyUsed, call_key
 from hostir.run.compiled_runs import check_compiled_outputs, compiled_checking_enabled
 from hostir.run.cuda_graphs import GraphedProgram, check_capturable, graphing
 from hostir.run.inputs import bind_input_tensor
@@ -64,11 +66,15 @@ class FusionDefinition:
         self.ops = Ops(self._fusion)
         self._finalized = False
         self._integer_limits: dict[str, list] = {}  # set when the definition is finished
-        self._programs: dict[tuple, HostIrContainer] = {}
-        self._evaluators: dict[tuple, HostIrEvaluator] = {}
+        # The most recently used MAX_SIGNATURES signatures' programs, evaluators and graphs
+        # (hostir.run.bindings.RecentlyUsed). Dropping one is safe on several ranks: the
+        # ranks drop the same signatures when their calls repeat the same signatures in the
+        # same order, which the agreement (once per evaluator) already needs.
+        self._programs: RecentlyUsed[HostIrContainer] = RecentlyUsed()
+        self._evaluators: RecentlyUsed[HostIrEvaluator] = RecentlyUsed()
         self._prepared_calls: dict[tuple, Any] = {}  # by call_key: see execute
         self._last_call: tuple[tuple, Any] | None = None  # the latest one run, with its key
-        self._graphs: dict[tuple, GraphedProgram] = {}  # by the evaluator's key: see execute
+        self._graphs: RecentlyUsed[GraphedProgram] = RecentlyUsed()  # by the evaluator's key
         self._last_program: tuple[int, HostIrContainer] | None = None  # (schedule version, it)
         self.lowering_count = 0
         """How many times this definition was lowered (once per input signature)."""
@@ -248,9 +254,11 @@ class FusionDefinition:
         """Runs the fusion on this rank's local shards; returns this rank's output shards.
 
         The fusion is lowered once per input signature and schedule: changing the
-        schedule after an execute lowers it again. ``timeout`` (seconds) bounds every
-        wait for other ranks (default: ``HOSTIR_TIMEOUT``, else five minutes); see
-        docs/reliability.md.
+        schedule after an execute lowers it again. The programs, evaluators and CUDA
+        graphs of the 64 most recently used signatures are kept
+        (hostir.run.bindings.MAX_SIGNATURES); a signature dropped is lowered and prepared
+        again when it comes back. ``timeout`` (seconds) bounds every wait for other ranks
+        (default: ``HOSTIR_TIMEOUT``, else five minutes); see docs/reliability.md.
 
         A call with tensor inputs of a signature that already ran (their types, shapes,
         dtypes and devices, the schedule and the default process group unchanged; no

@@ -11,8 +11,9 @@ it. A binding that fails is never kept: its run raises, and the next one checks 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -26,7 +27,10 @@ MAX_SIGNATURES = 64
 """How many signatures an evaluator keeps bindings for, and ``HostIrEvaluator.run`` and
 ``FusionDefinition.execute`` prepared calls for; past that, a new signature is bound every
 run (a float scalar input that changes every call must not grow the cache without
-bound)."""
+bound). ``FusionDefinition`` also keeps its lowered programs, its evaluators and its CUDA
+graphs for at most this many signatures, the most recently used (a :class:`RecentlyUsed`
+each): a signature dropped is lowered and prepared again when it comes back (a definition
+run with 3,000 shapes used to keep 3,000 of each, 55 MB)."""
 
 
 def call_key(inputs: Any, *fixed: Any) -> tuple | None:
@@ -42,6 +46,45 @@ def call_key(inputs: Any, *fixed: Any) -> tuple | None:
     except AttributeError:
         return None
     return (*fixed, world_token(), *signature)
+
+
+Entry = TypeVar("Entry")
+
+
+class RecentlyUsed(Generic[Entry]):
+    """A mapping that keeps its ``size`` (default :data:`MAX_SIGNATURES`, read when it is
+    made) most recently used entries: a lookup that finds an entry, or a store, makes it the
+    most recent; a store past ``size`` drops the least recently used one."""
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = MAX_SIGNATURES if size is None else size
+        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+
+    def get(self, key: Hashable) -> Entry | None:
+        """The entry for ``key`` (now the most recent), or None."""
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def __setitem__(self, key: Hashable, entry: Entry) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._entries)
+
+    def values(self) -> list[Entry]:
+        """The entries, least recently used first."""
+        return list(self._entries.values())
 
 
 class Binding:

@@ -26,8 +26,10 @@ from frontend import (
     ParallelType,
     ScheduleError,
     TensorView,
+    fusion_definition,
     shard_tensor,
 )
+from hostir.run import bindings
 
 # ----- helpers -----
 
@@ -381,6 +383,31 @@ def test_symbolic_input_different_extents_across_calls() -> None:
         (out,) = fd.execute([x])
         torch.testing.assert_close(out, torch.relu(x))
     assert fd.lowering_count == 4
+
+
+def test_programs_and_evaluators_are_kept_for_the_most_recent_signatures(monkeypatch) -> None:
+    """A definition kept a lowered program and an evaluator for every input shape it ever
+    saw (3,000 shapes: 55 MB, 16 s of lowering); it keeps them, and its CUDA graphs, for
+    the MAX_SIGNATURES most recently used signatures. A shape dropped runs again (lowered
+    again) and matches torch; a shape kept is not lowered again. Here with a bound of 3
+    (the prepared calls' too), so that a few shapes show it."""
+    assert FusionDefinition()._programs.size == bindings.MAX_SIGNATURES == 64
+    monkeypatch.setattr(bindings, "MAX_SIGNATURES", 3)
+    monkeypatch.setattr(fusion_definition, "MAX_SIGNATURES", 3)
+    fd = relu_fusion((-1, 2))
+    for rows in range(1, 8):
+        x = torch.randn(rows, 2)
+        (out,) = fd.execute([x])
+        torch.testing.assert_close(out, torch.relu(x))
+        kept = (fd._programs, fd._evaluators, fd._prepared_calls)
+        assert [len(cache) for cache in kept] == [min(rows, 3)] * 3
+    assert fd.lowering_count == 7
+    for rows, lowered in ((4, 8), (7, 8), (4, 8)):  # 4: dropped and prepared no call
+        x = torch.randn(rows, 2)
+        (out,) = fd.execute([x])
+        torch.testing.assert_close(out, torch.relu(x))
+        assert fd.lowering_count == lowered
+    assert len(fd._programs) == len(fd._evaluators) == 3
 
 
 def test_datatype_accepts_torch_dtypes() -> None:
