@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from frontend import FusionDefinition
 from hostir import HostIrEvaluator, InputError, parse
 from hostir.run import bindings
 
@@ -46,3 +47,37 @@ def test_the_number_of_kept_signatures_is_bounded(monkeypatch):
         (out,) = evaluator.run([scale, x])
         torch.testing.assert_close(out, torch.relu(x * scale), equal_nan=True)
     assert len(evaluator._bindings._by_signature) == 2
+
+
+RELU = (
+    "%HostIrContainer {\n  input T0 : float32[i0, 4]\n  T1 : float32[i0, 4] = relu(T0)\n"
+    "  output T1\n}\n"
+)
+
+
+def _relu_fusion() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.relu(fd.define_tensor((-1, 4))))
+    return fd
+
+
+@pytest.mark.parametrize("entry", ["execute", "run"])
+def test_a_prepared_call_is_not_taken_by_inputs_of_another_dtype(entry, monkeypatch):
+    """An all-tensor program (it takes prepared calls: a scalar input does not) run with
+    float32, then float64 of the same shape, refuses the float64 input by name through
+    ``FusionDefinition.execute`` and ``HostIrEvaluator.run``. With the dtype left out of
+    ``call_key`` the float64 call took the float32 call's prepared call and returned a
+    float64 result. The suite's checks are off, as a user runs: the compiled check's
+    interpreted twin would bind the input and refuse it, hiding the prepared call's
+    fault."""
+    monkeypatch.setenv("HOSTIR_CHECK_COMPILED", "0")
+    monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")  # the race checker listens: no prepared call
+    call = _relu_fusion().execute if entry == "execute" else HostIrEvaluator(parse(RELU)).run
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(6))
+    for _ in range(2):  # the second call runs the prepared call
+        (out,) = call([x])
+        torch.testing.assert_close(out, torch.relu(x))
+    with pytest.raises(InputError, match="T0 must have dtype float32, got float64"):
+        call([x.double()])
+    (out,) = call([x])
+    torch.testing.assert_close(out, torch.relu(x))
