@@ -117,6 +117,39 @@ def test_a_lone_allreduce_of_an_input_copies_it():
     torch.testing.assert_close(again[1], -x)
 
 
+LONE_ALLREDUCE_OF_A_CHUNKED_SOURCE = """%HostIrContainer {
+  mesh M0 = [1] : [1]
+  input T0 : float32[4, 3] @M0 partial{x: sum}
+  T1 : float32[4, 3] @M0 partial{x: sum} = neg(T0)
+  T2 : float32[4, 3] @M0, R0 = Allreduce(T1, team=M0(x), op=sum)
+  wait R0
+  for j in range(0, 2) {
+    T1_c : float32[2, 3] @M0 partial{x: sum} = shard_by_stream(T1, axis=0, index=j)
+    mul(T1_c, 2.0, out=T1_c)
+    deallocate T1_c
+  }
+  T3 : float32[4, 3] @M0 partial{x: sum} = add(T1, T2)
+  output T3
+}
+"""
+
+
+def test_a_lone_allreduce_of_a_source_a_stream_chunk_writes_copies_it():
+    """The Allreduce's source is fresh, neither input nor output, but a stream chunk of it
+    is written in place after the Allreduce: sharing memory would let that write change
+    the Allreduce's result too, so the replay copies. Without "a shard_by_stream source
+    counts as touched" in the replay's aliasing rule, the second and third runs (replays)
+    gave ``4 * -x`` instead of ``3 * -x``."""
+    evaluator = HostIrEvaluator(parse(LONE_ALLREDUCE_OF_A_CHUNKED_SOURCE))
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(14))
+    (first,) = evaluator.run([x])
+    torch.testing.assert_close(first, 2 * -x + -x)
+    for _ in range(2):
+        (again,) = evaluator.run([x])
+        assert bitwise_equal(again, first)
+    assert "is_contiguous()" not in evaluator.replay_program(0).source
+
+
 def _loops_program():
     from tests.hostir.test_compiled import LOOPS
 
