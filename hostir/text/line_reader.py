@@ -110,10 +110,11 @@ def _tokens(line: str) -> list[str]:
     """The tokens of ``line``; a quoted string (a require's message, which ends its line)
     is one token, and ``<=`` (a require's only comparison) one too."""
     head, quote, rest = line.partition('"')
-    if head.count("<") != head.count("<="):
-        raise _Unsure("a < that is not <=")  # lark refuses it, naming its line:col
-    tokens = _TOKEN.findall(head.replace("<=", " < "))
-    tokens = ["<=" if token == "<" else token for token in tokens]
+    tokens = _TOKEN.findall(head)
+    if "<" in head:
+        if head.count("<") != head.count("<="):
+            raise _Unsure("a < that is not <=")  # lark refuses it, naming its line:col
+        tokens = ["<=" if t == "<" else t for t in _TOKEN.findall(head.replace("<=", " < "))]
     if quote:
         string = quote + rest.rstrip(_INDENT)
         if not _STRING.fullmatch(string):
