@@ -51,7 +51,7 @@ Env = Mapping[str, int | float | bool]
 class Requirement:
     """``low <= high`` must hold for the values a program runs with; ``message`` says what
     is wrong when it does not, :data:`LOW` and :data:`HIGH` standing for the two sides
-    (``slice of T0 dim 1 (extent i1): end {high} is before start {low}``)."""
+    (``slice of T0 dim 1: end {high} is before start {low}``)."""
 
     low: Scalar
     high: Scalar
@@ -172,7 +172,11 @@ def pad_requirements(src: str, dim: int, left: Scalar, right: Scalar) -> tuple[R
 def topk_requirements(src: str, dim: int, extent: Scalar, k: Scalar) -> tuple[Requirement, ...]:
     """``topk`` along ``src``'s dim ``dim`` takes ``0 <= k <= extent``."""
     return (
-        Requirement(low=Const(value=0), high=k, message=f"topk of {src}: k = {HIGH} is negative"),
+        Requirement(
+            low=Const(value=0),
+            high=k,
+            message=f"topk: k = {HIGH} along dim {dim} of {src} is negative",
+        ),
         Requirement(
             low=k,
             high=extent,
