@@ -13,6 +13,7 @@ from frontend.schedule_clock import ScheduleClock
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Scalar, Symbol
+from hostir.ir.requirements import Requirement, explain, refuted, symbols_read
 
 _numbers = itertools.count(1)
 
@@ -38,6 +39,7 @@ class Fusion:
         self._tensors: list[TensorView] = []
         self._scalars: list[ScalarVal] = []
         self._symbols = 0
+        self._requires: dict[Requirement, None] = {}  # ordered, without repeats
 
     def new_tensor(self, dtype: DataType, logical: list[IterDomain]) -> TensorView:
         """A new TensorView named ``T<n>``."""
@@ -77,6 +79,22 @@ class Fusion:
         expr.output.definition = expr
         for tv in expr.tensor_inputs():
             tv.uses.append(expr)
+
+    def require(self, requirements: tuple[Requirement, ...], carry: bool = False) -> None:
+        """Raises OperandError with the first of ``requirements`` (an op's rules on its
+        values, ``hostir.ir.requirements``) that constants break. With ``carry``, the ones
+        over symbols go into the program (``HostIrContainer.requires``), to be checked on
+        the values the inputs bind; without it the op's instruction shows them and the
+        runtime reads them there."""
+        for requirement in requirements:
+            if refuted(requirement):
+                raise OperandError(explain(requirement, {}))
+            if carry and symbols_read(requirement):
+                self._requires[requirement] = None
+
+    def requires(self) -> list[Requirement]:
+        """The requirements the program carries (see :meth:`require`), in definition order."""
+        return list(self._requires)
 
     def insert_after(self, before: Expr, expr: Expr) -> None:
         """Records ``expr`` right after ``before`` (``rfactor``: the op finishing the

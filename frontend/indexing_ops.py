@@ -24,6 +24,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
 from hostir.ir.indexing import GatherKind, TopKResult
+from hostir.ir.requirements import gather_requirement, topk_requirements
 from hostir.ir.scalars import print_scalar
 
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
@@ -194,11 +195,8 @@ def _gather(self, kind: GatherKind, arg: Any, index: Any, dim: Any) -> TensorVie
         if d == dim:
             new = _copy(i)
         elif kind is GatherKind.GATHER:
-            if both_constant and i.extent.value > a.extent.value:
-                raise OperandError(
-                    f"gather: dim {d} of the index {index.name} ({_shown_extent(i)}) is larger"
-                    f" than {arg.name}'s ({_shown_extent(a)})"
-                )
+            # Now where both are constants, else on the bound values (value_rules).
+            self._fusion.require((gather_requirement(arg.name, index.name, d, i.extent, a.extent),))
             new = _copy(i)
         else:
             if both_constant and a.extent != i.extent and one not in (a.extent, i.extent):
@@ -260,7 +258,7 @@ def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
     return out
 
 
-def _k_extent(arg: TensorView, dim: int, k: Any) -> Scalar:
+def _k_extent(fusion: Any, arg: TensorView, dim: int, k: Any) -> Scalar:
     """``k`` as the extent of the results' dim ``dim``: an int, or an Int scalar that is
     a constant or a size; at most ``arg``'s extent there where both are known."""
     if isinstance(k, ScalarVal):
@@ -277,11 +275,9 @@ def _k_extent(arg: TensorView, dim: int, k: Any) -> Scalar:
     else:
         raise OperandError(f"topk: k must be a non-negative int, got {shown(k)}")
     source = arg.shape_domain()[dim].extent
-    if isinstance(extent, Const) and isinstance(source, Const) and extent.value > source.value:
-        raise OperandError(
-            f"topk: k = {extent.value} is larger than dim {dim} of {arg.name}"
-            f" ({source.value} entries)"
-        )
+    # Checked now where both are constants; else the topk instruction shows them and the
+    # runtime checks them when the inputs bind them (hostir.check.value_rules).
+    fusion.require(topk_requirements(arg.name, dim, source, extent))
     return extent
 
 
@@ -299,7 +295,7 @@ def topk(
     sorted = check_bool(OperandError, "topk", "sorted", sorted)
     if arg.dtype in (DataType.Bool, DataType.UInt64):
         raise OperandError(f"topk: {arg.name} is {arg.dtype.name}; topk compares numbers")
-    extent = _k_extent(arg, dim, k)
+    extent = _k_extent(self._fusion, arg, dim, k)
     results = []
     for result, dtype in ((TopKResult.VALUES, arg.dtype), (TopKResult.INDICES, DataType.Int)):
         source = arg.shape_domain()

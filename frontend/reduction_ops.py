@@ -26,9 +26,10 @@ from frontend.exprs import ReductionOp, ScalarVal
 from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import ReductionOpKind
+from hostir import Const, ReductionOpKind
 from hostir.ir.ops import Category, OpDtypeError, category
 from hostir.ir.reductions import REDUCTION_OPS, ReductionDecl, reduction_dtype
+from hostir.ir.requirements import HIGH, LOW, Requirement
 
 _REDUCED_PRECISION = (DataType.Half, DataType.BFloat16)
 
@@ -176,11 +177,15 @@ class ReductionOps:
                 f" must be non-negative'), got {shown(correction)}"
             )
         count = self._count(arg, dims)
-        if count.value is not None and count.value - correction < 0:
-            raise OperandError(
-                f"{op} of {arg.name}: correction {correction} is larger than the {count.value}"
-                f" elements each result reduces over dims {list(dims)}"
-            )
+        # Checked now where the extents are constants, else when the inputs bind them
+        # (the program carries it: hostir.check.value_rules), in the same words.
+        rule = Requirement(
+            low=Const(value=correction),
+            high=count.to_hostir(),
+            message=f"{op} of {arg.name}: correction {LOW} is larger than the {HIGH}"
+            f" elements each result reduces over dims {list(dims)}",
+        )
+        self._fusion.require((rule,), carry=True)
         mean, squared = self._squared_deviations(arg, dims)
         denominator = self.sub(count, correction) if correction else count
         return self.div(squared, denominator), mean

@@ -5,8 +5,10 @@
 Each function here takes the ``Ops`` object first and becomes its method
 (``frontend.ops`` sets them). Sizes, indices and widths are ints or Int scalars known at
 definition: constants, or sizes (``tv.size(i)``) and arithmetic on them. Everything nvFuser
-would check is checked when the op is defined, so an op accepted here runs. How each
-shards and what it communicates: docs/ops.md, "Shape ops".
+would check is checked when the op is defined, and what reads sizes known only at execute
+(a slice's bounds, a pad's widths) when the inputs bind them, by the same rules in the same
+words (``hostir.ir.requirements``), so an op accepted here runs or is refused by name before
+anything runs. How each shards and what it communicates: docs/ops.md, "Shape ops".
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
 from hostir.ir.extents import differ, normal_form, same_extent
+from hostir.ir.requirements import pad_requirements, slice_requirements
 from hostir.ir.scalars import add, print_scalar, product, sub
 from hostir.ir.shape_ops import ReshapeError, divides, reshape_groups
 
@@ -60,8 +63,9 @@ def _axis(extent: Scalar) -> IterDomain:
     return IterDomain(extent, IterType.BROADCAST if one else IterType.ITERATION)
 
 
-def _extent(op: str, what: str, value: Any, allow_negative: bool = False) -> Scalar:
-    """An int, or an Int scalar known at definition (a constant or a size), as an extent."""
+def _scalar(op: str, what: str, value: Any) -> Scalar:
+    """An int, or an Int scalar known at definition (a constant or a size), as a host IR
+    scalar; its value, negative or not, is for the op's own rules to judge."""
     if isinstance(value, ScalarVal):
         if value.is_input():
             raise OperandError(
@@ -75,8 +79,6 @@ def _extent(op: str, what: str, value: Any, allow_negative: bool = False) -> Sca
         scalar = Const(value=value)
     else:
         raise OperandError(f"{op}: {what} must be an int or an Int scalar, got {shown(value)}")
-    if isinstance(scalar, Const) and scalar.value < 0 and not allow_negative:
-        raise OperandError(f"{op}: {what} = {scalar.value} must not be negative")
     return scalar
 
 
@@ -118,7 +120,7 @@ def reshape(self: OpsLike, arg: TensorView, new_shape: Sequence[Any]) -> TensorV
     source = tuple(axis.extent for axis in arg.shape_domain())
     sizes: list[Scalar | None] = []
     for position, entry in enumerate(entries):
-        size = _extent("reshape", f"new_shape[{position}]", entry, allow_negative=True)
+        size = _scalar("reshape", f"new_shape[{position}]", entry)
         if isinstance(size, Const) and size.value < 0:
             if size.value != -1 or None in sizes:
                 raise OperandError(
@@ -256,7 +258,9 @@ def slice(  # noqa: A001 - nvFuser's name
     manual_normalization=False)``: elements ``start <= i < end`` of each dim. Starts are
     >= 0 and ends >= starts; an end past a constant extent is clamped to it (unless
     ``manual_normalization``: then the indices are taken as they are and must lie within
-    the dim); strides must be 1 (nvFuser's limitation). A sliced dim is gathered first if
+    the dim); strides must be 1 (nvFuser's limitation). Indices or extents known only at
+    execute are checked then, by the same rules (``hostir.ir.requirements``), an end past
+    the extent refused rather than clamped. A sliced dim is gathered first if
     it is sharded (``set``); the others keep their sharding."""
     arg = _tensor("slice", arg)
     if is_int(manual_normalization) and manual_normalization in (0, 1):
@@ -275,7 +279,7 @@ def slice(  # noqa: A001 - nvFuser's name
         if len(steps) != ndim:
             raise OperandError(f"slice of {arg.name}: {len(steps)} strides for its {ndim} dims")
         for position, step in enumerate(steps):
-            value = _extent("slice", f"strides[{position}]", step, allow_negative=True)
+            value = _scalar("slice", f"strides[{position}]", step)
             if value != Const(value=1):
                 raise OperandError(
                     f"slice of {arg.name}: strides[{position}] = {print_scalar(value)}; every"
@@ -283,9 +287,14 @@ def slice(  # noqa: A001 - nvFuser's name
                 )
     ranges: dict[int, tuple[Scalar, Scalar]] = {}
     for dim, axis in enumerate(arg.shape_domain()):
-        start = _extent("slice", f"start_indices[{dim}]", starts[dim])
-        stop = _extent("slice", f"end_indices[{dim}]", ends[dim])
-        start, stop = _normalized(arg, dim, axis.extent, start, stop, manual)
+        start = _scalar("slice", f"start_indices[{dim}]", starts[dim])
+        stop = _scalar("slice", f"end_indices[{dim}]", ends[dim])
+        # The slice's rules (0 <= start <= end <= extent) on the indices as given, but an
+        # end past the extent, which nvFuser clamps unless manual_normalization.
+        rules = slice_requirements(arg.name, dim, axis.extent, start, stop)
+        self._fusion.require(rules if manual else rules[:2])
+        if not manual:
+            start, stop = _clamped(arg, dim, axis.extent, start, stop)
         if start == Const(value=0) and same_extent(stop, axis.extent):
             continue
         ranges[dim] = (start, stop)
@@ -294,31 +303,21 @@ def slice(  # noqa: A001 - nvFuser's name
     return _slice_dims(self, arg, ranges)
 
 
-def _normalized(
-    arg: TensorView, dim: int, extent: Scalar, start: Scalar, stop: Scalar, manual: bool
+def _clamped(
+    arg: TensorView, dim: int, extent: Scalar, start: Scalar, stop: Scalar
 ) -> tuple[Scalar, Scalar]:
-    """``(start, stop)`` within the dim: refused where constants say they cannot be
-    (``stop < start``, or past the extent with ``manual_normalization``), ``stop`` clamped
-    to a constant extent otherwise (nvFuser's ``min(extent, stop)``)."""
-    where = f"slice of {arg.name} dim {dim} (extent {print_scalar(extent)})"
-    gap = normal_form(sub(stop, start))
-    if not gap[1] and gap[0] < 0:
-        raise OperandError(
-            f"{where}: end {print_scalar(stop)} is before start {print_scalar(start)}"
-        )
+    """``(start, stop)`` clamped to a constant extent (nvFuser's ``min(extent, stop)``); a
+    constant end against a symbolic extent is refused (nothing clamps it at run time, where
+    the slice's rules refuse an end past the extent)."""
     past = normal_form(sub(stop, extent))
     if not past[1] and past[0] > 0:
-        if manual:
-            raise OperandError(
-                f"{where}: end {print_scalar(stop)} is past the extent; with"
-                " manual_normalization the indices must lie within the dim"
-            )
         stop = extent
         start_past = normal_form(sub(start, extent))
         if not start_past[1] and start_past[0] > 0:
             start = extent
-    elif past[1] and isinstance(stop, Const) and not manual:
+    elif past[1] and isinstance(stop, Const):
         # nvFuser's min(extent, stop) with an extent known only at execute: no min here.
+        where = f"slice of {arg.name} dim {dim} (extent {print_scalar(extent)})"
         raise OperandError(
             f"{where}: end {print_scalar(stop)} against an extent known only at execute;"
             " nvFuser clamps it to the extent then, which this op cannot express: give the"
@@ -362,8 +361,9 @@ def pad(self: OpsLike, arg: TensorView, pad_widths: Sequence[Any], value: Any = 
     result = arg
     for index in range(len(widths) // 2):
         dim = ndim - 1 - index
-        left = _extent("pad", f"pad_widths[{2 * index}]", widths[2 * index])
-        right = _extent("pad", f"pad_widths[{2 * index + 1}]", widths[2 * index + 1])
+        left = _scalar("pad", f"pad_widths[{2 * index}]", widths[2 * index])
+        right = _scalar("pad", f"pad_widths[{2 * index + 1}]", widths[2 * index + 1])
+        self._fusion.require(pad_requirements(arg.name, dim, left, right))
         if left == Const(value=0) and right == Const(value=0):
             continue
         extent = add(add(left, result.shape_domain()[dim].extent), right)

@@ -34,7 +34,9 @@ def emit_host_ir(fusion: LoweringFusion) -> HostIrContainer:
         body.extend(emit_stream_loop(emitter, stream, ops, later))
     _refuse_unused_stream_splits(fusion, emitter.chunked)
     outputs = tuple(values[name] for name in fusion.outputs)
-    return HostIrContainer(inputs=inputs, outputs=outputs, body=tuple(body))
+    return HostIrContainer(
+        inputs=inputs, outputs=outputs, body=tuple(body), requires=fusion.requires
+    )
 
 
 def _refuse_unused_stream_splits(fusion: LoweringFusion, chunked: set[str]) -> None:

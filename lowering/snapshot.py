@@ -45,6 +45,7 @@ from hostir import (
     Unary,
 )
 from hostir.ir.instructions import Instruction
+from hostir.ir.requirements import Requirement
 from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.ir.sharding import normalized
 from lowering.attention import attention_builders
@@ -130,6 +131,7 @@ class LoweringFusion:
     scalar_inputs: tuple[ScalarInput, ...]
     outputs: tuple[str, ...]
     ops: tuple[LoweringOp, ...]
+    requires: tuple[Requirement, ...] = ()  # what the bound values must satisfy
 
     def tensor(self, name: str) -> LoweringTensor:
         """The tensor called ``name``."""
@@ -319,4 +321,5 @@ def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
         ),
         outputs=tuple(tv.name for tv in fusion.outputs()),
         ops=tuple(snapshot_op(expr) for expr in fusion.exprs()),
+        requires=tuple(fusion.requires()),
     )

@@ -17,8 +17,10 @@ the checks read, and the rank), :class:`ExtentChecks` checks:
   the iterations its loops run: a loop whose symbolic range turns out empty, or
   shorter than the chunks it writes, leaves part of it unwritten.
 
-The evaluator runs the checks after binding the inputs and before the ranks'
-agreement, so a failure reaches every rank (hostir.comm.agreement). A failure is an
+First, the ops' rules on the bound values (a slice's bounds, a pad's widths, a
+variance's count: :mod:`hostir.check.value_rules`). The evaluator runs the checks after
+binding the inputs and before the ranks' agreement, so a failure reaches every rank
+(hostir.comm.agreement). A failure is an
 :class:`~hostir.errors.ExtentError` naming the tensor, the dim, the split, the
 values bound and the divisor.
 
@@ -36,6 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from hostir.check.value_rules import ValueRules
 from hostir.errors import EvaluationError, ExtentError
 from hostir.ir.container import HostIrContainer
 from hostir.ir.extents import normal_form
@@ -105,7 +108,8 @@ class ExtentChecks:
         self.chunkings: list[_Chunking] = []
         self.origins: dict[str, str] = {}  # symbol -> "input T0 dim 1"
         self._collect(program)
-        reads: set[str] = set()
+        self.rules = ValueRules(program)  # the ops' rules on bound values, checked first
+        reads: set[str] = set(self.rules.reads)
         for _, _, symbols in self.values:
             reads |= symbols
         for chunking in self.chunkings:
@@ -159,6 +163,7 @@ class ExtentChecks:
         if key in self._passed:
             return
         env = {**scalars, RANK: rank}
+        self.rules.check(env, self._bindings)
         budget = _Budget(MAX_ENUMERATED_ITERATIONS)
         for value, definer, symbols in self.values:
             # A rank binds only the symbols of the inputs it holds; the ranks that bound

@@ -21,6 +21,10 @@ Checked in one pass over the program (linear in its size):
 - a collective in a swizzled loop sees the same chunk on every member of its
   team (:mod:`hostir.check.verify_chunks`; only point-to-point exchanges may pair
   different chunks);
+- the program's requirements (``HostIrContainer.requires``) read only what its inputs
+  bind, and no requirement's constants break it, carried or shown by an instruction
+  (:mod:`hostir.ir.requirements`; the symbolic ones are checked when the inputs bind
+  them, :mod:`hostir.check.value_rules`);
 - every scalar is one the text can write (:func:`hostir.ir.scalars.scalar_problem`):
   at most ``MAX_SCALAR_DEPTH`` (100) operators deep, constants that print, symbols
   named like names; where an integer is meant (loop bounds, indices, roots, peers,
@@ -54,7 +58,7 @@ from hostir.errors import VerifyError
 from hostir.ir.catalog import is_instruction
 from hostir.ir.communications import Wait
 from hostir.ir.container import HostIrContainer, ScalarInput
-from hostir.ir.dtypes import DType
+from hostir.ir.dtypes import python_type
 from hostir.ir.extents import Normal, differ, extent_problem, normal_form, times
 from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import (
@@ -67,6 +71,13 @@ from hostir.ir.instructions import (
     defined_values,
     keyword,
     used_values,
+)
+from hostir.ir.requirements import (
+    explain,
+    input_symbol_types,
+    instruction_requirements,
+    refuted,
+    requirement_problem,
 )
 from hostir.ir.scalars import Const, Symbol, print_scalar, scalar_problem
 from hostir.ir.sharding import Sharding
@@ -134,11 +145,16 @@ class _Walk:
                 problem = scalar_problem(Symbol(name=value.name))  # it is read as one
                 if problem is not None:
                     raise VerifyError(f"input {value.name}: {problem}", field=("inputs", index))
-                self.scalars[value.name] = _python_type(value.dtype)
+                self.scalars[value.name] = python_type(value.dtype)
         for index, value in enumerate(program.inputs):  # once every scalar input's type is known
             if isinstance(value, TensorValue):
                 with _declared_at("inputs", index):
                     self.check_tensor(value, ())
+        bound = input_symbol_types(program.inputs)
+        for requirement in program.requires:
+            problem = requirement_problem(requirement, bound)
+            if problem is not None:
+                raise VerifyError(problem, path=())  # the inputs: what they must bind
 
     # ----- bodies -----
     def body(self, body: Sequence[Instruction], prefix: Path) -> None:
@@ -322,6 +338,9 @@ class _Walk:
 
     # ----- rules -----
     def check_rules(self, instruction: Instruction, path: Path) -> None:
+        for requirement in instruction_requirements(instruction):
+            if refuted(requirement):  # its constants break it; symbols: when bound
+                raise VerifyError(explain(requirement, {}), path=path)
         rule = COMPUTE_RULES.get(type(instruction))
         problem = rule(instruction, self.scalars) if rule is not None else None
         rule = COMMUNICATION_RULES.get(type(instruction))
@@ -388,12 +407,6 @@ def _scalar_fields(cls: type) -> tuple[tuple[str, FieldKind], ...]:
 
 def _constant(scalar: object) -> int | None:
     return scalar.value if isinstance(scalar, Const) and isinstance(scalar.value, int) else None
-
-
-def _python_type(dtype: DType) -> type:
-    if dtype is DType.BOOL:
-        return bool
-    return int if dtype in (DType.INT64, DType.INT32) else float
 
 
 def _describe_path(path: Path) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from hostir.errors import HostIrError
 from hostir.ir.dtypes import DType
 from hostir.ir.instructions import Instruction
+from hostir.ir.requirements import Requirement
 from hostir.ir.values import TensorValue
 
 
@@ -25,12 +26,15 @@ class HostIrContainer:
     """An SPMD program: inputs, a body of instructions, and outputs.
 
     Every rank runs the same program; rank-dependent values (mesh coordinates,
-    peers) are symbolic. ``str(program)`` gives the text form.
+    peers) are symbolic. ``str(program)`` gives the text form. ``requires`` lists what
+    the values the inputs bind must satisfy beyond what the instructions show
+    (``hostir.ir.requirements``; text ``require LOW <= HIGH else "..."``).
     """
 
     inputs: tuple[TensorValue | ScalarInput, ...]
     outputs: tuple[TensorValue, ...]
     body: tuple[Instruction, ...]
+    requires: tuple[Requirement, ...] = ()
 
     def __str__(self) -> str:
         return _text_form("print_program")(self)

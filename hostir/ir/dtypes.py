@@ -38,6 +38,13 @@ class DType(enum.Enum):
         raise HostIrError(f"unsupported torch dtype {dtype}; expected one of {supported}")
 
 
+def python_type(dtype: DType) -> type:
+    """The Python type of a scalar of ``dtype``: bool, int (the integer dtypes) or float."""
+    if dtype is DType.BOOL:
+        return bool
+    return int if dtype in (DType.INT64, DType.INT32) else float
+
+
 _TO_TORCH = {
     DType.FLOAT32: torch.float32,
     DType.FLOAT64: torch.float64,

@@ -14,6 +14,10 @@ meshes: a device list and a shape, where version 2 writes a layout or a table):
 
       {"node": "Wait", "request": {"node": "RequestValue", "name": "R0"}}
 
+  The one exception: the container's ``requires`` (``hostir.ir.requirements``) is
+  written only when it holds a requirement, and read as empty when absent, so a
+  program without one writes and reads as before it existed (``ADDED_FIELDS``).
+
 - An **enum** member is ``{"enum": "<enum class>", "value": <its .value>}``, e.g.
   ``{"enum": "DType", "value": "float32"}``.
 - A **tuple** is a list (read back as a tuple); ``None`` is ``null``; bools, ints
@@ -72,6 +76,7 @@ from hostir.ir.extents import extent_problem
 from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import INSTRUCTIONS, BinaryOpKind, UnaryOpKind
 from hostir.ir.mesh import Mesh, MeshAxis
+from hostir.ir.requirements import Requirement
 from hostir.ir.scalars import (
     BinaryExpr,
     Const,
@@ -96,8 +101,13 @@ SUPPORTED_VERSIONS = (1, 2)
 
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
+ADDED_FIELDS: dict[type, tuple[str, ...]] = {HostIrContainer: ("requires",)}
+"""Fields added to version 2 after it was first written: left out when empty (their
+default), and read as empty when absent."""
+
 VALUE_CLASSES: tuple[type, ...] = (
     HostIrContainer,
+    Requirement,
     ScalarInput,
     TensorValue,
     StreamValue,
@@ -187,7 +197,10 @@ def encode(value: Any, path: str = "program") -> Any:
     if node_class(cls.__name__) is not cls:
         raise JsonFormatError(f"{path}: {cls.__name__} {value!r} is not a host IR node")
     obj: dict[str, Any] = {"node": cls.__name__}
+    added = ADDED_FIELDS.get(cls, ())
     for name, _ in fields_of(cls):
+        if name in added and not getattr(value, name):
+            continue
         obj[name] = encode(getattr(value, name), f"{path}.{name}")
     return obj
 
@@ -321,7 +334,8 @@ def _decode_node(data: dict[str, Any], path: str) -> Any:
         )
     declared = fields_of(cls)
     names = [name for name, _ in declared]
-    missing = [name for name in names if name not in data]
+    added = ADDED_FIELDS.get(cls, ())
+    missing = [name for name in names if name not in data and name not in added]
     if missing:
         raise JsonFormatError(f"{path}: {tag} lacks field(s) {', '.join(missing)}")
     extra = [key for key in data if key != "node" and key not in names]
@@ -331,6 +345,8 @@ def _decode_node(data: dict[str, Any], path: str) -> Any:
         )
     kwargs = {}
     for name, hint in declared:
+        if name not in data:
+            continue  # an added field, absent: its default
         value = decode(data[name], f"{path}.{name}")
         problem = mismatch(value, hint, f"{path}.{name}")
         if problem is not None:

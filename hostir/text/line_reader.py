@@ -40,7 +40,11 @@ _TOKEN = re.compile(
 _HEADER = re.compile(r"[ \t]*%HostIrContainer[ \t]*\{[ \t]*")
 _INDENT = " \t"
 _NAME_START = frozenset(string.ascii_letters + "_")
-_KEYWORDS = frozenset({"mesh", "input", "output", "allocate", "deallocate", "wait", "for"})
+_KEYWORDS = frozenset(
+    {"mesh", "input", "output", "require", "allocate", "deallocate", "wait", "for"}
+)
+_STRING = re.compile(r'"[^"\\\r\n]*"')
+"""``hostir.lark``'s STRING: a require's message, read whole (the only quoted token)."""
 _PRODUCT = {"*": "mul", "//": "floordiv", "%": "mod"}
 _SUM = {"+": "add", "-": "sub"}
 
@@ -88,7 +92,7 @@ def _read_body(lines: list[str], first: int, depth: int) -> tuple[Tree, int]:
 
 def _read_statement(lines: list[str], number: int, line: str, depth: int) -> tuple[Tree, int]:
     """The statement on line ``number`` (a loop: with its body), and the next line."""
-    reader = _Line(_TOKEN.findall(line))
+    reader = _Line(_tokens(line))
     tree = reader.statement()
     meta = Meta()  # where lark's propagate_positions puts the statement: its first token
     meta.line, meta.column = number + 1, len(line) - len(line.lstrip(_INDENT)) + 1
@@ -100,6 +104,23 @@ def _read_statement(lines: list[str], number: int, line: str, depth: int) -> tup
         body, number = _read_body(lines, number + 1, depth + 1)
         tree.children.append(body)
     return tree, number + 1
+
+
+def _tokens(line: str) -> list[str]:
+    """The tokens of ``line``; a quoted string (a require's message, which ends its line)
+    is one token, and ``<=`` (a require's only comparison) one too."""
+    head, quote, rest = line.partition('"')
+    tokens = _TOKEN.findall(head)
+    if "<" in head:
+        if head.count("<") != head.count("<="):
+            raise _Unsure("a < that is not <=")  # lark refuses it, naming its line:col
+        tokens = ["<=" if t == "<" else t for t in _TOKEN.findall(head.replace("<=", " < "))]
+    if quote:
+        string = quote + rest.rstrip(_INDENT)
+        if not _STRING.fullmatch(string):
+            raise _Unsure("a string")
+        tokens.append(string)
+    return tokens
 
 
 class _Line:
@@ -178,6 +199,16 @@ class _Line:
 
     def stmt_input(self) -> Tree:
         return Tree("input_decl", [self.declaration()])
+
+    def stmt_require(self) -> Tree:
+        low = self.expr()
+        self.expect("<=")
+        high = self.expr()
+        self.expect("else")
+        message = self.take()
+        if not message.startswith('"'):
+            raise _Unsure("a string")
+        return Tree("require_decl", [low, high, message])
 
     def stmt_output(self) -> Tree:
         return Tree("output_decl", [self.name()])

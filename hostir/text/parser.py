@@ -31,6 +31,7 @@ from hostir.ir.dtypes import DType
 from hostir.ir.extents import extent_problem
 from hostir.ir.instructions import Allocate, Deallocate, ForLoop, Instruction
 from hostir.ir.mesh import Mesh, MeshAxis
+from hostir.ir.requirements import Requirement, input_symbol_types, requirement_problem
 from hostir.ir.scalars import (
     MAX_SCALAR_DEPTH,
     RANK,
@@ -140,6 +141,7 @@ class _Builder:
         self.loop_indices: list[str] = []
         self.inputs: list[TensorValue | ScalarInput] = []
         self.outputs: list[TensorValue] = []
+        self.requires: list[Requirement] = []
         self.positions: dict[tuple[int, ...], tuple[int, int]] = {}  # instruction path -> line, col
         self.path: tuple[int, ...] = ()  # of the statement being read
         # ("inputs", k) or ("outputs", k) -> line, col of that declaration
@@ -158,7 +160,10 @@ class _Builder:
         _, statements = tree.children
         body = self.statements(statements)
         return HostIrContainer(
-            inputs=tuple(self.inputs), outputs=tuple(self.outputs), body=tuple(body)
+            inputs=tuple(self.inputs),
+            outputs=tuple(self.outputs),
+            body=tuple(body),
+            requires=tuple(self.requires),
         )
 
     def statements(self, tree: lark.Tree) -> list[Instruction]:
@@ -193,6 +198,18 @@ class _Builder:
         self.define(tree.children[0].children[0], value)
         self.declarations["inputs", len(self.inputs)] = where(tree)
         self.inputs.append(value)
+
+    def stmt_require_decl(self, tree: lark.Tree) -> None:
+        low, high, message = tree.children
+        if self.loop_indices:
+            raise fail(tree, "require belongs at the top of the program, not in a loop body")
+        requirement = Requirement(
+            low=self.scalar(low), high=self.scalar(high), message=str(message)[1:-1]
+        )
+        problem = requirement_problem(requirement, input_symbol_types(self.inputs))
+        if problem is not None:
+            raise fail(tree, problem)
+        self.requires.append(requirement)
 
     def stmt_output_decl(self, tree: lark.Tree) -> None:
         (name,) = tree.children

@@ -13,7 +13,9 @@ parameters. A tensor's full type is printed where it is defined (an input, an
     }
 
 A sharding ``{d: [parts]}`` lists the parts of each sharded dim, outer to
-inner: a mesh axis name or a local extent. Unlisted dims are replicated.
+inner: a mesh axis name or a local extent. Unlisted dims are replicated. What the
+program requires of the values its inputs bind follows the inputs
+(``require 5 <= i1 else "..."``, ``hostir.ir.requirements``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from hostir.ir.instructions import (
     keyword,
 )
 from hostir.ir.mesh_names import MeshNames, mesh_names, written_dims
+from hostir.ir.requirements import Requirement
 from hostir.ir.scalars import Scalar, print_scalar
 from hostir.ir.sharding import Sharding
 from hostir.ir.team import print_team
@@ -47,6 +50,8 @@ def print_program(program: HostIrContainer) -> str:
     body: list[str] = []
     for value in program.inputs:
         body.append(f"input {print_declaration(value, meshes)}")
+    for requirement in program.requires:
+        body.append(print_requirement(requirement))
     for instruction in program.body:
         body.extend(print_instruction(instruction, meshes))
     for value in program.outputs:
@@ -54,6 +59,12 @@ def print_program(program: HostIrContainer) -> str:
     header = [f"mesh {name} = {mesh}" for mesh, name in meshes.names.items()]
     lines = ["%HostIrContainer {"] + [INDENT + line for line in header + body] + ["}"]
     return "\n".join(lines) + "\n"
+
+
+def print_requirement(requirement: Requirement) -> str:
+    """``require 5 <= i1 else "var of T0: correction {low} is larger than ..."``."""
+    low, high = print_scalar(requirement.low), print_scalar(requirement.high)
+    return f'require {low} <= {high} else "{requirement.message}"'
 
 
 def print_declaration(value: TensorValue | ScalarInput, meshes: MeshNames) -> str:
