@@ -43,9 +43,9 @@ def check_indices(
     if index.numel() == 0:
         return
     low, high = torch.aminmax(index)
-    expected = f"expected 0 <= {role} < {extent} (the extent of {source} dim {dim})"
     if on_device(index):
         what = f"{_op(instruction)}: {role} {getattr(instruction, role).name} out of range"
+        expected = _in_range(role, extent, source, dim)
         torch._assert_async((low >= 0) & (high < extent), f"{what}; {expected}")
         return
     if int(low) >= 0 and int(high) < extent:
@@ -55,8 +55,13 @@ def check_indices(
     value = int(index[tuple(position)])
     raise IndexDataError(
         f"{_op(instruction)}: {_held(instruction, role)} holds {value} at {position}, out of"
-        f" range: {expected}"
+        f" range: {_in_range(role, extent, source, dim)}"
     )
+
+
+def _in_range(role: str, extent: int, source: str, dim: int) -> str:
+    """What indices must be, for messages."""
+    return f"expected 0 <= {role} < {extent} (the extent of {source} dim {dim})"
 
 
 def check_offsets(
@@ -65,14 +70,12 @@ def check_offsets(
     """Raises IndexDataError unless ``offsets`` (the operand ``role`` of ``instruction``:
     cumulative group ends, one per group) are non-decreasing and within ``[0, extent]``,
     ``extent`` being dim ``dim`` of the tensor named ``source`` that the groups split."""
-    expected = (
-        f"expected non-decreasing group ends in [0, {extent}] (the extent of {source} dim {dim})"
-    )
     if on_device(offsets):
         ends = offsets.reshape(-1)
         ordered = (ends[1:] >= ends[:-1]).all()
         within = (ends[:1] >= 0).all() & (ends[-1:] <= extent).all()
         what = f"{_op(instruction)}: {role} {getattr(instruction, role).name} out of order"
+        expected = _group_ends(extent, source, dim)
         torch._assert_async(ordered & within, f"{what} or range; {expected}")
         return
     previous = 0
@@ -88,8 +91,13 @@ def check_offsets(
             continue
         raise IndexDataError(
             f"{_op(instruction)}: {_held(instruction, role)} holds {end} at [{group}], {problem}:"
-            f" {expected}"
+            f" {_group_ends(extent, source, dim)}"
         )
+
+
+def _group_ends(extent: int, source: str, dim: int) -> str:
+    """What offsets must be, for messages."""
+    return f"expected non-decreasing group ends in [0, {extent}] (the extent of {source} dim {dim})"
 
 
 def on_device(tensor: torch.Tensor) -> bool:
@@ -105,8 +113,12 @@ def _op(instruction: Any) -> str:
 
 
 def _held(instruction: Any, role: str) -> str:
-    """``index T1``, and whether the positions are this rank's shard's."""
+    """``index T1``, and whether the positions are those of this rank's shard (a dim split
+    over more than one device)."""
     value = getattr(instruction, role)
     sharding = value.sharding
-    shard = " (this rank's shard)" if sharding is not None and sharding.is_distributed() else ""
+    split = sharding is not None and any(
+        sharding.shard_factor(dim) > 1 for dim in range(len(sharding.dims))
+    )
+    shard = " (this rank's shard)" if split else ""
     return f"{role} {value.name}{shard}"
