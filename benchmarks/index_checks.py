@@ -2,7 +2,7 @@
 ``take_along_axis``, ``index_select`` and ``grouped_mm`` handlers with the check and with
 it taken out, at a small and a medium size, on the CPU, and the check alone.
 
-Each time is the median of ``--repeat`` timeit runs of about 50 ms each, per call; the
+Each time is the median of ``--repeat`` timeit runs of about 10 ms each, per call; the
 variants alternate (ABBA) so that drift hits both, and ``A/A`` times the checked call
 against itself: the noise of the machine (on a loaded machine the difference of two calls
 is noisier than the check alone). On CUDA the check is ``torch._assert_async`` (no host
@@ -102,7 +102,7 @@ def measure(call: Callable[[], object], check: Callable[[], object], module: str
     (A/A) and the check alone, alternating ABBA."""
     target = {"indexing": indexing, "attention": attention}[module]
     names = [n for n in ("check_indices", "check_offsets") if hasattr(target, n)]
-    numbers = {c: max(1, int(0.05 / per_call(c, 3))) for c in (call, check)}
+    numbers = {c: max(1, int(SAMPLE_S / per_call(c, 3))) for c in (call, check)}
 
     def unchecked() -> float:
         with mock.patch.multiple(target, **{n: lambda *a: None for n in names}):
@@ -121,7 +121,9 @@ def measure(call: Callable[[], object], check: Callable[[], object], module: str
     return tuple(statistics.median(samples[n]) * 1e6 for n in runs)
 
 
-REPEAT = 11
+REPEAT = 41
+SAMPLE_S = 0.01
+"""Seconds of calls per sample: short, so that the variants alternate often."""
 
 
 def main() -> None:
