@@ -64,6 +64,14 @@ class ExtentError(InputError):
     message names the tensor, the dim, the split, the value bound and the divisor."""
 
 
+class IndexDataError(EvaluationError):
+    """Index data an op reads at run time is out of range: an index of ``index_select``,
+    ``gather`` or ``take_along_axis``, an ``embedding_fwd`` input, or ``grouped_mm``'s
+    offsets (negative, past the extent they index, or decreasing). torch would wrap some
+    of them around or read past the data; the message names the op, the index tensor,
+    the first bad position, its value and the range expected (hostir.run.index_checks)."""
+
+
 class MeshError(HostIrError):
     """A device mesh is malformed or does not fit the world it runs in."""
 

@@ -48,7 +48,9 @@ A long run, step by step:
    worth a look (a refusal that should have run), not a failure. The ``ragged*`` and
    ``one_per_device`` rows count the cases whose symbolic extents the splits may not
    divide: those must end ok or refused (ExtentError, or the frontend's ScheduleError),
-   never wrong.
+   never wrong. The ``bad_index`` row counts the cases given bad index data
+   (tests/fuzz/new_ops.py): all must be refused, by an IndexDataError on every rank
+   or by a refusal before the run.
 4. For a failure, the report has the seed, a reproduction shrunk from it (a
    self-contained fusion, schedule and torch reference: paste it into a test) and its
    host IR. Rerun it alone with ``--only SEED`` (add ``--no-shrink`` to see the full

@@ -30,6 +30,7 @@ from hostir.ir.attention import (
     SdpaPhilox,
 )
 from hostir.run.handler_common import into_out
+from hostir.run.index_checks import check_indices, check_offsets
 
 Operands = dict[str, Any]
 
@@ -286,15 +287,29 @@ def _grouped_mm_loop(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tens
 def run_grouped_mm(
     instruction: GroupedMm, operands: Operands, out_shape: list[int]
 ) -> torch.Tensor:
-    """``grouped_mm`` on the local operands."""
-    result = grouped_mm(operands["mat1"], operands["mat2"], operands["offsets"])
+    """``grouped_mm`` on the local operands, its offsets checked against the dim they
+    split (whole on every rank)."""
+    mat1, mat2 = operands["mat1"], operands["mat2"]
+    role, dim = _GROUPED_DIM[(mat1.dim(), mat2.dim())]
+    extent = operands[role].shape[dim]
+    name = getattr(instruction, role).name
+    check_offsets(instruction, "offsets", operands["offsets"], name, dim, extent)
+    result = grouped_mm(mat1, mat2, operands["offsets"])
     return into_out(instruction, operands, result)
+
+
+_GROUPED_DIM = {(2, 3): ("mat1", 0), (3, 2): ("mat2", 1), (2, 2): ("mat1", 1)}
+"""The operand and dim whose extent ``grouped_mm``'s offsets split, by the operands'
+ranks: mat1's rows, mat2's columns, or the contraction."""
 
 
 def run_embedding_fwd(
     instruction: EmbeddingFwd, operands: Operands, out_shape: list[int]
 ) -> torch.Tensor:
-    """``embedding_fwd``: rows of the weight picked by the indices."""
+    """``embedding_fwd``: rows of the weight picked by the indices, which must be rows of
+    it (``padding_idx`` changes only the gradient: its index is a row like the others)."""
+    weight = operands["weight"]
+    check_indices(instruction, "input", operands["input"], instruction.weight.name, 0, len(weight))
     result = torch.nn.functional.embedding(operands["input"], operands["weight"])
     return into_out(instruction, operands, result)
 

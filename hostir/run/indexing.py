@@ -14,24 +14,36 @@ import torch
 
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
 from hostir.run.handler_common import into_out
+from hostir.run.index_checks import check_indices
 from hostir.run.shared_results import sharing
 
 
 def run_index_select(instruction: IndexSelect, operands: dict, out_shape: list[int]) -> Any:
-    """``torch.index_select`` (int32 indices are taken as they are)."""
+    """``torch.index_select`` (int32 indices are taken as they are), its indices checked."""
+    _check_along(instruction, operands)
     result = torch.index_select(operands["src"], instruction.dim, operands["index"])
     return into_out(instruction, operands, result)
 
 
 def run_gather(instruction: GatherAlong, operands: dict, out_shape: list[int]) -> Any:
     """``torch.gather`` or ``torch.take_along_dim`` (which broadcasts dims of extent 1),
-    with the indices as int64 (both take no other)."""
+    with the indices as int64 (both take no other), checked first (``take_along_dim``
+    would wrap a bad one around)."""
+    _check_along(instruction, operands)
     src, index = operands["src"], operands["index"].to(torch.int64)
     if instruction.kind is GatherKind.GATHER:
         result = torch.gather(src, instruction.dim, index)
     else:
         result = torch.take_along_dim(src, index, instruction.dim)
     return into_out(instruction, operands, result)
+
+
+def _check_along(instruction: IndexSelect | GatherAlong, operands: dict) -> None:
+    """The indices of an op that indexes ``src`` along ``dim`` (whole on every rank), checked
+    against its extent."""
+    dim = instruction.dim
+    extent = operands["src"].shape[dim]
+    check_indices(instruction, "index", operands["index"], instruction.src.name, dim, extent)
 
 
 def run_cumsum(instruction: Cumsum, operands: dict, out_shape: list[int]) -> Any:

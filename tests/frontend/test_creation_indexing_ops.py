@@ -342,6 +342,41 @@ def test_indexing_sharded(multidevice_test) -> None:
 
 
 @pytest.mark.world_sizes(2)
+def test_a_bad_index_into_a_gathered_dim_is_refused_on_each_rank(multidevice_test) -> None:
+    """take_along_axis of an input sharded along the dim it indexes (made whole first, by an
+    AllToAll to the index's rows: the indices are global) by an index sharded by rows: good
+    data gives torch's result; an
+    index past the extent on rank 0's shard and a negative one on rank 1's, which torch's
+    take_along_dim wrapped around, are each refused on their rank, naming the position in
+    that rank's shard (then a replay of the prepared call)."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 6, generator=generator)
+    along = torch.randint(0, 6, (4, 2), generator=generator)
+    with FusionDefinition() as fd:
+        tx, ta = _define(fd, x), _define(fd, along)
+        out = fd.ops.take_along_axis(tx, ta, 1)
+        fd.add_output(out)
+    _shard_dim0([ta, out], d)
+    tx.set_device_mesh(DeviceMesh(torch.arange(d)))
+    tx.outer_split(1, d)
+    tx.axis(1).parallelize(ParallelType.mesh_x)
+    (got,) = fd.execute([shard(x, tx, rank), shard(along, ta, rank)])
+    torch.testing.assert_close(got, shard(torch.take_along_dim(x, along, 1), out, rank))
+    text = str(fd.host_ir())
+    assert text.count("AllToAll(") == 1 and "Allgather" not in text, text
+    bad = along.clone()
+    bad[1, 1], bad[3, 0] = 7, -1  # row 1 is rank 0's (its [1, 1]), row 3 rank 1's ([1, 0])
+    held = {0: "7 at [1, 1]", 1: "-1 at [1, 0]"}[rank]
+    with pytest.raises(HostIrError) as caught:
+        fd.execute([shard(x, tx, rank), shard(bad, ta, rank)])
+    assert type(caught.value).__name__ == "IndexDataError"
+    assert f"(this rank's shard) holds {held}, out of range: expected 0 <= index < 6" in str(
+        caught.value
+    )
+
+
+@pytest.mark.world_sizes(2)
 def test_uint64_sharded(multidevice_test) -> None:
     """A UInt64 tensor (a philox seed) sharded, gathered by a set, cast on every rank."""
     d, rank = multidevice_test.size, multidevice_test.rank

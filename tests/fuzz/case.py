@@ -30,6 +30,9 @@ class InputSpec:
     """The torch dtype's name: ``float32``, or ``int64`` / ``int32`` for an index input."""
     high: int = 0
     """An index input's bound: its data is drawn in ``[0, high)`` (0 for a float input)."""
+    bad: int | None = None
+    """Bad index data (``tests/fuzz/new_ops.py``, :func:`draw_bad_index`): every element of
+    the index input is this value, ``high`` or more or negative; the run must refuse it."""
 
     def define(self) -> str:
         """The fusion line defining this input (``fd.define_tensor``; -1 for symbolic)."""
@@ -132,19 +135,23 @@ def load(case: Case) -> dict:
     return namespace
 
 
-def make_inputs(case: Case) -> list[torch.Tensor]:
+def make_inputs(case: Case, bad: bool = True) -> list[torch.Tensor]:
     """The full (unsharded) random inputs: the same on every rank for one seed.
 
     Standard normal data is non-zero almost surely and varies, so a missing or
     misplaced piece shows; ``positive`` inputs (divisors) are in [1, 2); index inputs
-    (``high``) are integers in ``[0, high)``, in range on every rank.
+    (``high``) are integers in ``[0, high)``, in range on every rank, except an input
+    drawn bad (``InputSpec.bad``), all of whose elements hold that value (``bad=False``:
+    the data drawn for it in range, for the reference).
     """
     generator = torch.Generator().manual_seed(case.seed)
     full = []
     for spec in case.inputs:
         if spec.high:
             dtype = getattr(torch, spec.dtype)
-            full.append(torch.randint(0, spec.high, spec.shape, generator=generator, dtype=dtype))
+            drawn = torch.randint(0, spec.high, spec.shape, generator=generator, dtype=dtype)
+            # drawn anyway: the inputs after it get the data they always had
+            full.append(drawn.fill_(spec.bad) if bad and spec.bad is not None else drawn)
         elif spec.positive:
             full.append(1 + torch.rand(spec.shape, generator=generator))
         else:

@@ -20,7 +20,9 @@ families at a random place in its chain (``tests/fuzz/new_ops.py``): ``slice``, 
 Int32 index inputs drawn in range, ``triu`` / ``iota`` / ``full`` in an expression (a
 causal mask ``where(triu(full(...)) > 0, t, 0)``), and ``sdpfa_fwd`` (output and
 logsumexp of tiny ``[N, H, L, E]`` inputs). Such a case's tensors are numbered as the
-frontend numbers them (its ops make helper tensors), by defining the fusion once.
+frontend numbers them (its ops make helper tensors), by defining the fusion once. About
+half of those with an index input then get bad index data in it (``new_ops.draw_bad_index``,
+again from a stream of its own), which the run must refuse with an ``IndexDataError``.
 
 About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
 as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
@@ -560,7 +562,10 @@ def generate(seed: int, world_size: int) -> Case:
         schedules=(),
         low_precision=b.low_precision,
     )
-    return renumber(schedule_case(case, b, rng))
+    case = renumber(schedule_case(case, b, rng))
+    # Bad index data (tests/fuzz/new_ops.py), from a stream of its own: a case that gets
+    # none is the case it always was.
+    return new_ops.draw_bad_index(case, random.Random(f"hostir-fuzz-bad-index:{seed}:{world_size}"))
 
 
 def _tensors_made(fusion: str) -> tuple[int, int]:

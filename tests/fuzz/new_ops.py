@@ -14,15 +14,23 @@ drawn, the builder's generator *is* that stream, so the draws of the case's own 
 none: older seeds keep their cases. Each op writes its fusion line and the torch line
 of the single-device reference; its result joins the pool that later ops read (index
 inputs and integer results stay out of it).
+
+About one case in two whose index input can hold bad data (:data:`BAD_INDEX_SHARE`,
+decided by a stream of its own, ``hostir-fuzz-bad-index``, once the case is made) gets
+it: every element of one index input past the extent or negative
+(:func:`draw_bad_index`). The run must refuse it with an ``IndexDataError`` on every
+rank; the other cases stay as their seeds gave them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import TYPE_CHECKING
 
 import torch
 
+from tests.fuzz.case import Case, prune
 from tests.fuzz.tensors import Axis, Tensor
 
 if TYPE_CHECKING:
@@ -48,6 +56,12 @@ FAMILIES = {
 MAX_PROD = 16
 """The most elements one ``prod`` multiplies (randn products underflow beyond)."""
 INDEX_DTYPES = (torch.int64, torch.int32)
+BAD_INDEX_SHARE = 0.5
+"""How often a case that may hold bad index data gets it (drawn from its own stream)."""
+CLEAN_RUNS = ("ragged", "subset", "multi_mesh")
+"""Features of cases that get no bad index data: in them a rank may hold no index (an
+empty shard, a mesh without it) and wait in a collective for the ranks that refused, until
+the timeout, after which the ranks' groups are unusable."""
 FLOAT_TABLES = (torch.float32, torch.float64)
 """The dtypes of the pool tensors that ``prod``, ``iota``, ``full``, the causal mask and
 ``embedding_fwd`` read (floats whose torch reference keeps the dtype)."""
@@ -79,6 +93,27 @@ def add_extra_op(b: Builder, extra: random.Random) -> Tensor | None:
         return None
     finally:
         b.rng = saved
+
+
+def draw_bad_index(case: Case, bad: random.Random) -> Case:
+    """``case``, or now and then (:data:`BAD_INDEX_SHARE`, drawn from ``bad`` alone) the
+    case with bad index data: every element of one of its index inputs that an output
+    depends on is one value, ``high`` to ``high + 2`` or -1 to -3 (feature ``bad_index``).
+    Every rank then reads that value at the same op and must refuse it by name."""
+    live = {spec.name for spec in prune(case).inputs}
+    candidates = [spec for spec in case.inputs if spec.high and spec.name in live]
+    if not candidates or any(feature in case.features for feature in CLEAN_RUNS):
+        return case
+    if bad.random() >= BAD_INDEX_SHARE:
+        return case
+    chosen = bad.choice(candidates)
+    shift = bad.randrange(3)
+    value = chosen.high + shift if bad.random() < 0.5 else -1 - shift
+    inputs = tuple(
+        dataclasses.replace(spec, bad=value) if spec is chosen else spec for spec in case.inputs
+    )
+    features = tuple(sorted({*case.features, "bad_index"}))
+    return dataclasses.replace(case, inputs=inputs, features=features)
 
 
 # ---------------------------------------------------------------------------

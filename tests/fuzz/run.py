@@ -21,12 +21,16 @@ rank reaches the same verdict:
   differently otherwise are a crash. Inputs are sharded (``shard_tensor``, which
   refuses a split that does not divide too) on every rank before any executes,
   and a rank's refusal there is every rank's, as a user's script would stop
-  every rank before it runs.
+  every rank before it runs. A case that drew bad index data (feature ``bad_index``,
+  ``tests/fuzz/new_ops.py``) is refused when every rank raises the same
+  ``IndexDataError`` (or a refusal before that): every element of the index is bad, so
+  every rank meets it at the same op.
 - ``wrong``: some rank's numbers, shape or dtype differ, or a rank holds an output
-  it should not (or lacks one it should hold).
+  it should not (or lacks one it should hold), or bad index data was not refused.
 - ``crash``: any other exception (``EvaluationError``s included: a program that
-  lowered must run), or ranks that disagree on the outcome. Aborts and hangs are
-  caught by whoever drives the ranks (the pytest pool or ``scripts/fuzz.py``).
+  lowered must run; an ``IndexDataError`` for index data drawn in range), or ranks
+  that disagree on the outcome. Aborts and hangs are caught by whoever drives the
+  ranks (the pytest pool or ``scripts/fuzz.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from frontend import FrontendError, shard_tensor
-from hostir import Deallocate, ExtentError, ForLoop, MeshError, TensorValue
+from hostir import Deallocate, ExtentError, ForLoop, IndexDataError, MeshError, TensorValue
 from hostir.errors import PeerFailureError
 from hostir.ir.instructions import defined_values
 from hostir.ir.sharding import ReduceOp, Sharding
@@ -98,7 +102,7 @@ def run_on_rank(case: Case, rank: int, world_size: int = 1) -> tuple[RankResult,
     try:
         namespace = load(case)
         full = make_inputs(case)
-        expected = namespace["reference"](*full)
+        expected = namespace["reference"](*make_inputs(case, bad=False))
     except Exception:  # the fuzzer's own fault, but never to be hidden
         return RankResult(CRASH, "generator: " + traceback.format_exc()), None
     fd = None
@@ -115,8 +119,10 @@ def run_on_rank(case: Case, rank: int, world_size: int = 1) -> tuple[RankResult,
     try:
         outputs = fd.execute(local)
     except Exception as error:
-        return _refusal(error), _program(fd)
+        return _refusal(error, case), _program(fd)
     program = fd.host_ir()
+    if "bad_index" in case.features:
+        return RankResult(WRONG, f"bad index data was not refused: {_bad_index(case)}"), program
     unfreed = never_freed(program)
     if unfreed:
         return RankResult(CRASH, f"never deallocated (a leak): {', '.join(unfreed)}"), program
@@ -126,15 +132,24 @@ def run_on_rank(case: Case, rank: int, world_size: int = 1) -> tuple[RankResult,
         return RankResult(CRASH, "comparing: " + traceback.format_exc()), program
 
 
-def _refusal(error: Exception) -> RankResult:
-    """A rank's result for ``error``: a refusal, a peer's refusal, or a crash."""
+def _refusal(error: Exception, case: Case | None = None) -> RankResult:
+    """A rank's result for ``error``: a refusal, a peer's refusal, or a crash (an
+    IndexDataError is a refusal in a ``case`` that drew bad index data only)."""
     message = f"{type(error).__name__}: {error}"
+    if isinstance(error, IndexDataError) and case is not None and "bad_index" in case.features:
+        return RankResult(REFUSED, message)
     if isinstance(error, REFUSALS):
         status = CRASH if any(marker in message for marker in INTERNAL) else REFUSED
         return RankResult(status, message)
     if isinstance(error, PeerFailureError):
         return RankResult(PEER_REFUSED, message)
     return RankResult(CRASH, "".join(traceback.format_exception(error)))
+
+
+def _bad_index(case: Case) -> str:
+    """``T3 holds 7 (expected 0 <= index < 6)``: the case's bad index input."""
+    spec = next(spec for spec in case.inputs if spec.bad is not None)
+    return f"{spec.name} holds {spec.bad} (expected 0 <= index < {spec.high})"
 
 
 def _first_failure(result: RankResult, world_size: int) -> RankResult:

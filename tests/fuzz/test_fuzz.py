@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from frontend import DefinitionError, OperandError, ScheduleError
-from hostir import HostIrError
+from hostir import HostIrError, IndexDataError
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
+from hostir.run import indexing
 from tests.fuzz.case import Case, load, make_inputs, render, shrink_candidates
 from tests.fuzz.generate import generate
 from tests.fuzz.run import (
@@ -19,10 +20,12 @@ from tests.fuzz.run import (
     REFUSED,
     WRONG,
     RankResult,
+    _refusal,
     combine,
     compare_outputs,
     refusal_report,
     run_case,
+    run_on_rank,
     summary_table,
 )
 
@@ -120,12 +123,14 @@ def test_shrinking_gives_smaller_cases_that_still_build():
 #
 # Issue 25's ops (tests/fuzz/new_ops.py) appear in about half of these cases; the seeds of
 # NEW_OP_SEEDS add, at 4 ranks, a case that runs with a sharded output of each of their
-# families (test_new_op_seeds_shard_their_ops checks that the seeds still do).
+# families (test_new_op_seeds_shard_their_ops checks that the seeds still do). 2383 and
+# 2160 stand for 2497, whose embedding input draws bad index data since issue 32.
 NEW_OP_SEEDS = {
     2527: ("broadcast", "expand", "pow"),
     2039: ("take_along_axis", "where"),
     2194: ("full", "triu"),
-    2497: ("cat", "embedding_fwd"),
+    2383: ("cat",),
+    2160: ("embedding_fwd",),
     2590: ("cumsum", "index_select"),
     2063: ("topk",),
     2126: ("sdpfa_fwd",),
@@ -136,7 +141,14 @@ NEW_OP_SEEDS = {
     2492: ("prod",),
     2977: ("broadcast", "squeeze"),
 }
-SUITE_CASES = {4: [*range(0, 78), 257, *NEW_OP_SEEDS], 8: [*range(1000, 1058), 90134, 90313]}
+# BAD_INDEX_SEED draws bad index data (new_ops.draw_bad_index): a take_along_axis index
+# sharded over 4 devices, every element -2, which torch's take_along_dim wrapped around;
+# every rank must refuse it by name (seeds 10 and 53 here, and five 8-rank seeds, draw some too).
+BAD_INDEX_SEED = 180
+SUITE_CASES = {
+    4: [*range(0, 78), 257, *NEW_OP_SEEDS, BAD_INDEX_SEED],
+    8: [*range(1000, 1058), 90134, 90313],
+}
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
 COVERED += ("reshape_split", "reshape_merge")
 COVERED_RAGGED = ("ragged", "one_per_device")
@@ -170,6 +182,13 @@ def test_fixed_seed_fuzz_run(multidevice_test):
     if size == 4:
         refused = [o.seed for o in outcomes if o.seed in NEW_OP_SEEDS and o.status != OK]
         assert not refused, f"cases of NEW_OP_SEEDS refused: {refused}\n{refusal_report(outcomes)}"
+        (bad,) = [o for o in outcomes if o.seed == BAD_INDEX_SEED]
+        assert bad.status == REFUSED and bad.message.startswith(
+            "IndexDataError: take_along_axis defining T"
+        ), bad.message
+        assert "(this rank's shard) holds -2 at [0, 0], out of range: expected 0 <= index < 8" in (
+            bad.message
+        )
 
 
 def test_new_op_seeds_shard_their_ops():
@@ -209,7 +228,8 @@ def test_a_refusal_some_ranks_see_is_refused_when_the_others_carry_it():
 def test_new_ops_define_and_their_index_inputs_are_in_range():
     """The new ops' fusions are valid definitions (a schedule may be refused, an op never:
     an op the frontend refused would read as a refusal and test nothing), each index input
-    is Int or Int32 with data in ``[0, high)``, and about half the cases draw new ops."""
+    is Int or Int32 with data in ``[0, high)`` (but for one drawn bad, all of whose data is
+    its bad value, out of range), and about half the cases draw new ops."""
     drawn = 0
     for seed in range(120):
         case = generate(seed, 4)
@@ -223,5 +243,30 @@ def test_new_ops_define_and_their_index_inputs_are_in_range():
         for spec, data in zip(case.inputs, make_inputs(case), strict=True):
             if spec.high:
                 assert data.dtype in (torch.int64, torch.int32), (seed, spec)
+            if spec.bad is not None:
+                assert not 0 <= spec.bad < spec.high and bool((data == spec.bad).all()), seed
+            elif spec.high:
                 assert 0 <= int(data.min()) and int(data.max()) < spec.high, (seed, spec)
     assert 40 <= drawn <= 80, drawn
+
+
+def test_bad_index_data_must_be_refused_by_name(monkeypatch):
+    """A case that drew bad index data is refused by an IndexDataError, and wrong where a
+    rank returns outputs (here: with the check off, take_along_axis wraps the index around);
+    the same error for index data drawn in range is a crash (hostir refusing good data).
+    About one case in two that may draw it does; the reference reads the data drawn in
+    range (torch's gather would raise)."""
+    bad, good = generate(74, 1), generate(0, 1)
+    assert "bad_index" in bad.features and "op:take_along_axis" in bad.features
+    error = IndexDataError("take_along_axis defining T5: index T3 holds -3 at [0, 0], ...")
+    assert _refusal(error, bad) == RankResult(REFUSED, f"IndexDataError: {error}")
+    assert _refusal(error, good).status == CRASH
+    assert run_on_rank(bad, 0)[0].message.startswith("IndexDataError: take_along_axis into")
+    monkeypatch.setattr(indexing, "check_indices", lambda *arguments: None)
+    assert run_on_rank(bad, 0)[0].status == WRONG
+    spec = next(spec for spec in bad.inputs if spec.bad is not None)
+    assert bool((make_inputs(bad, bad=False)[bad.inputs.index(spec)] < spec.high).all())
+    cases = [generate(seed, 4) for seed in range(300)]
+    may = [c for c in cases if any(s.high for s in c.inputs) and "ragged" not in c.features]
+    drawn = [c for c in may if "bad_index" in c.features]
+    assert 0.2 * len(may) <= len(drawn) <= 0.6 * len(may), (len(drawn), len(may))
