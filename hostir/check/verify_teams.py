@@ -67,10 +67,12 @@ class _Where:
 
     def positions(self) -> str | None:
         """A constant position outside the team's groups."""
-        size = self.team.size
         for name in POSITION_FIELDS:
             position = _constant(getattr(self.instruction, name, None))
-            if position is not None and not 0 <= position < size:
+            if position is None:
+                continue
+            size = self.team.size
+            if not 0 <= position < size:
                 return (
                     f"{name} {position} is not a member of team {self.team_text()}: its groups"
                     f" have {size} member(s); expected a position from 0 to {size - 1}"
@@ -113,20 +115,19 @@ class _Where:
             if position is None:
                 return None
             senders: Devices = _members_at(self.team, position)
-            who = f"the {field} of each group of team {self.team_text()} (devices"
-            who += f" {_listed(senders)})"
         elif self.kind in COLLECTIVES:
-            senders, who = self.team.mesh, f"every member of team {self.team_text()}"
-            who += f" (devices {_listed(self.team.mesh)})"
+            senders = self.team.mesh
         else:
             return None  # a communication declared elsewhere: who sends is its own
         device = _first_outside(senders, (self.src.sharding.mesh,))
         if device is None:
             return None
-        src = self.src
+        src, team = self.src, self.team_text()
+        who = f"the {field} of each group of" if field else "every member of"
         return (
-            f"{who} sends {src.name}, which is on {self.mesh_text(src.sharding.mesh)}:"
-            f" device {device} does not hold it; expected the senders on {src.name}'s devices"
+            f"{who} team {team} (devices {_listed(senders)}) sends {src.name}, which is on"
+            f" {self.mesh_text(src.sharding.mesh)}: device {device} does not hold it; expected"
+            f" the senders on {src.name}'s devices"
         )
 
     def idle_members(self) -> str | None:
