@@ -10,8 +10,9 @@ Checked in one pass over the program (linear in its size):
   again); outputs are never deallocated;
 - each compute result's dtype and extents agree with its op and operands
   (:mod:`hostir.check.verify_compute`) and each communication's operands agree with
-  what it does (:mod:`hostir.check.verify_communication`); every sharding's parts
-  multiply to its dim's extent;
+  what it does (:mod:`hostir.check.verify_communication`) and its team lies on the
+  devices of the tensors it reads and writes (:mod:`hostir.check.verify_teams`); every
+  sharding's parts multiply to its dim's extent;
 - every request is waited exactly once, in the body that posted it;
 - every output is written on every path: an ``allocate``d output needs a write
   (``out=`` into it or a ``shard_by_stream`` alias of it) that certainly runs; a
@@ -54,6 +55,7 @@ from hostir.check.collector import collector_paused
 from hostir.check.verify_chunks import check_chunk_uniformity
 from hostir.check.verify_communication import COMMUNICATION_RULES
 from hostir.check.verify_compute import COMPUTE_RULES
+from hostir.check.verify_teams import team_problem
 from hostir.errors import VerifyError
 from hostir.ir.catalog import is_instruction
 from hostir.ir.communications import Wait
@@ -79,6 +81,8 @@ from hostir.ir.requirements import (
     refuted,
     requirement_problem,
 )
+from hostir.ir.mesh import Mesh
+from hostir.ir.mesh_names import MeshNames, mesh_names
 from hostir.ir.scalars import Const, Symbol, print_scalar, scalar_problem
 from hostir.ir.sharding import Sharding
 from hostir.ir.values import RequestValue, TensorValue
@@ -136,6 +140,7 @@ class _Walk:
         self.allocated: dict[str, Path] = {}  # allocated, not yet certainly written
         self.scopes: list[_Scope] = [_Scope()]
         self.runs: list[bool] = [True]  # does each enclosing body certainly run?
+        self.meshes: MeshNames | None = None  # the text's mesh names, for messages
         for index, value in enumerate(program.inputs):
             if value.name in self.values:
                 raise VerifyError(f"input {value.name} is declared twice", field=("inputs", index))
@@ -337,6 +342,12 @@ class _Walk:
         _check_sharding(value, path)
 
     # ----- rules -----
+    def mesh_name(self, mesh: Mesh) -> str:
+        """``M0``: the name the program's text gives ``mesh`` (found on the first failure)."""
+        if self.meshes is None:
+            self.meshes = mesh_names(self.program)
+        return self.meshes.name(mesh)
+
     def check_rules(self, instruction: Instruction, path: Path) -> None:
         for requirement in instruction_requirements(instruction):
             if refuted(requirement):  # its constants break it; symbols: when bound
@@ -346,6 +357,8 @@ class _Walk:
         rule = COMMUNICATION_RULES.get(type(instruction))
         if rule is not None and problem is None:
             problem = rule(instruction)
+        if problem is None:  # any instruction with a team, those declared elsewhere too
+            problem = team_problem(instruction, self.mesh_name)
         if problem is not None:
             raise VerifyError(f"{keyword(instruction)}: {problem}", path=path)
 

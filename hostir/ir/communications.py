@@ -248,3 +248,14 @@ COLLECTIVES = classes_of_kind(*COMMUNICATING)
 
 ROOTED = frozenset({Broadcast, Reduce, Gather, Scatter})
 """Collectives with a root member."""
+
+SENDER_FIELD: dict[type, str] = {Broadcast: "root", Scatter: "root", SendRecv: "sender"}
+"""Communications in which only the member at the position this field holds sends ``src``
+(in each group); in the other :data:`COLLECTIVES` every member sends."""
+
+RECEIVER_FIELD: dict[type, str] = {Reduce: "root", Gather: "root", SendRecv: "receiver"}
+"""Communications in which only the member at the position this field holds receives
+``out`` (in each group); in the other :data:`COLLECTIVES` every member receives."""
+
+POSITION_FIELDS = ("root", "sender", "receiver", "send_peer", "recv_peer")
+"""The scalar fields that hold a position inside the team's group (0 to its size - 1)."""

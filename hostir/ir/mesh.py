@@ -166,13 +166,14 @@ def _check_devices(devices: tuple[int, ...], shape: tuple[int, ...]) -> None:
     if math.prod(shape) != len(devices):
         raise MeshError(f"mesh shape {shape} needs {math.prod(shape)} devices, got {len(devices)}")
     if any(d < 0 for d in devices):
-        raise MeshError(f"mesh devices must be non-negative, got {_some(devices)}")
+        raise MeshError(f"mesh devices must be non-negative, got {describe_devices(devices)}")
     if len(set(devices)) != len(devices):
-        raise MeshError(f"mesh devices must be distinct, got {_some(devices)}")
+        raise MeshError(f"mesh devices must be distinct, got {describe_devices(devices)}")
 
 
-def _some(devices: tuple[int, ...]) -> str:
-    """The devices for a message, shortened when there are many."""
+def describe_devices(devices: Sequence[int]) -> str:
+    """``[0, 1, 2, 3]``: devices for a message, shortened when there are many (the first 8
+    and the count)."""
     if len(devices) <= 16:
         return str(list(devices))
     return f"[{', '.join(map(str, devices[:8]))}, ...] ({len(devices)} devices)"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hostir.comm.rank_text import describe_group
 from hostir.errors import EvaluationError
 from hostir.ir.communications import (
     Allgather,
@@ -29,7 +30,9 @@ from hostir.ir.communications import (
     SendRecv,
     Wait,
 )
+from hostir.ir.mesh_names import mesh_names
 from hostir.ir.scalars import Const, Scalar, add, evaluate_scalar
+from hostir.ir.team import print_team
 from hostir.run.all_to_all_v import run_all_to_all_v
 from hostir.run.handler_common import Request, landing, need, out_buffer
 
@@ -90,6 +93,20 @@ def _inner(context: RunContext, instruction: Any) -> int | None:
 
 def _group(context: RunContext, instruction: Any) -> tuple[int, ...]:
     return instruction.team.group_of(context.rank)
+
+
+def _root(context: RunContext, instruction: Any, operands: dict, group: tuple[int, ...]) -> int:
+    """The root's position, checked to be one of ``group``'s (the verifier checks a constant
+    one; an expression, such as a stream loop's ``root=j``, is checked here)."""
+    root = int(operands["root"])
+    if not 0 <= root < len(group):
+        team = print_team(instruction.team, mesh_names(context.program).name)
+        raise EvaluationError(
+            f"{type(instruction).__name__} of {instruction.src.name}: root {root} is not"
+            f" a member of team {team} on rank {context.rank} (its group {describe_group(group)}"
+            f" has {len(group)} member(s)); expected a position from 0 to {len(group) - 1}"
+        )
+    return root
 
 
 def run_allgather(context: RunContext, instruction: Allgather, operands: dict) -> list:
@@ -185,7 +202,7 @@ def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -
     :func:`~hostir.run.handler_common.landing`); the root's own ``out`` is a copy of its
     ``src``."""
     group = _group(context, instruction)
-    root = int(operands["root"])
+    root = _root(context, instruction, operands, group)
     out = out_buffer(context, instruction, operands)
     if group[root] == context.rank:
         src = need(operands["src"], instruction, "src", context)
@@ -201,7 +218,7 @@ def run_broadcast(context: RunContext, instruction: Broadcast, operands: dict) -
 def run_reduce(context: RunContext, instruction: Reduce, operands: dict) -> list:
     """Reduce to the root."""
     group = _group(context, instruction)
-    root = int(operands["root"])
+    root = _root(context, instruction, operands, group)
     src = need(operands["src"], instruction, "src", context)
     buffer = src.clone(memory_format=torch.contiguous_format)
     work = context.communicator.reduce(buffer, group, root, instruction.op)
@@ -213,7 +230,7 @@ def run_gather(context: RunContext, instruction: Gather, operands: dict) -> list
     """Gather to the root, which unpacks along ``axis`` (along dim 0 of a contiguous
     ``out`` the members' chunks are its blocks: received in place)."""
     group = _group(context, instruction)
-    root = int(operands["root"])
+    root = _root(context, instruction, operands, group)
     src = need(operands["src"], instruction, "src", context).contiguous()
     is_root = group[root] == context.rank
     out = out_buffer(context, instruction, operands)
@@ -236,7 +253,7 @@ def run_scatter(context: RunContext, instruction: Scatter, operands: dict) -> li
     """Scatter from the root, which packs its ``src`` along ``axis``; a member's chunk is
     received into ``out`` (see :func:`~hostir.run.handler_common.landing`)."""
     group = _group(context, instruction)
-    root = int(operands["root"])
+    root = _root(context, instruction, operands, group)
     is_root = group[root] == context.rank
     packed = None
     if is_root:

@@ -7,7 +7,7 @@ program decides it once: :func:`compile_program` writes straight-line Python per
 instruction that does exactly what the interpreter does, without the deciding:
 
 - an instruction this rank does not run (it is on a mesh without the rank) binds what
-  it defines to None;
+  it defines to None (or raises, where the rank holds it: ``hostir.run.steps.skipped_failure``);
 - operands are expressions: ``t["T1"]`` for a tensor (``t`` is ``ctx.tensors``, so
   compiled and interpreted code share the run's values), constants written inline,
   scalar expressions as Python arithmetic on ``s`` (``ctx.scalars``);
@@ -36,7 +36,7 @@ from hostir.ir.mesh_names import MeshNames, mesh_names
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.run.context import RunContext
-from hostir.run.steps import Step, step_failure
+from hostir.run.steps import Step, skipped_failure, step_failure
 from hostir.text.printer import print_instruction
 
 LINE_NOTE = "host IR line "
@@ -53,6 +53,18 @@ class Unresolved(Exception):
 def unresolved() -> NoReturn:
     """Raises :class:`Unresolved` (an expression's way to fail, in generated code)."""
     raise Unresolved
+
+
+def _fresh(failure: Exception, note: str) -> Callable[[], Exception]:
+    """A maker of copies of ``failure`` with ``note`` (generated code raises a new one in
+    each run)."""
+
+    def make() -> Exception:
+        error = type(failure)(str(failure))
+        error.add_note(note)
+        return error
+
+    return make
 
 
 class CompiledProgram:
@@ -156,7 +168,7 @@ class _Writer:
         """The block running one instruction, indented once."""
         k, step, code = self._site(instruction, line, text)
         if step.mesh is not None and not step.mesh.contains(self.rank):
-            return [INDENT + c for c in self._absent(step, code)]
+            return [INDENT + c for c in self._absent(k, step, code)]
         self.names[f"I{k}"] = instruction
         checks, operands = self._operands(step)
         body = [f"{name} = {expression}" for name, expression in checks]
@@ -185,10 +197,17 @@ class _Writer:
         """Where the generated code binds value ``name``: ``t[name]`` (``ctx.tensors``)."""
         return f"t[{name!r}]"
 
-    def _absent(self, step: Step, code: list[str]) -> list[str]:
-        """The block (``code``: its opening comment) of an instruction this rank does not
-        run: the comment says so, and what it defines is None here."""
+    def _absent(self, k: int, step: Step, code: list[str]) -> list[str]:
+        """The block (``code``: its opening comment) of instruction ``k``, which this rank
+        does not run: the comment says so, and what it defines is None here; or, where the
+        rank holds what it defines, the block raises (``hostir.run.steps.skipped_failure``,
+        as the interpreter does)."""
         code[0] += "  (not on this rank)"
+        instruction, _, note = self.sites[k]
+        failure = skipped_failure(instruction, self.rank, self.program)
+        if failure is not None:
+            self.names[f"X{k}"] = _fresh(failure, note)
+            return code + [f"raise X{k}()"]
         return code + ([f"{self._target(name)} = None" for name in step.defined] or ["pass"])
 
     def _handler_call(self, k: int, step: Step, operands: Sequence[tuple[str, str]]) -> list[str]:

@@ -9,8 +9,11 @@ for its rank instead (``hostir.run.compiled``: the same handlers, called from
 generated straight-line code), unless listeners observe it, a profiler records, or
 ``HOSTIR_INTERPRET=1`` (``hostir.run.compiled_runs``).
 
-An instruction whose output lives on a mesh runs only on that mesh's devices;
-elsewhere its output is bound to None.
+An instruction whose output lives on a mesh runs only on that mesh's devices (a
+communication: on its team's); elsewhere its output is bound to None. A rank that holds
+an output never returns None for it: a rank outside a team that holds what the
+communication defines raises (``hostir.run.steps.skipped_failure``), and so does a run
+whose output on this rank is None.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from hostir.ir.instructions import (
     PipelineStage,
     ShardByStream,
 )
+from hostir.ir.mesh_names import mesh_names
 from hostir.ir.program_info import check_meshes_fit, program_teams, walk_instructions
 from hostir.ir.scalars import Symbol
 from hostir.ir.values import TensorValue
@@ -75,7 +79,7 @@ from hostir.run.inputs import bind_input_tensor
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
 from hostir.run.shared_results import op_key, sibling_counts
-from hostir.run.steps import Handler, Step, profiling, step_failure
+from hostir.run.steps import Handler, Step, profiling, skipped_failure, step_failure
 from hostir.run.stream_handlers import STREAM_HANDLERS
 from hostir.run.stream_pool import MAIN, StreamPool, stream_count
 
@@ -546,9 +550,18 @@ class HostIrEvaluator:
         context.tensors[value.name] = bind_input_tensor(value, given, context.scalars)
 
     def _output(self, context: RunContext, value: TensorValue) -> torch.Tensor | None:
+        """``value``'s tensor on this rank: None only where the rank does not hold it."""
         if value.name not in context.tensors:
             raise EvaluationError(f"output {value.name} was never computed")
-        return context.tensors[value.name]
+        tensor = context.tensors[value.name]
+        if tensor is None and context.participates(value):
+            mesh = value.sharding.mesh if value.sharding is not None else None
+            where = "every rank" if mesh is None else f"mesh {mesh_names(self.program).name(mesh)}"
+            raise EvaluationError(
+                f"rank {context.rank} holds output {value.name} (it is on {where}), but the"
+                f" instruction defining it gave it no value there; expected a tensor"
+            )
+        return tensor
 
     def step(self, instruction: Instruction) -> Step:
         """``instruction`` prepared to run (once per instruction; hostir.run.steps)."""
@@ -563,6 +576,9 @@ class HostIrEvaluator:
         """Resolves operands, calls the handler, binds the results."""
         step = self.step(instruction)
         if not step.runs_on(context.rank):
+            failure = skipped_failure(instruction, context.rank, context.program)
+            if failure is not None:  # this rank holds what it would leave None
+                raise failure
             for name in step.defined:
                 context.tensors[name] = None
             return

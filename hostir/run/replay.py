@@ -204,7 +204,7 @@ class _ReplayWriter(_Writer):
         """The statements running one instruction, unindented."""
         k, step, code = self._site(instruction, line, text)
         if step.mesh is not None and not step.mesh.contains(self.rank):
-            return self._absent(step, code)
+            return self._absent(k, step, code)
         if isinstance(instruction, Deallocate):
             return code + [f"{self.variable(instruction.tensor.name)} = None"]
         if self.on_cpu and isinstance(instruction, STREAM_INSTRUCTIONS):

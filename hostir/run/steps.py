@@ -8,7 +8,7 @@ handler's exception into an error the same way.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,10 +17,16 @@ from hostir.errors import CommunicationError, DisagreementError, EvaluationError
 from hostir.ir.catalog import COMMUNICATING, declaration_of
 from hostir.ir.communications import Wait
 from hostir.ir.instructions import Deallocate, Instruction, defined_values, keyword
+from hostir.ir.mesh import describe_devices
+from hostir.ir.mesh_names import mesh_names
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.ir.sharding import Mesh
+from hostir.ir.team import print_team
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.run.context import RunContext
+
+if TYPE_CHECKING:
+    from hostir.ir.container import HostIrContainer
 
 Handler = Callable[[RunContext, Any, dict[str, Any]], Sequence[Any]]
 
@@ -113,6 +119,43 @@ def step_failure(
         f"{keyword(instruction)} {step.describe()} failed on rank {context.rank}:"
         f" {type(error).__name__}: {error}"
     )
+
+
+def skipped_failure(
+    instruction: Instruction, rank: int, program: HostIrContainer
+) -> EvaluationError | None:
+    """The error for ``rank``, which does not run ``instruction`` (it is not on its
+    placement's mesh), if the rank holds a tensor the instruction defines: that tensor
+    would be None on a rank that holds it, and read as "not held" later or returned as an
+    output. None if the rank holds none of them. The verifier refuses such a team
+    (``hostir.check.verify_teams``); a value without a mesh (on every rank) in a world
+    larger than the team is only caught here."""
+    for value in defined_values(instruction):
+        if not isinstance(value, TensorValue):
+            continue
+        if value.sharding is not None and not value.sharding.mesh.contains(rank):
+            continue
+        names = mesh_names(program)
+        team = getattr(instruction, "team", None)
+        mesh = placement(instruction)
+        runs = (
+            f"its team {print_team(team, names.name)}"
+            if team is not None
+            else f"mesh {names.name(mesh)}"
+        )
+        held = (
+            "on every rank"
+            if value.sharding is None
+            else f"on mesh {names.name(value.sharding.mesh)}"
+            f" (devices {describe_devices(value.sharding.mesh.devices)})"
+        )
+        return EvaluationError(
+            f"{keyword(instruction)} defining {value.name} runs on {runs} (devices"
+            f" {describe_devices(mesh.devices)}), without rank {rank}, but {value.name} is"
+            f" {held}: rank {rank} holds {value.name} and would have no value for it;"
+            f" expected every device that holds {value.name} among those that run it"
+        )
+    return None
 
 
 def profiling() -> bool:

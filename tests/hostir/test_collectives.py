@@ -40,15 +40,15 @@ MESH = Mesh(devices=(0, 1, 2, 3), shape=(2, 2))
 ROWS, COLS = 4, 6
 
 
-def value(name: str, shape: tuple[int, ...], dims=None, partial=()) -> TensorValue:
-    """A float32 value on MESH; ``dims`` maps a dim to its parts (replicated otherwise),
+def value(name: str, shape: tuple[int, ...], dims=None, partial=(), mesh=MESH) -> TensorValue:
+    """A float32 value on ``mesh``; ``dims`` maps a dim to its parts (replicated otherwise),
     ``partial`` lists (axis, op) pairs it is partial over."""
     parts = []
     for d, extent in enumerate(shape):
         given = (dims or {}).get(d)
         parts.append(given or (ShardPart(axis=None, extent=Const(value=extent)),))
     partial_axes = tuple(PartialAxis(axis=a, op=op) for a, op in partial)
-    sharding = Sharding(mesh=MESH, dims=tuple(parts), partial=partial_axes)
+    sharding = Sharding(mesh=mesh, dims=tuple(parts), partial=partial_axes)
     return TensorValue(
         name=name,
         dtype=DType.FLOAT32,
@@ -94,6 +94,13 @@ def team(axis: MeshAxis) -> Team:
 def members(axis: MeshAxis, rank: int) -> tuple[int, ...]:
     """The group of ``rank`` along ``axis``."""
     return team(axis).group_of(rank)
+
+
+def receivers(axis: MeshAxis, position: int) -> Mesh:
+    """The members at ``position`` of the groups along ``axis``: where the output of a
+    collective only they receive (a Reduce's, a Gather's, a SendRecv's) lives."""
+    devices = tuple(group[position] for group in team(axis).groups)
+    return Mesh(devices=devices, shape=(len(devices),))
 
 
 R = RequestValue(name="R0")
@@ -153,10 +160,11 @@ def test_allreduce_max(multidevice_test, axis):
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("axis", AXES)
 def test_rooted_collectives_with_root_one(multidevice_test, axis):
-    """Broadcast, Reduce, Gather and Scatter with the second member of each group as root."""
+    """Broadcast, Reduce, Gather and Scatter with the second member of each group as root
+    (a Reduce's or a Gather's output on the roots alone: the other members hold none)."""
     rank = multidevice_test.rank
     group = members(axis, rank)
-    root, is_root = Const(value=1), group.index(rank) == 1
+    root, is_root, roots = Const(value=1), group.index(rank) == 1, receivers(axis, 1)
     src = value("a", (ROWS, COLS))
     out = run(
         Broadcast(out=value("b", (ROWS, COLS)), src=src, team=team(axis), root=root, request=R),
@@ -165,21 +173,26 @@ def test_rooted_collectives_with_root_one(multidevice_test, axis):
     )
     torch.testing.assert_close(out, per_rank(group[1]))
     out = run(
-        Reduce(out=value("b", (ROWS, COLS)), src=src, team=team(axis), root=root, request=R),
-        src,
-        per_rank(rank),
-    )
-    if is_root:
-        torch.testing.assert_close(out, per_rank(group[0]) + per_rank(group[1]))
-    out = run(
-        Gather(
-            out=value("b", (ROWS, COLS * 2)), src=src, team=team(axis), root=root, axis=1, request=R
+        Reduce(
+            out=value("b", (ROWS, COLS), mesh=roots), src=src, team=team(axis), root=root, request=R
         ),
         src,
         per_rank(rank),
     )
     if is_root:
+        torch.testing.assert_close(out, per_rank(group[0]) + per_rank(group[1]))
+    else:
+        assert out is None
+    gathered = value("b", (ROWS, COLS * 2), mesh=roots)
+    out = run(
+        Gather(out=gathered, src=src, team=team(axis), root=root, axis=1, request=R),
+        src,
+        per_rank(rank),
+    )
+    if is_root:
         torch.testing.assert_close(out, torch.cat([per_rank(m) for m in group], 1))
+    else:
+        assert out is None
     scattered = value("b", (ROWS, COLS), {1: block(axis, COLS // 2)})
     out = run(
         Scatter(out=scattered, src=src, team=team(axis), root=root, axis=1, request=R),
@@ -207,7 +220,7 @@ def test_all_to_all_and_send_recv(multidevice_test, axis):
     torch.testing.assert_close(out, expected)
     out = run(
         SendRecv(
-            out=value("b", (ROWS, COLS)),
+            out=value("b", (ROWS, COLS), mesh=receivers(axis, 1)),
             src=src,
             team=team(axis),
             sender=Const(value=0),
@@ -219,3 +232,5 @@ def test_all_to_all_and_send_recv(multidevice_test, axis):
     )
     if position == 1:
         torch.testing.assert_close(out, per_rank(group[0]))
+    else:
+        assert out is None

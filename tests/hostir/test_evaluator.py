@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import hostir
 from hostir import (
     INSTRUCTIONS,
     Allocate,
@@ -244,6 +245,75 @@ def test_rank_outside_the_mesh_skips_compute():
     rank1 = StandIn(rank=1, world_size=2)
     (out,) = HostIrEvaluator(program, communicator=rank1).run([torch.ones(3)])
     torch.testing.assert_close(out, -torch.ones(3))
+
+
+ON_DEVICE_0 = """%HostIrContainer {
+  mesh M0 = [1] : [1]
+  input T0 : float32[4]
+  T1 : float32[4], R0 = Allreduce(T0, team=M0(x), op=sum)
+  wait R0
+  output T1
+}
+"""
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_a_rank_outside_the_team_that_holds_its_output_raises(compiled):
+    """T1 has no mesh (every rank holds it) but its Allreduce's team is device 0 alone:
+    rank 1 of 2 skips the Allreduce and used to return None for T1. It now raises by name,
+    in every run; rank 0 (a team of one) gets its input back."""
+    program = hostir.parse(ON_DEVICE_0)
+    rank1 = HostIrEvaluator(program, compiled=compiled, communicator=StandIn(rank=1, world_size=2))
+    for _ in range(2):  # the second run of a signature replays
+        with pytest.raises(EvaluationError) as info:
+            rank1.run([torch.randn(4)])
+        assert str(info.value) == (
+            "Allreduce defining T1 runs on its team M0(x) (devices [0]), without rank 1, but T1"
+            " is on every rank: rank 1 holds T1 and would have no value for it; expected every"
+            " device that holds T1 among those that run it"
+        )
+    rank0 = StandIn(rank=0, world_size=2)
+    x = torch.randn(4)
+    (out,) = HostIrEvaluator(program, compiled=compiled, communicator=rank0).run([x])
+    torch.testing.assert_close(out, x)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_an_output_left_none_on_a_rank_that_holds_it_raises(monkeypatch, compiled):
+    """A handler (registered for a class, as extensions do) that gives no value for an
+    output this rank holds used to make the run return None; the run now raises, naming
+    the output. With the real handler the same program computes torch's result."""
+    program = hostir.parse(
+        "%HostIrContainer {\n  input T0 : float32[4]\n  T1 : float32[4] = neg(T0)\n  output T1\n}\n"
+    )
+    x = torch.randn(4)
+    (out,) = HostIrEvaluator(program, compiled=compiled).run([x])
+    torch.testing.assert_close(out, -x)
+    monkeypatch.setitem(HANDLERS, Unary, lambda context, instruction, operands: [None])
+    with pytest.raises(EvaluationError, match=r"^rank 0 holds output T1 \(it is on every rank\)"):
+        HostIrEvaluator(program, compiled=compiled).run([x])
+
+
+def test_a_root_expression_outside_the_team_is_refused_by_name():
+    """``root=j`` reaches 1 in a team of one member: the handler indexed its group with it
+    and raised IndexError; the run now names the root and the team. One iteration runs
+    and copies the root's source."""
+    text = """%HostIrContainer {
+  mesh M0 = [1] : [1]
+  input T0 : float32[4] @M0
+  allocate T1 : float32[4] @M0
+  for j in range(0, 2) {
+    R0 = Broadcast(T0, team=M0(x), root=j, out=T1)
+    wait R0
+  }
+  output T1
+}
+"""
+    x = torch.randn(4)
+    (out,) = HostIrEvaluator(hostir.parse(text.replace("range(0, 2)", "range(0, 1)"))).run([x])
+    torch.testing.assert_close(out, x)
+    with pytest.raises(EvaluationError, match=r"^Broadcast of T0: root 1 is not a member of"):
+        HostIrEvaluator(hostir.parse(text)).run([x])
 
 
 def test_torch_failures_become_evaluation_errors():

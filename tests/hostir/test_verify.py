@@ -44,6 +44,7 @@ DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 
 HEAD = "%HostIrContainer {\n  mesh M0 = [2] : [1]\n"
+TWO_MESHES = HEAD + "  mesh M1 = [2] : [1] + 2\n"  # devices 0, 1 and 2, 3
 
 FAULTS = {
     "use after deallocate": (
@@ -172,6 +173,61 @@ FAULTS = {
         + "  output T0\n}\n",
         (5, 5),
         "shard_by_stream: index: expected an integer, got the constant 0.5",
+    ),
+    # Issue 32: a team off its tensors' devices used to verify; at 4 ranks ranks 0 and 1
+    # returned None for T1 (on their mesh) while ranks 2 and 3 raised.
+    "a team on another mesh than its tensors": (
+        TWO_MESHES
+        + "  input T0 : float32[4] @M0 {0: [x, 2]}\n"
+        + "  T1 : float32[4] @M0, R0 = Allgather(T0, team=M1(x), axis=0)\n"
+        + "  wait R0\n"
+        + "  output T1\n}\n",
+        (5, 3),
+        "Allgather: T1 is on mesh M0 (devices [0, 1]), but team M1(x) is on devices [2, 3]:"
+        " device 0 would hold T1 without taking part; expected T1's devices in the team",
+    ),
+    "a team whose members do not all hold what they send": (
+        HEAD
+        + "  mesh M1 = [4] : [1]\n"
+        + "  input T0 : float32[4] @M0 partial{x: sum}\n"
+        + "  T1 : float32[4] @M1, R0 = Allreduce(T0, team=M1(x), op=sum)\n"
+        + "  wait R0\n"
+        + "  output T1\n}\n",
+        (5, 3),
+        "every member of team M1(x) (devices [0, 1, 2, 3]) sends T0, which is on mesh M0"
+        " (devices [0, 1]): device 2 does not hold it",
+    ),
+    # Only the root of a Gather receives: rank 1 used to return uninitialized memory.
+    "a gathered output on members that receive nothing": (
+        HEAD
+        + "  input T0 : float32[4] @M0 {0: [x, 2]}\n"
+        + "  T1 : float32[4] @M0, R0 = Gather(T0, team=M0(x), axis=0, root=0)\n"
+        + "  wait R0\n"
+        + "  output T1\n}\n",
+        (4, 3),
+        "Gather: T1 is on mesh M0 (devices [0, 1]), but only the root of each group of team"
+        " M0(x) receives it (devices [0]): device 1 would hold T1 unwritten",
+    ),
+    "a team with a member that holds neither tensor": (
+        HEAD
+        + "  mesh M1 = [4] : [1]\n"
+        + "  input T0 : float32[4] @M0\n"
+        + "  T1 : float32[4] @M0, R0 = Broadcast(T0, team=M1(x), root=0)\n"
+        + "  wait R0\n"
+        + "  output T1\n}\n",
+        (5, 3),
+        "Broadcast: device 2 of team M1(x) holds neither T0 (on M0: devices [0, 1]) nor T1 (on"
+        " M0: devices [0, 1]); expected the team on the devices of the tensors it reads",
+    ),
+    "a root outside its team": (
+        HEAD
+        + "  input T0 : float32[4] @M0\n"
+        + "  T1 : float32[4] @M0, R0 = Broadcast(T0, team=M0(x), root=2)\n"
+        + "  wait R0\n"
+        + "  output T1\n}\n",
+        (4, 3),
+        "Broadcast: root 2 is not a member of team M0(x): its groups have 2 member(s);"
+        " expected a position from 0 to 1",
     ),
     "a root given as a bool": (
         HEAD
