@@ -1,3 +1,4 @@
 """Static checks of a program: the verifier (types, extents, communications, chunked loops)
-and the extent checks made when inputs are bound.
+and the checks made when inputs are bound (extents, chunk indices and coverage, loop trip
+counts).
 """
