@@ -72,6 +72,15 @@ class IndexDataError(EvaluationError):
     the first bad position, its value and the range expected (hostir.run.index_checks)."""
 
 
+class LoopBoundError(HostIrError):
+    """A loop would run more iterations than a run or an analysis takes: one call runs at
+    most ``hostir.check.loop_counts.MAX_LOOP_ITERATIONS`` loop iterations, all loops
+    together, and the traffic count and picture evaluate at most
+    ``hostir.analysis.traffic.MAX_COUNTED_ITERATIONS`` one by one (loops whose
+    communications read their index). Raised before any of the work; the message names the
+    loop, its range, its trip count and the limit."""
+
+
 class MeshError(HostIrError):
     """A device mesh is malformed or does not fit the world it runs in."""
 

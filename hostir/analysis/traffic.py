@@ -1,16 +1,24 @@
 """Static traffic: the bytes each rank sends and receives in a program, without running it.
 
-:func:`count_traffic` walks the program (loops with constant bounds, each
-iteration), asks each communication's exchange function
-(:mod:`hostir.analysis.exchanges`) for its flows in every group of its team, and adds
-them into a rank-by-rank matrix of bytes. A rank's copy to itself is not
-traffic. The flows are compact (an all-gather over ``n`` ranks is one flow),
-so a program on 4096 ranks counts in well under a second; ``hostir traffic``
-prints the summary (:func:`traffic_report`).
+:func:`count_traffic` walks the program, asks each communication's exchange
+function (:mod:`hostir.analysis.exchanges`) for its flows in every group of its
+team, and adds them into a rank-by-rank matrix of bytes. A rank's copy to itself
+is not traffic. The flows are compact (an all-gather over ``n`` ranks is one
+flow), so a program on 4096 ranks counts in well under a second; ``hostir
+traffic`` prints the summary (:func:`traffic_report`).
+
+Loops (:func:`communications`) cost nothing for their trip count where they can:
+a loop without communication is skipped, and a loop whose communications do not
+read its index (nor do the bounds of the loops between) is counted once and
+multiplied by its trip count. Only loops whose communications read their index
+(a ring's peer ``(j + r) % n``, a broadcast's root ``j``) are walked index by
+index, at most :data:`MAX_COUNTED_ITERATIONS` iterations in all; a walk past that
+is refused by name (:class:`~hostir.errors.LoopBoundError`) before it starts.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,26 +27,130 @@ import torch
 
 from hostir.analysis.exchanges import exchange
 from hostir.analysis.pipeline_stages import in_flight, is_pipelined
-from hostir.errors import HostIrError
+from hostir.errors import HostIrError, LoopBoundError
 from hostir.ir.catalog import COMMUNICATING, declaration_of, keyword
 from hostir.ir.container import HostIrContainer
-from hostir.ir.instructions import ForLoop, Instruction
-from hostir.ir.scalars import evaluate_scalar
+from hostir.ir.instructions import ForLoop, Instruction, read_symbols
+from hostir.ir.scalars import evaluate_scalar, print_scalar
+
+MAX_COUNTED_ITERATIONS = 1 << 16
+"""How many loop iterations, all loops together, the traffic count and the traffic picture
+walk one by one: those of loops whose communications read their index (the others are
+counted once, whatever their trip count)."""
+
+MAX_EXACT_BYTES = 1 << 53
+"""The most bytes, all links together, that a count keeps exactly (in float64)."""
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """A communication at some iterations of the loops around it: ``env`` binds the
+    symbols and the indices it reads; ``loops`` gives each loop around it, outer first,
+    with its index's value, or its whole range where the communication does not read it
+    (it then stands for every iteration of that loop)."""
+
+    path: str
+    instruction: Instruction
+    env: Mapping[str, int]
+    loops: tuple[tuple[str, int | range], ...] = ()
+
+    @property
+    def times(self) -> int:
+        """How many iterations this stands for."""
+        return math.prod(_trips(at) for _, at in self.loops if isinstance(at, range))
 
 
 def communications(
-    body: tuple[Instruction, ...], env: Mapping[str, int], path: str = "body"
-) -> Iterator[tuple[str, Instruction, Mapping[str, int]]]:
-    """Each communication of ``body`` (its path, e.g. ``body[3].body[1]``) at each
-    iteration of the loops around it, with ``env`` and that iteration's loop indices."""
-    for index, instruction in enumerate(body):
-        where = f"{path}[{index}]"
-        if declaration_of(type(instruction)).kind in COMMUNICATING:
-            yield where, instruction, env
-        elif isinstance(instruction, ForLoop):
-            name = instruction.index.name
-            for value in loop_range(instruction, env):
-                yield from communications(instruction.body, {**env, name: value}, f"{where}.body")
+    body: tuple[Instruction, ...],
+    env: Mapping[str, int],
+    path: str = "body",
+    *,
+    first: int = 0,
+    each: bool = False,
+) -> Iterator[Occurrence]:
+    """Each communication of ``body`` (its path, e.g. ``body[3].body[1]``; ``body`` starts
+    at index ``first`` of the body ``path`` names) at the iterations of the loops around
+    it (see the module docstring and :class:`Occurrence`); LoopBoundError before walking
+    more than MAX_COUNTED_ITERATIONS iterations. With ``each``, loops whose communications
+    do not read their index are walked too while they fit in what is left of that (a
+    picture draws each iteration)."""
+    return _Walk(each).body(body, env, (), path, first)
+
+
+class _Walk:
+    """One walk over a program's communications: the iterations it may still walk, and
+    what each loop's communications read."""
+
+    def __init__(self, each: bool) -> None:
+        self.each = each
+        self.left = MAX_COUNTED_ITERATIONS
+        self._reads: dict[int, set[str] | None] = {}  # by id: the program holds the loops
+
+    def body(
+        self,
+        body: tuple[Instruction, ...],
+        env: Mapping[str, int],
+        loops: tuple,
+        path: str,
+        first: int = 0,
+    ) -> Iterator[Occurrence]:
+        for index, instruction in enumerate(body, first):
+            where = f"{path}[{index}]"
+            if declaration_of(type(instruction)).kind in COMMUNICATING:
+                yield Occurrence(where, instruction, env, loops)
+            elif isinstance(instruction, ForLoop) and self.reads(instruction) is not None:
+                yield from self.loop(instruction, env, loops, where)
+
+    def loop(
+        self, loop: ForLoop, env: Mapping[str, int], loops: tuple, where: str
+    ) -> Iterator[Occurrence]:
+        iterations = loop_range(loop, env)
+        trips = _trips(iterations)
+        name, inner = loop.index.name, f"{where}.body"
+        read = name in (self.reads(loop) or ())
+        walk = read or (self.each and trips <= self.left)
+        if not walk:
+            if iterations:
+                yield from self.body(loop.body, env, (*loops, (name, iterations)), inner)
+            return
+        if trips > self.left:
+            raise LoopBoundError(_walk_message(loop, where, trips, self.left))
+        self.left -= trips
+        for value in iterations:
+            yield from self.body(loop.body, {**env, name: value}, (*loops, (name, value)), inner)
+
+    def reads(self, loop: ForLoop) -> set[str] | None:
+        """The symbols the communications inside ``loop`` and the bounds of the loops
+        holding them read; None where ``loop`` holds no communication."""
+        key = id(loop)
+        if key not in self._reads:
+            found: set[str] | None = None
+            for instruction in loop.body:
+                inner = self.reads(instruction) if isinstance(instruction, ForLoop) else None
+                if declaration_of(type(instruction)).kind in COMMUNICATING:
+                    reads = read_symbols(instruction)
+                elif inner is not None:
+                    reads = inner | read_symbols(instruction)
+                else:
+                    continue
+                found = reads if found is None else found | reads
+            self._reads[key] = found
+        return self._reads[key]
+
+
+def _trips(iterations: range) -> int:
+    """How many iterations a loop's range holds (``len`` fails past 2**63)."""
+    return max(0, iterations.stop - iterations.start)
+
+
+def _walk_message(loop: ForLoop, where: str, trips: int, left: int) -> str:
+    walked = MAX_COUNTED_ITERATIONS - left
+    return (
+        f"loop {loop.index.name} in range({print_scalar(loop.start)}, {print_scalar(loop.stop)})"
+        f" at {where} runs {trips} iterations, and its communications read its index,"
+        f" so each is counted one by one: past the {MAX_COUNTED_ITERATIONS} iterations a"
+        f" traffic count walks (MAX_COUNTED_ITERATIONS; {walked} walked before it)"
+    )
 
 
 def loop_range(loop: ForLoop, env: Mapping[str, int]) -> range:
@@ -81,7 +193,9 @@ def count_traffic(
     env = dict(bindings or {})
     links = torch.zeros(world_size, world_size, dtype=torch.float64)  # exact below 2**53
     by_communication: dict[str, tuple[str, int, int]] = {}
-    for path, instruction, iteration_env in communications(program.body, env):
+    moved = 0  # the bytes added into links, in an int: whether they stay exact
+    for occurrence in communications(program.body, env):
+        path, instruction, times = occurrence.path, occurrence.instruction, occurrence.times
         team = instruction.team  # type: ignore[attr-defined]
         if team.mesh.max_device() >= world_size:
             raise HostIrError(
@@ -91,7 +205,7 @@ def count_traffic(
         itemsize = instruction.src.dtype.to_torch().itemsize  # type: ignore[attr-defined]
         received = torch.zeros(world_size, dtype=torch.float64)
         for group in team.groups:
-            for flow in exchange(instruction, group, iteration_env):
+            for flow in exchange(instruction, group, occurrence.env):
                 if flow.elements is None:
                     raise HostIrError(
                         f"{path} ({keyword(instruction)} of {instruction.src.name}): its extents"  # type: ignore[attr-defined]
@@ -99,9 +213,17 @@ def count_traffic(
                     )
                 if flow.local_copy:
                     continue
-                _add(links, received, flow.sources, flow.destinations, flow.elements * itemsize)
+                size = flow.elements * itemsize
+                moved += size * times * len(flow.sources) * len(flow.destinations)
+                if moved >= MAX_EXACT_BYTES:
+                    raise HostIrError(
+                        f"{path} ({keyword(instruction)}): the traffic comes to {moved} bytes"
+                        f" or more ({times} iterations), past the {MAX_EXACT_BYTES} a count"
+                        " keeps exactly"
+                    )
+                _add(links, received, flow.sources, flow.destinations, size, times)
         text, count, most = by_communication.get(path, (_describe(instruction), 0, 0))
-        by_communication[path] = (text, count + 1, max(most, int(received.max())))
+        by_communication[path] = (text, count + times, max(most, int(received.max())))
     links.fill_diagonal_(0)  # a rank in both ends of a flow does not send to itself
     return Traffic(links, by_communication, _pipelined_loops(program.body, env))
 
@@ -128,11 +250,13 @@ def _add(
     sources: tuple[int, ...],
     destinations: tuple[int, ...],
     size: int,
+    times: int = 1,
 ) -> None:
-    """Adds ``size`` bytes from every source to every destination but itself."""
+    """Adds ``size`` bytes from every source to every destination but itself, ``times``
+    times into ``links`` and once into ``received`` (one iteration's)."""
     s = torch.tensor(sources)
     d = torch.tensor(destinations)
-    links[s.unsqueeze(1), d] += size
+    links[s.unsqueeze(1), d] += size * times
     senders = torch.full((len(destinations),), float(len(sources) * size), dtype=torch.float64)
     senders -= torch.isin(d, s).to(torch.float64) * size
     received.index_add_(0, d, senders)

@@ -24,10 +24,14 @@ binding the inputs and before the ranks' agreement, so a failure reaches every r
 :class:`~hostir.errors.ExtentError` naming the tensor, the dim, the split, the
 values bound and the divisor.
 
-Loop iterations are enumerated to check indices and coverage, up to
-:data:`MAX_ENUMERATED_ITERATIONS` per program; past that, the remaining chunk
-indices are checked as the loops run (``shard_by_stream``'s handler) and their
-coverage is not checked (docs/reliability.md).
+Indices and coverage are computed in closed form where the loops form a box
+and the chunk indices have a span (:mod:`hostir.check.index_spans`: an index
+affine in the loop indices, or such an index ``//`` or ``%`` a constant), in time
+independent of the trip counts. Other loops' iterations are enumerated, one at a
+time, up to :data:`MAX_ENUMERATED_ITERATIONS` per binding; past that, the
+remaining chunk indices are checked as the loops run (``shard_by_stream``'s
+handler) and their coverage is not checked (docs/reliability.md). How many
+iterations a call may run at all is :mod:`hostir.check.loop_counts`' rule.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from hostir.check.index_spans import loop_box, span
 from hostir.check.value_rules import ValueRules
 from hostir.errors import EvaluationError, ExtentError
 from hostir.ir.container import HostIrContainer
@@ -50,16 +55,19 @@ from hostir.ir.scalars import (
     Scalar,
     ScalarOp,
     Symbol,
+    add,
     evaluate_scalar,
+    mul,
     print_scalar,
     symbols_of,
 )
-from hostir.ir.values import TensorValue, local_shape
+from hostir.ir.values import TensorValue, local_shape, value_symbols
 
 Env = Mapping[str, int | float | bool]
 
 MAX_ENUMERATED_ITERATIONS = 1 << 16
-"""How many loop iterations, in all, the checks of one binding enumerate."""
+"""How many loop iterations, in all, the checks of one binding enumerate (where no closed
+form applies)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,15 @@ class _Write:
 
     chain: tuple[ShardByStream, ...]
     loops: tuple[ForLoop, ...]
+
+    def symbols(self, depth: int = 0) -> set[str]:
+        """The symbols the region it writes reads (chunk indices and sizes, loop bounds),
+        besides the indices of its loops from ``depth`` in, and the rank."""
+        inner = self.loops[depth:]
+        names = _free_symbols(None, inner)
+        for sbs in self.chain:
+            names |= _free_symbols(sbs, inner)
+        return names
 
 
 @dataclass
@@ -82,11 +99,9 @@ class _Buffer:
 
     def symbols(self) -> set[str]:
         """The symbols its coverage reads, besides the indices of the loops around it."""
-        names = _value_symbols(self.value)
+        names = value_symbols(self.value)
         for write in self.writes:
-            for sbs in write.chain:
-                names |= _free_symbols(sbs, write.loops)
-            names |= _free_symbols(None, write.loops)
+            names |= write.symbols()
         return names
 
 
@@ -144,7 +159,7 @@ class ExtentChecks:
     def _add_value(self, value: TensorValue, definer: Instruction | None, seen: set[str]) -> None:
         if value.name not in seen:
             seen.add(value.name)
-            self.values.append((value, definer, frozenset(_value_symbols(value))))
+            self.values.append((value, definer, frozenset(value_symbols(value))))
 
     def _add_write(self, target: str, loops: tuple[ForLoop, ...], aliases: dict) -> None:
         chain: list[ShardByStream] = []
@@ -238,6 +253,8 @@ class ExtentChecks:
         count = _chunk_count(sbs, env)
         if count is None:
             return
+        if _indices_in_range(sbs, count, chunking.loops, env):
+            return
         for bound in _iterations(chunking.loops, env, budget):
             index = evaluate_scalar(sbs.index, bound)
             if not 0 <= index < count:
@@ -249,14 +266,30 @@ class ExtentChecks:
             return
         shape = local_shape(value, env)
         depth = len(buffer.loops)
-        for allocated in _iterations(buffer.loops, env, budget):
-            boxes = []
-            for write in buffer.writes:
-                for bound in _iterations(write.loops[depth:], allocated, budget):
-                    boxes.append(_box(write.chain, shape, bound))
+        for allocated in self._allocations(buffer, env, budget):
+            boxes = _closed_boxes(buffer.writes, depth, shape, allocated)
+            if boxes is None:  # enumerated; a box written again is kept once
+                enumerated = (
+                    _box(write.chain, shape, bound)
+                    for write in buffer.writes
+                    for bound in _iterations(write.loops[depth:], allocated, budget)
+                )
+                boxes = list(dict.fromkeys(enumerated))
             gap = _first_gap(boxes, shape)
             if gap is not None:
                 raise ExtentError(self._coverage_message(buffer, shape, gap, allocated))
+
+    @staticmethod
+    def _allocations(buffer: _Buffer, env: Env, budget: _Budget) -> Iterator[dict]:
+        """The iterations of the loops around ``buffer``'s ``allocate`` whose coverage to
+        check: only the first where no write reads those loops' indices (each then writes
+        the same)."""
+        allocations = _iterations(buffer.loops, env, budget)
+        outer = {loop.index.name for loop in buffer.loops}
+        depth = len(buffer.loops)
+        if any(write.symbols(depth) & outer for write in buffer.writes):
+            return allocations
+        return itertools.islice(allocations, 1)
 
     def _coverage_message(self, buffer: _Buffer, shape: list[int], gap: tuple, env: Env) -> str:
         value = buffer.value
@@ -351,21 +384,12 @@ def _parts_text(value: TensorValue, dim: int) -> str:
     return "[" + ", ".join(shown) + "]"
 
 
-def _value_symbols(value: TensorValue) -> set[str]:
-    names = set().union(*(symbols_of(e) for e in value.shape)) if value.shape else set()
-    if value.sharding is not None:
-        for parts in value.sharding.dims:
-            for part in parts:
-                names |= symbols_of(part.extent)
-    return names
-
-
 def _free_symbols(sbs: ShardByStream | None, loops: Sequence[ForLoop]) -> set[str]:
     """The symbols a chunk index and its loops' ranges read, besides the loop indices and
     the rank."""
     names = set()
     if sbs is not None:
-        names |= symbols_of(sbs.index) | _value_symbols(sbs.src) | _value_symbols(sbs.out)
+        names |= symbols_of(sbs.index) | value_symbols(sbs.src) | value_symbols(sbs.out)
     for loop in loops:
         names |= symbols_of(loop.start) | symbols_of(loop.stop)
     return names - {loop.index.name for loop in loops} - {RANK}
@@ -391,6 +415,24 @@ def _chunk_count(sbs: ShardByStream, env: Env) -> int | None:
     return whole // chunk
 
 
+def _indices_in_range(sbs: ShardByStream, count: int, loops: Sequence[ForLoop], env: Env) -> bool:
+    """Whether every index ``sbs`` takes over ``loops`` is below ``count`` and not negative,
+    in closed form (index_spans); raises ExtentError at an iteration whose index is out of
+    range; False where the closed form cannot tell (the caller enumerates)."""
+    box = loop_box(loops, env)
+    if box is None:
+        return False
+    if not all(box.values()):
+        return True  # no iteration runs
+    found = span(sbs.index, box, env)
+    if found is None:
+        return False
+    for index, at in ((found.lo, found.lo_at), (found.hi, found.hi_at)):
+        if not 0 <= index < count and at is not None:
+            raise ExtentError(_index_message(sbs, index, count, {**env, **at}, loops))
+    return 0 <= found.lo and found.hi < count
+
+
 def _index_message(
     sbs: ShardByStream, index: object, count: int, env: Env, loops: Sequence[ForLoop]
 ) -> str:
@@ -402,21 +444,20 @@ def _index_message(
     )
 
 
-def _iterations(loops: Sequence[ForLoop], env: Env, budget: _Budget) -> Iterator[dict]:
+def _iterations(loops: Sequence[ForLoop], env: Env, budget: _Budget) -> Iterator[Env]:
     """``env`` with the indices of ``loops`` (outer first) bound, for every iteration they
-    run; raises _BudgetSpent once the budget is spent."""
-    stack: list[tuple[int, dict]] = [(0, dict(env))]
-    while stack:
-        depth, bound = stack.pop()
-        if depth == len(loops):
-            budget.take()
-            yield bound
-            continue
-        loop = loops[depth]
-        start = int(evaluate_scalar(loop.start, bound))
-        stop = int(evaluate_scalar(loop.stop, bound))
-        for index in reversed(range(start, stop)):
-            stack.append((depth + 1, {**bound, loop.index.name: index}))
+    run, one at a time; every iteration of every loop takes one from the budget (an outer
+    loop whose inner loops are empty too), so this stops once the budget is spent
+    (_BudgetSpent)."""
+    if not loops:
+        yield env
+        return
+    loop, inner = loops[0], loops[1:]
+    start = int(evaluate_scalar(loop.start, env))
+    stop = int(evaluate_scalar(loop.stop, env))
+    for index in range(start, stop):
+        budget.take()
+        yield from _iterations(inner, {**env, loop.index.name: index}, budget)
 
 
 def _box(chain: Sequence[ShardByStream], shape: list[int], env: Env) -> tuple:
@@ -427,6 +468,56 @@ def _box(chain: Sequence[ShardByStream], shape: list[int], env: Env) -> tuple:
         lo = box[sbs.axis][0] + int(evaluate_scalar(sbs.index, env)) * size
         box[sbs.axis] = (lo, lo + size)
     return tuple(box)
+
+
+def _closed_boxes(
+    writes: Sequence[_Write], depth: int, shape: list[int], env: Env
+) -> list[tuple] | None:
+    """The region each write covers over all the iterations of its loops below ``depth``,
+    one box per write, in closed form (index_spans); None where a write's regions are not
+    one box that way (the caller enumerates)."""
+    boxes = []
+    for write in writes:
+        box = loop_box(write.loops[depth:], env)
+        if box is None:
+            return None
+        if not all(box.values()):
+            continue  # the write never runs
+        region = _closed_region(write.chain, shape, box, env)
+        if region is None:
+            return None
+        boxes.append(region)
+    return boxes
+
+
+def _closed_region(
+    chain: Sequence[ShardByStream], shape: list[int], box: Mapping[str, range], env: Env
+) -> tuple | None:
+    """The region of the buffer (``shape``) a write through ``chain`` covers over
+    ``box``: along each axis the chain chunks, the chunks its offset (in chunks of the
+    innermost size) spans, if it spans a whole run of them; the axes must read distinct
+    loop indices, so that their runs combine into one box. None otherwise."""
+    levels: dict[int, list[tuple[Scalar, int]]] = {}
+    for sbs in chain:
+        if value_symbols(sbs.out) & box.keys():
+            return None  # a chunk size that changes from one iteration to the next
+        levels.setdefault(sbs.axis, []).append((sbs.index, local_shape(sbs.out, env)[sbs.axis]))
+    region = [(0, n) for n in shape]
+    moved: set[str] = set()
+    for axis, chunks in levels.items():
+        size = chunks[-1][1]
+        if size == 0 or any(outer % size for _, outer in chunks):
+            return None
+        offset: Scalar = Const(value=0)
+        for index, outer in chunks:
+            offset = add(offset, mul(index, outer // size))
+        reads = symbols_of(offset) & box.keys()
+        found = span(offset, box, env)
+        if reads & moved or found is None or not found.whole:
+            return None
+        moved |= reads
+        region[axis] = (found.lo * size, (found.hi + 1) * size)
+    return tuple(region)
 
 
 MAX_GRID_CELLS = 1 << 16

@@ -20,7 +20,8 @@ from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol
 from hostir.ir.team import Team
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 
-_SCALARS = frozenset({Const, Symbol, MeshCoordinate, BinaryExpr})
+SCALAR_TYPES = frozenset({Const, Symbol, MeshCoordinate, BinaryExpr})
+"""The classes of a scalar expression's nodes."""
 
 
 class FieldKind(enum.Enum):
@@ -57,9 +58,9 @@ def _kind_of(hint: Any) -> tuple[FieldKind, Any, bool]:
     members = set(args) - {NoneType}
     if members == {TensorValue}:
         return FieldKind.TENSOR, None, optional
-    if TensorValue in members and members - {TensorValue} <= _SCALARS:
+    if TensorValue in members and members - {TensorValue} <= SCALAR_TYPES:
         return FieldKind.OPERAND, None, optional
-    if members and members <= _SCALARS:
+    if members and members <= SCALAR_TYPES:
         return FieldKind.SCALAR, None, optional
     (single,) = members if len(members) == 1 else (None,)
     if single is bool:

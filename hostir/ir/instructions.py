@@ -17,12 +17,13 @@ from typing import ClassVar
 from hostir.ir.catalog import Instruction, Kind, classes_of_kind, declare, instruction_classes
 from hostir.ir.catalog import keyword as keyword
 from hostir.ir.dtypes import DType
+from hostir.ir.fields import SCALAR_TYPES, FieldKind, field_kinds
 from hostir.ir.ops import BinaryOpKind as BinaryOpKind
 from hostir.ir.ops import TernaryOpKind as TernaryOpKind
 from hostir.ir.ops import UnaryOpKind as UnaryOpKind
 from hostir.ir.reductions import ReductionOpKind as ReductionOpKind
-from hostir.ir.scalars import Scalar, Symbol
-from hostir.ir.values import RequestValue, TensorValue
+from hostir.ir.scalars import Scalar, Symbol, symbols_of
+from hostir.ir.values import RequestValue, TensorValue, value_symbols
 
 Operand = TensorValue | Scalar
 # The op enums (UnaryOpKind, ...) are generated from the pointwise op declarations
@@ -261,6 +262,25 @@ def used_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
         names.append("out")
     used = [getattr(instruction, name) for name in names]
     return [v for v in used if isinstance(v, TensorValue | RequestValue)]
+
+
+def read_symbols(instruction: Instruction) -> set[str]:
+    """The symbols ``instruction`` reads: those of its scalar fields (a stream's index, the
+    scalars of a tuple such as a shape included) and of its tensors' extents; a loop's
+    bounds, not its index or body."""
+    if isinstance(instruction, ForLoop):
+        return symbols_of(instruction.start) | symbols_of(instruction.stop)
+    names: set[str] = set()
+    for name, (kind, _, _) in field_kinds(type(instruction)).items():
+        value = getattr(instruction, name)
+        if kind is FieldKind.STREAM:
+            value = getattr(value, "index", None)
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, TensorValue):
+                names |= value_symbols(item)
+            elif type(item) in SCALAR_TYPES:
+                names |= symbols_of(item)
+    return names
 
 
 def field_names(cls: type) -> list[str]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hostir.ir.dtypes import DType
-from hostir.ir.scalars import Scalar, evaluate_scalar
+from hostir.ir.scalars import Scalar, evaluate_scalar, symbols_of
 from hostir.ir.sharding import Sharding, local_extent
 
 
@@ -49,6 +49,16 @@ def local_shape(value: TensorValue, env: Mapping[str, int | float | bool]) -> li
         return [int(evaluate_scalar(extent, env)) for extent in value.shape]
     mesh = value.sharding.mesh
     return [local_extent(parts, mesh, env) for parts in value.sharding.dims]
+
+
+def value_symbols(value: TensorValue) -> set[str]:
+    """The symbols ``value``'s extents read: its shape's and its sharding parts'."""
+    names = set().union(*(symbols_of(extent) for extent in value.shape))
+    if value.sharding is not None:
+        for parts in value.sharding.dims:
+            for part in parts:
+                names |= symbols_of(part.extent)
+    return names
 
 
 Value = TensorValue | StreamValue

@@ -29,6 +29,7 @@ import torch
 
 from hostir.analysis.pipeline_stages import is_pipelined
 from hostir.check.extent_checks import ExtentChecks
+from hostir.check.loop_counts import LoopCounts
 from hostir.check.verify import verify_located
 from hostir.comm.agreement import BoundExtent, RankFacts, agree
 from hostir.comm.communicator import Communicator
@@ -196,6 +197,7 @@ class HostIrEvaluator:
         self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
         self._digest: str | None = None
         self._extent_checks: ExtentChecks | None = None  # built at the first run
+        self._loop_counts: LoopCounts | None = None  # built at the first run
         self._bindings = Bindings()  # what binding inputs gave, per input signature
         self._fits: set[int] = set()  # world sizes every mesh of the program fits in
         self._steps: dict[int, Step] = {}  # by id: the program holds the instructions alive
@@ -497,11 +499,15 @@ class HostIrEvaluator:
         return None
 
     def _check_extents(self, context: RunContext) -> HostIrError | None:
-        """Checks the extents the inputs bound (hostir.check.extent_checks); the error instead of
-        raising it (see _bind_inputs). Once per binding."""
+        """Checks the loops' trip counts and the extents the inputs bound
+        (hostir.check.loop_counts, hostir.check.extent_checks); the error instead of raising
+        it (see _bind_inputs). Once per binding."""
+        if self._loop_counts is None:
+            self._loop_counts = LoopCounts(self.program)
         if self._extent_checks is None:
             self._extent_checks = ExtentChecks(self.program)
         try:
+            self._loop_counts.check(context.scalars, context.rank)
             self._extent_checks.check(context.scalars, context.rank)
         except HostIrError as error:
             return error

@@ -342,18 +342,15 @@ class RaceChecker(Listener):
     def _wait(self, request: tuple, stream: Any) -> None:
         """``wait``: the current stream joins the communication's clock. The
         communication's accesses are restamped as the current stream's at this tick,
-        so clocks never carry a component per communication."""
-        posted = self._posted.get(request)
+        so clocks never carry a component per communication. A request is waited once
+        (the verifier's rule), so its record goes: a loop's posted records do not pile up
+        with its iterations."""
+        posted = self._posted.pop(request, None)
         if posted is None:
             return
         clock = self._clock(stream)
-        if posted.waited is not None:
-            self._join(clock, posted.waited)
-            return
         del posted.clock[posted.stream]
         self._join(clock, posted.clock)
         tick = clock[stream] = clock.get(stream, 0) + 1
         for access in posted.accesses:
             access.stream, access.tick = stream, tick
-        posted.waited = {**posted.clock, stream: tick}
-        posted.accesses, posted.clock = [], {}

@@ -205,7 +205,6 @@ class _Posted:
     stream: Any
     clock: Clock
     accesses: list[_Access] = field(default_factory=list)
-    waited: Clock | None = None  # after the first wait: what a later wait joins
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ function of the program: the same program gives the same source.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import graphviz
 
 from hostir.analysis.exchanges import exchange
-from hostir.analysis.traffic import communications
+from hostir.analysis.traffic import Occurrence, communications
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.catalog import COMMUNICATING, declaration_of
 from hostir.ir.container import HostIrContainer
@@ -32,8 +32,10 @@ from hostir.viz.dot_style import FONT
 ITERATION_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
 """Arrow colours of the traffic view, one per iteration (cycled)."""
 
-Iteration = tuple[tuple[str, int], ...]
-"""The loop indices of one iteration, outer first: ``(("j0", 1),)``."""
+Iteration = tuple[tuple[str, int | range], ...]
+"""The loop indices of one iteration, outer first: ``(("j0", 1),)``; a loop whose
+communications do not read its index stands whole, as its range (every iteration moves
+the same)."""
 
 Transfer = tuple[int, int, str]
 """One arrow: sending rank, receiving rank, what moves."""
@@ -50,7 +52,10 @@ def to_traffic_dot(
     ``instruction_index`` picks a top-level instruction of ``program.body``: a
     communication, or a loop holding communications (default: the first one).
     Loop bounds must be constant; peers and roots are evaluated for each rank
-    of the team's mesh at each iteration. Ranks are ``0 .. world_size - 1``
+    of the team's mesh at each iteration, up to hostir.analysis.traffic's
+    MAX_COUNTED_ITERATIONS in all; past that, a loop whose communications do not read
+    its index is drawn once, labelled with its whole range (``j0=0..999``), and
+    one whose communications read it is refused by name. Ranks are ``0 .. world_size - 1``
     (default: every rank of the meshes involved). A transfer from a rank to
     itself (a CollectivePermute's local copy) is listed in the caption, not drawn.
     An ``instruction_index`` out of range, or one that communicates nothing, is a
@@ -58,15 +63,15 @@ def to_traffic_dot(
     """
     index = _select(program, instruction_index)
     meshes = mesh_names(program)
-    steps = list(_communications((program.body[index],), {}))
+    steps = list(communications((program.body[index],), {}, first=index, each=True))
     if not steps:  # the caller's pick, as the index below: a bad option
         raise SettingError(
             f"instruction {index} has no communication to draw: "
             + print_instruction(program.body[index], meshes)[0]
         )
-    ranks = _ranks([instruction for instruction, _ in steps], world_size)
+    ranks = _ranks([step.instruction for step in steps], world_size)
     arrows, local = _collect_transfers(steps)
-    caption = _caption(program.body[index], [i for i, _ in steps], local, meshes)
+    caption = _caption(program.body[index], [step.instruction for step in steps], local, meshes)
     graph = graphviz.Digraph(
         name="traffic",
         engine="neato",
@@ -75,8 +80,8 @@ def to_traffic_dot(
         edge_attr={"fontname": FONT, "fontsize": "10", "arrowsize": "0.8"},
     )
     graph.attr(label=caption, labelloc="t", fontsize="13")
-    positions = _draw_ranks(graph, steps[0][0].team.groups, ranks)  # type: ignore[union-attr]
-    order = list(dict.fromkeys(iteration for _, iteration in steps))
+    positions = _draw_ranks(graph, steps[0].instruction.team.groups, ranks)  # type: ignore[attr-defined]
+    order = list(dict.fromkeys(step.loops for step in steps))
     for (source, target, what), iterations in arrows.items():
         colours = [ITERATION_COLOURS[order.index(i) % len(ITERATION_COLOURS)] for i in iterations]
         tail, head = _ports(positions[source], positions[target])
@@ -91,13 +96,14 @@ def to_traffic_dot(
 
 
 def _collect_transfers(
-    steps: list[tuple[Instruction, Iteration]],
+    steps: list[Occurrence],
 ) -> tuple[dict[Transfer, list[Iteration]], list[Iteration]]:
     """The iterations of each distinct transfer, and the iterations with local copies."""
     arrows: dict[Transfer, list[Iteration]] = {}
     local: list[Iteration] = []
-    for instruction, iteration in steps:
-        for source, target, what in _transfers(instruction, dict(iteration)):
+    for step in steps:
+        iteration = step.loops
+        for source, target, what in _transfers(step.instruction, step.env):
             if source != target:
                 arrows.setdefault((source, target, what), []).append(iteration)
             elif iteration not in local:
@@ -124,14 +130,6 @@ def _communicates(instruction: Instruction) -> bool:
     if isinstance(instruction, ForLoop):
         return any(_communicates(inner) for inner in instruction.body)
     return declaration_of(type(instruction)).kind in COMMUNICATING
-
-
-def _communications(
-    body: tuple[Instruction, ...], env: Mapping[str, int]
-) -> Iterator[tuple[Instruction, Iteration]]:
-    """Each communication of ``body`` with the loop indices of each of its iterations."""
-    for _, instruction, indices in communications(body, env):
-        yield instruction, tuple(indices.items())
 
 
 def _ranks(communications: list[Instruction], world_size: int | None) -> list[int]:
@@ -175,12 +173,18 @@ def _caption(
 
 
 def _iterations_text(iterations: list[Iteration]) -> str:
-    """``j0=1`` for one iteration, ``j0=0,1,2`` for several of one loop."""
+    """``j0=1`` for one iteration, ``j0=0,1,2`` for several of one loop, ``j0=0..7`` for
+    a loop that stands whole."""
     names = {tuple(name for name, _ in i) for i in iterations}
     if len(names) == 1 and len(next(iter(names))) == 1:
         name = iterations[0][0][0]
-        return f"{name}=" + ",".join(str(i[0][1]) for i in iterations)
-    return "; ".join(" ".join(f"{n}={v}" for n, v in i) for i in iterations)
+        return f"{name}=" + ",".join(_value_text(i[0][1]) for i in iterations)
+    return "; ".join(" ".join(f"{n}={_value_text(v)}" for n, v in i) for i in iterations)
+
+
+def _value_text(value: int | range) -> str:
+    """A loop index's value, or its whole range as ``first..last``."""
+    return f"{value.start}..{value.stop - 1}" if isinstance(value, range) else str(value)
 
 
 def _label_of(iterations: list[Iteration], what: str) -> str:

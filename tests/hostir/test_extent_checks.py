@@ -101,12 +101,25 @@ def test_chunk_indices_out_of_range_are_named(read, write, shown):
 
 
 def test_indices_past_the_enumeration_budget_are_checked_as_the_loop_runs(monkeypatch):
+    """With nothing left to enumerate, an index with no closed form (``j0 * j0 - 1``) is
+    checked as the loop runs; an affine one (``j0 - 1``) is still refused before."""
     monkeypatch.setattr(hostir.check.extent_checks, "MAX_ENUMERATED_ITERATIONS", 0)
     with pytest.raises(ExtentError, match=r"shard_by_stream defining T0_c: index -1 is out of"):
+        HostIrEvaluator(chunked_relu(read="j0 * j0 - 1")).run([random(4, 4)])
+    with pytest.raises(ExtentError, match=r"index j0 - 1 = -1 at j0 = 0 is out of range"):
         HostIrEvaluator(chunked_relu(read="j0 - 1")).run([random(4, 4)])
     x = random(4, 4)
     (out,) = HostIrEvaluator(chunked_relu(read="1 - j0", write="1 - j0")).run([x])
     torch.testing.assert_close(out, x.relu())
+
+
+def test_coverage_past_the_enumeration_budget_is_computed_from_the_index(monkeypatch):
+    """With nothing left to enumerate, chunk j0 of 2 over range(0, 1) still leaves rows
+    2:4 unwritten, named before anything runs (it used to go unchecked: the rows came back
+    as allocated); the coverage of an affine index is computed, not enumerated."""
+    monkeypatch.setattr(hostir.check.extent_checks, "MAX_ENUMERATED_ITERATIONS", 0)
+    with pytest.raises(ExtentError, match=r"its elements \[2:4, 0:4\] are never written"):
+        HostIrEvaluator(chunked_relu(stop="1")).run([random(4, 4)])
 
 
 def test_a_reversed_chunk_order_covers_the_output_and_matches_torch():

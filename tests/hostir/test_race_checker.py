@@ -38,6 +38,7 @@ from hostir import (
     Unary,
     UnaryOpKind,
     Wait,
+    parse,
 )
 from hostir.errors import EvaluationError, RaceError
 from hostir.ir.scalars import mod
@@ -383,6 +384,21 @@ def test_long_loop_keeps_few_records_and_stays_fast():
     records = sum(len(buffer.accesses) for buffer in checker._buffers.values())
     assert records <= 2 * chunks + 8, records
     assert elapsed < 20, elapsed
+
+
+def test_a_loop_of_waited_communications_keeps_no_posted_records():
+    """200 Allreduces, each waited in its iteration: the checker forgets a request at its
+    wait, so its records do not grow with the trip count (they kept one per iteration)."""
+    program = parse(
+        "%HostIrContainer {\n  mesh M0 = [1] : [1]\n  input x : float32[2, 3] @M0\n"
+        "  allocate y : float32[2, 3] @M0\n  for j0 in range(0, 200) {\n"
+        "    R0 = Allreduce(x, team=M0(x), op=sum, out=y)\n    wait R0\n  }\n  output y\n}\n"
+    )
+    checker = RaceChecker()
+    x = torch.randn(2, 3)
+    (y,) = checked_run(program, [x], checker)
+    torch.testing.assert_close(y, x)  # the sum over a team of one
+    assert checker._posted == {}
 
 
 def test_race_checking_enabled_reads_the_environment(monkeypatch):
