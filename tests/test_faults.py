@@ -21,6 +21,7 @@ import hostir
 from frontend import FusionDefinition, ParallelType, shard_tensor
 from frontend.errors import DefinitionError
 from hostir import HostIrEvaluator, Listener, cli
+from hostir.comm import launcher
 from hostir.comm.timeouts import DEFAULT_TIMEOUT_S, collective_timeout
 from hostir.errors import (
     CommunicationError,
@@ -373,6 +374,40 @@ def test_hostir_run_backend_nccl_without_cuda_is_one_line(capsys):
     assert cli.main(["run", __file__, "--nproc", "2", "--backend", "nccl"]) == 2
     err = capsys.readouterr().err
     assert err == "hostir: error: --backend nccl needs CUDA, and this machine has no CUDA device\n"
+
+
+@pytest.mark.parametrize(
+    "variable, option, expected",
+    [
+        (None, None, "gloo"),
+        ("gloo", "gloo", "gloo"),
+        ("nccl", None, "nccl" if torch.cuda.is_available() else "HOSTIR_BACKEND=nccl needs CUDA"),
+        ("nccl", "gloo", "--backend gloo conflicts with HOSTIR_BACKEND=nccl in the environment"),
+        ("banana", None, "HOSTIR_BACKEND='banana': expected gloo or nccl"),
+    ],
+    ids=["default", "both-agree", "variable-nccl", "conflict", "bad-variable"],
+)
+def test_hostir_run_keeps_a_users_backend_or_refuses_a_conflict(
+    monkeypatch, capsys, variable, option, expected
+):
+    """``hostir run`` set every rank's HOSTIR_BACKEND to ``--backend``'s default, gloo, so a
+    user's ``HOSTIR_BACKEND=nccl`` (or a typo) was silently replaced. Now the variable is
+    the default of ``--backend``; the two given differently, nccl without CUDA or a bad
+    value is one line, exit 2, before any rank starts (the launch is recorded, not run)."""
+    launched = []
+    monkeypatch.setattr(launcher, "launch", lambda *args, backend: launched.append(backend) or 0)
+    if variable is None:
+        monkeypatch.delenv("HOSTIR_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("HOSTIR_BACKEND", variable)
+    options = [] if option is None else ["--backend", option]
+    code = cli.main(["run", __file__, "--nproc", "2", *options])
+    if expected in ("gloo", "nccl"):
+        assert (code, launched) == (0, [expected])
+        return
+    assert (code, launched) == (2, [])
+    err = capsys.readouterr().err
+    assert err.startswith(f"hostir: error: {expected}") and err.count("\n") == 1, err
 
 
 # -- Settings -----------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from hostir.settings import LauncherWorld, choice_setting, launcher_world, rende
 BACKEND_VARIABLE = "HOSTIR_BACKEND"
 """The backend a launcher-made default group uses: ``gloo`` or ``nccl`` (set by
 ``hostir run --backend``); unset: nccl for CUDA tensors, gloo otherwise."""
+BACKENDS = ("gloo", "nccl")
+"""The values of ``HOSTIR_BACKEND`` (and of ``hostir run --backend``)."""
 
 
 def launcher_rank_and_size() -> tuple[int, int] | None:
@@ -90,7 +92,7 @@ def _use_local_device(world: LauncherWorld) -> None:
 
 def chosen_backend(use_cuda: bool) -> str:
     """``HOSTIR_BACKEND`` if set, else nccl for CUDA tensors (where CUDA exists), else gloo."""
-    asked = choice_setting(BACKEND_VARIABLE, ("gloo", "nccl"))
+    asked = choice_setting(BACKEND_VARIABLE, BACKENDS)
     if asked is None:
         return "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
     if asked == "nccl" and not torch.cuda.is_available():
