@@ -155,6 +155,10 @@ class PendingWork(Work):
         self._done = True
         self._handles, self._finish, self._keep = [], None, []
 
+    def ready(self) -> bool:
+        """Whether :meth:`wait` would return (or raise) at once: every handle completed."""
+        return self._done or all(handle.is_completed() for handle in self._handles)
+
 
 class TorchCommunicator(Communicator):
     """The ranks of the default ``torch.distributed`` process group."""
@@ -303,6 +307,13 @@ class TorchCommunicator(Communicator):
         return everyone.view(self.world_size, len(codes)).tolist()
 
     def _announce_codes(self, codes: list[int]) -> None:
+        GROUPS.current()
+        if GROUPS.announced is not None and not GROUPS.announced.ready():
+            # The peers have not received this rank's earlier announcement (they are
+            # running a signature agreed on before): this one would only queue behind it,
+            # and waiting for that one is waiting for the timeout. Its posted failure
+            # names this rank to them.
+            return
         _arrive(self.rank)
         group = self._agreement_group()
         mine = torch.tensor(codes, dtype=torch.int64)
