@@ -29,8 +29,9 @@ process group's store: ``post_failure``), sends its message without waiting
 (``announce_codes``) and raises at once. Peers that are in the agreement receive the
 message (status :data:`ANNOUNCED`), read the error, and stop naming it; peers in a
 collective time out naming it (its posted failure). Until the announcement is
-received, the rank's next communication waits for it (the communicator's business),
-so that no later message of its pairs with a peer's earlier one.
+received, the rank's next communication waits for it, so that no later message of its
+pairs with a peer's earlier one, and a further failure is not announced again (the
+communicator's business: hostir.comm.torch_communicator).
 
 The comparison lives here, apart from the transport (the communicator's
 ``exchange_codes`` / ``exchange_objects``), so it is tested without ranks.
