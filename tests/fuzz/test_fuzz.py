@@ -239,4 +239,3 @@ def test_new_ops_define_and_their_index_inputs_are_in_range():
                 assert data.dtype in (torch.int64, torch.int32), (seed, spec)
                 assert 0 <= int(data.min()) and int(data.max()) < spec.high, (seed, spec)
     assert 40 <= drawn <= 80, drawn
-
