@@ -44,7 +44,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
 from hostir.analysis.pipeline_stages import has_pipelined_loop
-from hostir.comm.agreement import RankFacts, agree
+from hostir.comm.agreement import RankFacts, agree, restate
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
@@ -305,7 +305,7 @@ class FusionDefinition:
             if graphed:
                 check_capturable(evaluator, inputs, communicator)
         except Exception as error:  # a bug too: the peers must not wait for this rank
-            _tell_peers(error, communicator, first)
+            _tell_peers(error, communicator, first, wait=not self._has_agreed(communicator))
             raise
         fast = device is None and timeout is None and not _enable_options and not _disable_options
         if graphed:
@@ -329,6 +329,16 @@ class FusionDefinition:
             )
             check_compiled_outputs(outputs, other, compiled)
         return outputs
+
+    def _has_agreed(self, communicator: Any) -> bool:
+        """Whether the ranks of ``communicator`` agreed on a run of this definition: after a
+        failure, the peers may then be running that signature rather than agreeing on a
+        first run (hostir.comm.agreement)."""
+        return any(
+            evaluator.has_agreed_any()
+            for evaluator in self._evaluators.values()
+            if evaluator.communicator is communicator
+        )
 
     def _graphed(
         self,
@@ -413,6 +423,7 @@ class FusionDefinition:
                 program, communicator=communicator, device=device, listeners=listeners
             )
             self._evaluators[key] = evaluator
+        evaluator.agreed_elsewhere = self._has_agreed(communicator)
         return evaluator
 
     def _check_input_count(self, inputs: list[Any]) -> None:
@@ -462,10 +473,14 @@ class FusionDefinition:
             raise input_errors[0]
 
 
-def _tell_peers(error: Exception, communicator: Any, first: bool) -> None:
+def _tell_peers(error: Exception, communicator: Any, first: bool, wait: bool) -> None:
     """Lets the other ranks know this rank stops with ``error`` before it runs: through the
     agreement they are entering (a signature this rank has not run yet), else through a
-    failure notice that names this rank in their communication errors."""
+    failure notice that names this rank in their communication errors. ``wait``: wait for
+    the agreement (a first run of the definition: the peers are entering it too, and the
+    ranks that failed agree on one message, given to ``error``); else announce the failure
+    and return at once (the peers may be running a signature agreed on before:
+    hostir.comm.agreement)."""
     if communicator.world_size == 1:
         return
     if not first:
@@ -475,7 +490,7 @@ def _tell_peers(error: Exception, communicator: Any, first: bool) -> None:
         communicator.set_timeout(collective_timeout())
     except HostIrError:
         pass  # a bad HOSTIR_TIMEOUT: the communicator keeps the timeout it has
-    agree(communicator, RankFacts.failed(error))
+    restate(error, agree(communicator, RankFacts.failed(error), wait=wait))
 
 
 def _first_device(inputs: list[Any]) -> torch.device:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import socket
 from dataclasses import dataclass
 
 from hostir.errors import SettingError
@@ -190,6 +191,26 @@ def master_port() -> int | None:
     """``MASTER_PORT`` (None when unset): a TCP port in [1, 65535]."""
     text = _text("MASTER_PORT")
     return None if text is None else _parsed_count("MASTER_PORT", text, 1, MAX_PORT)
+
+
+def rendezvous_host(default: str) -> str:
+    """``MASTER_ADDR`` (``default`` when unset or empty) if it resolves to an address;
+    SettingError naming the variable and its text otherwise. Looked up on every call (a
+    name may start resolving later): call it once, before joining the world. Without it,
+    torch's store retried an unresolvable name until the collective timeout, printing
+    pages of C++ traces, even in a world of one process."""
+    text = _text("MASTER_ADDR")
+    host = default if text is None else text
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError) as error:  # gaierror; idna: a label too long
+        reason = getattr(error, "strerror", None) or str(error)
+        raise SettingError(
+            f"MASTER_ADDR={_shown(host)}: the rendezvous host does not resolve ({reason});"
+            " expected the name or address of the machine of rank 0 (127.0.0.1 on this"
+            " machine)"
+        ) from None
+    return host
 
 
 # -- Parsing, once per variable and text ---------------------------------------------

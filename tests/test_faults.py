@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import time
 
 import pytest
@@ -21,6 +22,7 @@ import hostir
 from frontend import FusionDefinition, ParallelType, shard_tensor
 from frontend.errors import DefinitionError
 from hostir import HostIrEvaluator, Listener, cli
+from hostir.comm import launcher
 from hostir.comm.timeouts import DEFAULT_TIMEOUT_S, collective_timeout
 from hostir.errors import (
     CommunicationError,
@@ -235,6 +237,77 @@ def test_a_rank_changing_its_shapes_alone_later_fails_by_name_in_time(multidevic
             fd.execute(local, timeout=SHORT_TIMEOUT_S)
 
 
+LONG_TIMEOUT_S = 60.0
+"""The collective timeout of a rank that must not wait for it (a wait would be a hang)."""
+
+
+@pytest.mark.world_sizes(2)
+def test_a_rank_refusing_a_later_signature_alone_fails_at_once_and_is_named(multidevice_test):
+    """After an agreed run, rank 1 alone passes a float64 weight (a signature it refuses
+    before communicating) while rank 0 runs the agreed one: rank 1 used to wait for the
+    whole timeout in an agreement rank 0 never joined, and rank 0's Allreduce timed out
+    saying only that a peer stalled. Now rank 1 announces its refusal and raises at once,
+    and rank 0 names it. First, both ranks pass more rows and rank 1 float64: rank 0, in
+    the agreement, receives the announcement and stops at once naming rank 1's error;
+    then both run the new rows, still in step."""
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    (out,) = fd.execute(local_inputs(tvs, full, rank))
+    torch.testing.assert_close(out, full[0] @ full[1].T)
+    torch.manual_seed(1)
+    more = [torch.randn(16, full[0].shape[1]), full[1]]
+    local = local_inputs(tvs, more, rank)
+    refused = [local[0], local[1].double()]
+    refusal = "InputError: input T1 must have dtype float32, got float64"
+    started = time.monotonic()
+    if rank == 1:
+        with pytest.raises(InputError, match=refusal.partition(": ")[2]):
+            fd.execute(refused, timeout=LONG_TIMEOUT_S)
+    else:
+        with pytest.raises(PeerFailureError, match=f"rank 1: {refusal}"):
+            fd.execute(local, timeout=LONG_TIMEOUT_S)
+    assert time.monotonic() - started < LONG_TIMEOUT_S / 2
+    (out,) = fd.execute(local)
+    torch.testing.assert_close(out, more[0] @ more[1].T)
+    store = torch.distributed.distributed_c10d._get_default_store()
+    if rank == 1:
+        for _ in range(2):  # the second with the first announcement still unanswered
+            started = time.monotonic()
+            with pytest.raises(InputError, match=refusal.partition(": ")[2]):
+                fd.execute(refused, timeout=LONG_TIMEOUT_S)
+            assert time.monotonic() - started < LONG_TIMEOUT_S / 2
+        store.set("faults/later-refusal/raised", "1")
+        return
+    store.wait(["faults/later-refusal/raised"])  # rank 0 is not in an agreement meanwhile
+    with pytest.raises(CommunicationError) as info:
+        fd.execute(local, timeout=SHORT_TIMEOUT_S)
+    assert re.search(r"Allreduce defining T\d+ .* failed on rank 0", str(info.value))
+    assert f"rank 1 failed first: {refusal}" in str(info.value)
+
+
+@pytest.mark.world_sizes(2)
+def test_ranks_refusing_for_different_reasons_all_raise_one_account(multidevice_test):
+    """Rank 0 passes a float64 x, rank 1 a float64 w: each refuses its own input before
+    communicating, and each used to raise only its own error (fuzz seed 7310378 at 8
+    ranks: rank 0 named T6's split, the others T7's). Now every rank raises the one
+    account of both refusals; then both run good inputs."""
+    rank = multidevice_test.rank
+    fd, tvs, full = full_inputs(row_parallel, multidevice_test.size)
+    good = local_inputs(tvs, full, rank)
+    bad = [t.double() if i == rank else t for i, t in enumerate(good)]
+    with pytest.raises(InputError) as info:
+        fd.execute(bad)
+    message = str(info.value)
+    assert message.startswith("the ranks failed for different reasons: rank 0: InputError:")
+    assert "input T0 must have dtype float32" in message
+    assert "; rank 1: InputError: input T1 must have dtype float32" in message
+    messages = [None, None]
+    torch.distributed.all_gather_object(messages, message)
+    assert messages[0] == messages[1]
+    (out,) = fd.execute(good)
+    torch.testing.assert_close(out, full[0] @ full[1].T)
+
+
 class FailOnRank(Listener):
     """Injects a fault: raises before the first compute instruction on ``rank``."""
 
@@ -373,6 +446,40 @@ def test_hostir_run_backend_nccl_without_cuda_is_one_line(capsys):
     assert cli.main(["run", __file__, "--nproc", "2", "--backend", "nccl"]) == 2
     err = capsys.readouterr().err
     assert err == "hostir: error: --backend nccl needs CUDA, and this machine has no CUDA device\n"
+
+
+@pytest.mark.parametrize(
+    "variable, option, expected",
+    [
+        (None, None, "gloo"),
+        ("gloo", "gloo", "gloo"),
+        ("nccl", None, "nccl" if torch.cuda.is_available() else "HOSTIR_BACKEND=nccl needs CUDA"),
+        ("nccl", "gloo", "--backend gloo conflicts with HOSTIR_BACKEND=nccl in the environment"),
+        ("banana", None, "HOSTIR_BACKEND='banana': expected gloo or nccl"),
+    ],
+    ids=["default", "both-agree", "variable-nccl", "conflict", "bad-variable"],
+)
+def test_hostir_run_keeps_a_users_backend_or_refuses_a_conflict(
+    monkeypatch, capsys, variable, option, expected
+):
+    """``hostir run`` set every rank's HOSTIR_BACKEND to ``--backend``'s default, gloo, so a
+    user's ``HOSTIR_BACKEND=nccl`` (or a typo) was silently replaced. Now the variable is
+    the default of ``--backend``; the two given differently, nccl without CUDA or a bad
+    value is one line, exit 2, before any rank starts (the launch is recorded, not run)."""
+    launched = []
+    monkeypatch.setattr(launcher, "launch", lambda *args, backend: launched.append(backend) or 0)
+    if variable is None:
+        monkeypatch.delenv("HOSTIR_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("HOSTIR_BACKEND", variable)
+    options = [] if option is None else ["--backend", option]
+    code = cli.main(["run", __file__, "--nproc", "2", *options])
+    if expected in ("gloo", "nccl"):
+        assert (code, launched) == (0, [expected])
+        return
+    assert (code, launched) == (2, [])
+    err = capsys.readouterr().err
+    assert err.startswith(f"hostir: error: {expected}") and err.count("\n") == 1, err
 
 
 # -- Settings -----------------------------------------------------------------------------

@@ -36,10 +36,11 @@ from hostir.cli.arguments import (
 )
 from hostir.cli.scripts import ScriptError
 from hostir.comm import launcher
+from hostir.comm.world import BACKEND_VARIABLE, BACKENDS
 from hostir.errors import HostIrError, ParseError, SettingError, VerifyError
 from hostir.ir.container import HostIrContainer
 from hostir.run.evaluator import HostIrEvaluator
-from hostir.settings import MAX_WORLD_SIZE, flag_setting
+from hostir.settings import MAX_WORLD_SIZE, choice_setting, flag_setting
 
 FAILURE = 1
 USAGE_ERROR = 2
@@ -87,8 +88,30 @@ def add_run_command(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help=f"number of ranks (1 to {launcher.MAX_NPROC})",
     )
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="the ranks' backend (default: HOSTIR_BACKEND, else gloo; both given must agree)",
+    )
     parser.set_defaults(handler=run_command, takes_extra_args=True)
+
+
+def launch_backend(option: str | None) -> str:
+    """The backend of the ranks ``run`` starts: ``--backend``, else ``HOSTIR_BACKEND``, else
+    gloo. The ranks read ``HOSTIR_BACKEND``, which the launcher sets: a user's variable
+    used to be replaced silently (even ``nccl`` by gloo), so a value that differs from
+    ``--backend`` is refused by name, as is nccl without CUDA."""
+    asked = choice_setting(BACKEND_VARIABLE, BACKENDS)  # a bad value: SettingError, exit 2
+    if option is not None and asked is not None and option != asked:
+        raise CommandError(
+            f"--backend {option} conflicts with {BACKEND_VARIABLE}={asked} in the environment:"
+            " give one of them, or the same backend in both"
+        )
+    backend = option or asked or "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        source = "--backend nccl" if option else f"{BACKEND_VARIABLE}=nccl"
+        raise CommandError(f"{source} needs CUDA, and this machine has no CUDA device")
+    return backend
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -98,9 +121,8 @@ def run_command(args: argparse.Namespace) -> int:
         raise CommandError(f"script not found: {args.script}")
     if not os.path.isfile(args.script):
         raise CommandError(f"script is not a file: {args.script}")
-    if args.backend == "nccl" and not torch.cuda.is_available():
-        raise CommandError("--backend nccl needs CUDA, and this machine has no CUDA device")
-    code = launcher.launch(args.script, args.nproc, args.extra_args, backend=args.backend)
+    backend = launch_backend(args.backend)
+    code = launcher.launch(args.script, args.nproc, args.extra_args, backend=backend)
     return code if code >= 0 else 128 - code  # killed by signal S: exit 128 + S, like a shell
 
 

@@ -16,6 +16,23 @@ then) and every rank raises the same named error:
   digests, or the symbol, tensor, dim and extents, or the input and dtypes
   that differ.
 
+When several ranks fail, for different reasons (rank 0 refuses a split of T6 that
+only it can check, the others one of T7), they agree on one account of all the
+failures, the lowest rank's first, and every failed rank raises its own error with
+that message.
+
+A rank that fails after the ranks agreed on earlier signatures *announces* its
+failure instead of waiting (``agree(..., wait=False)``): its peers may be running a
+signature they agreed on, in collectives this rank will not join, and would leave it
+waiting for the whole timeout. It posts its error where the peers read it (the
+process group's store: ``post_failure``), sends its message without waiting
+(``announce_codes``) and raises at once. Peers that are in the agreement receive the
+message (status :data:`ANNOUNCED`), read the error, and stop naming it; peers in a
+collective time out naming it (its posted failure). Until the announcement is
+received, the rank's next communication waits for it, so that no later message of its
+pairs with a peer's earlier one, and a further failure is not announced again (the
+communicator's business: hostir.comm.torch_communicator).
+
 The comparison lives here, apart from the transport (the communicator's
 ``exchange_codes`` / ``exchange_objects``), so it is tested without ranks.
 """
@@ -32,8 +49,13 @@ from hostir.errors import CommunicationError, DisagreementError, PeerFailureErro
 
 MAGIC = 0x686F7374697231  # "hostir1": a message from this protocol, not stray data
 MESSAGE_SLOTS = 4
-"""Int64s each rank sends in the common case: magic, program code, status, facts code."""
-OK, FAILED = 0, 1
+"""Int64s each rank sends in the common case: magic, program code, status, facts code (a
+failed rank's: the code of its error)."""
+OK, FAILED, ANNOUNCED = 0, 1, 2
+"""Statuses: the rank runs; it failed and waits for the agreement (it takes part in the
+detailed exchange); it failed and did not wait (its error is in its posted failure)."""
+MAX_FAILURES_SHOWN = 4
+"""How many different failures an account of the ranks' failures spells out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,54 +90,108 @@ class RankFacts:
         return RankFacts(digest=digest, failure=f"{type(error).__name__}: {error}")
 
 
-def agree(communicator: Any, facts: RankFacts) -> None:
+def agree(communicator: Any, facts: RankFacts, *, wait: bool = True) -> str | None:
     """Exchanges ``facts`` with every rank; raises the same error on every rank if they
     differ (see the module docstring).
 
-    On a rank whose ``facts`` record a failure this returns without raising (the
-    caller raises its own error), also when the exchange itself fails: the
-    exchange only tells the peers why this rank stops.
+    On a rank whose ``facts`` record a failure this does not raise: the caller raises its
+    own error, with the message returned here if the ranks failed for different reasons
+    (:func:`restate`; None: its own message stands, also when the exchange itself
+    fails, which only tells the peers why this rank stops). Such a rank first posts its
+    failure for the peers; with ``wait=False`` it announces it without waiting (see the
+    module docstring) and returns None at once.
     """
+    failed = facts.failure is not None
+    if failed:
+        communicator.post_failure(facts.failure)
+        if not wait:
+            _announce(communicator, facts)
+            return None
     try:
-        codes = communicator.exchange_codes(encode(facts))
-        strays = [r for r, row in enumerate(codes) if row[0] != MAGIC]
-        if strays:
-            raise CommunicationError(
-                f"the agreement before the first collective received from"
-                f" {describe_ranks(strays)} data that is not an agreement message (a rank"
-                f" in another collective?); this is rank {communicator.rank}"
-            )
+        codes = communicator.exchange_codes(encode(facts, FAILED))
+        _check_messages(codes, communicator.rank)
         if all(row == codes[0] for row in codes) and codes[0][2] == OK:
-            return
-        everyone = communicator.exchange_objects(facts)
+            return None
+        everyone = _details(communicator, facts, codes)
     except CommunicationError:
-        if facts.failure is not None:
-            return
+        if failed:
+            return None
         raise
+    if failed:
+        return agreed_failure(everyone)
     error = judge(everyone, communicator.rank)
     if error is not None:
         raise error
+    return None
 
 
-def encode(facts: RankFacts) -> list[int]:
+def restate(error: BaseException, message: str | None) -> BaseException:
+    """``error`` carrying ``message`` (what :func:`agree` returned) as its message, its class
+    and traceback kept; ``error`` as it was for None."""
+    if message is not None:
+        error.args = (message,)
+    return error
+
+
+def _announce(communicator: Any, facts: RankFacts) -> None:
+    """Sends a failed rank's message without waiting for the peers (best effort: the rank
+    raises its own error whatever happens here)."""
+    try:
+        communicator.announce_codes(encode(facts, ANNOUNCED))
+    except CommunicationError:
+        pass  # the world is unusable already, or the group could not be made: nobody waits
+
+
+def _check_messages(codes: Sequence[Sequence[int]], rank: int) -> None:
+    """Refuses codes that are not agreement messages (a rank in another collective)."""
+    strays = [r for r, row in enumerate(codes) if row[0] != MAGIC]
+    if strays:
+        raise CommunicationError(
+            f"the agreement before the first collective received from"
+            f" {describe_ranks(strays)} data that is not an agreement message (a rank"
+            f" in another collective?); this is rank {rank}"
+        )
+
+
+def _details(communicator: Any, facts: RankFacts, codes: list[list[int]]) -> list[RankFacts]:
+    """Every rank's facts, once the codes differ: exchanged, unless a rank announced its
+    failure (it takes no part in the exchange). Then a failure decides what every rank
+    raises, and the failed ranks' errors are read from their posted failures."""
+    if all(row[2] != ANNOUNCED for row in codes):
+        return communicator.exchange_objects(facts)
+    everyone = []
+    for rank, row in enumerate(codes):
+        if rank == communicator.rank or row[2] == OK:
+            everyone.append(facts if rank == communicator.rank else RankFacts(digest=""))
+            continue
+        posted = communicator.posted_failure(rank)
+        if posted is None or _code(posted) != row[3]:  # gone with the store, or a later one
+            posted = f"(its error did not reach rank {communicator.rank}: see rank {rank}'s own)"
+        everyone.append(RankFacts(digest="", failure=posted))
+    return everyone
+
+
+def encode(facts: RankFacts, failed: int = FAILED) -> list[int]:
     """The common-case message: equal on every rank exactly when nothing differs (up to
     64-bit hash collisions, and ranks that hold different inputs, which the detailed
-    exchange then compares precisely)."""
-    status = OK if facts.failure is None else FAILED
+    exchange then compares precisely). A failed rank sends status ``failed`` (FAILED or
+    ANNOUNCED) and the code of its error."""
+    if facts.failure is not None:
+        return [MAGIC, _code(facts.digest), failed, _code(facts.failure)]
     held = sorted((e.symbol, e.value) for e in facts.extents)
-    return [MAGIC, _code(facts.digest), status, _code(repr((held, sorted(facts.dtypes))))]
+    return [MAGIC, _code(facts.digest), OK, _code(repr((held, sorted(facts.dtypes))))]
 
 
 def judge(everyone: Sequence[RankFacts], rank: int) -> CommunicationError | None:
-    """The error rank ``rank`` raises given every rank's facts (None: go on)."""
-    failed = [r for r, facts in enumerate(everyone) if facts.failure is not None]
-    if failed:
-        if rank in failed:
+    """The error rank ``rank`` raises given every rank's facts (None: go on; on a failed
+    rank, None too: it raises its own error, see :func:`agreed_failure`)."""
+    failures = {r: facts.failure for r, facts in enumerate(everyone) if facts.failure is not None}
+    if failures:
+        if rank in failures:
             return None  # this rank raises its own error
-        first = everyone[failed[0]].failure
         return PeerFailureError(
-            f"{describe_ranks(failed)} failed before communicating, so rank {rank} stops"
-            f" too; rank {failed[0]}: {first}"
+            f"{describe_ranks(failures)} failed before communicating, so rank {rank} stops"
+            f" too; {_account(failures)}"
         )
     digests = _groups({r: facts.digest for r, facts in enumerate(everyone)})
     if len(digests) > 1:
@@ -125,6 +201,31 @@ def judge(everyone: Sequence[RankFacts], rank: int) -> CommunicationError | None
             f" this is rank {rank}"
         )
     return _extent_disagreement(everyone, rank) or _dtype_disagreement(everyone, rank)
+
+
+def agreed_failure(everyone: Sequence[RankFacts]) -> str | None:
+    """The message every failed rank raises when the ranks failed for different reasons:
+    the account of all of them (:func:`judge` gives the others the same). None when they
+    failed alike (each raises its own, equal, error) or none failed."""
+    failures = {r: facts.failure for r, facts in enumerate(everyone) if facts.failure is not None}
+    return _account(failures) if len(set(failures.values())) > 1 else None
+
+
+def _account(failures: Mapping[int, str]) -> str:
+    """``rank 1: InputError: ...``, or for different failures ``the ranks failed for
+    different reasons: rank 0: ...; ranks 1-7: ...``: in the order of their lowest rank,
+    at most MAX_FAILURES_SHOWN of them."""
+    by_failure: dict[str, list[int]] = {}
+    for r in sorted(failures):
+        by_failure.setdefault(failures[r], []).append(r)
+    if len(by_failure) == 1:
+        return f"rank {min(failures)}: {failures[min(failures)]}"
+    shown = list(by_failure.items())
+    parts = [f"{describe_ranks(rs)}: {failure}" for failure, rs in shown[:MAX_FAILURES_SHOWN]]
+    rest = [r for _, rs in shown[MAX_FAILURES_SHOWN:] for r in rs]
+    if rest:
+        parts.append(f"{len(shown) - MAX_FAILURES_SHOWN} more on {describe_ranks(rest)}")
+    return "the ranks failed for different reasons: " + "; ".join(parts)
 
 
 def _extent_disagreement(everyone: Sequence[RankFacts], rank: int) -> DisagreementError | None:

@@ -132,6 +132,16 @@ class Communicator:
         with self._guarded("the agreement"):
             return self._exchange_objects(obj)
 
+    def announce_codes(self, codes: Sequence[int]) -> None:
+        """Sends ``codes`` as this rank's part of the next :meth:`exchange_codes` without
+        waiting for the others' (a rank that failed before communicating, whose peers may
+        not be in an agreement: hostir.comm.agreement). This rank's next communication
+        waits for the exchange to complete first, where the communicator can."""
+        if self.world_size == 1:
+            return
+        with self._guarded("the agreement"):
+            self._announce_codes(list(codes))
+
     # -- Collectives --------------------------------------------------------------
 
     def allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Sequence[int]) -> Work:
@@ -357,6 +367,9 @@ class Communicator:
     def _exchange_objects(self, obj: Any) -> list[Any]:
         raise self._cannot_reach("exchange_objects", tuple(range(self.world_size)))
 
+    def _announce_codes(self, codes: list[int]) -> None:
+        self._exchange_codes(codes)  # a stand-in answers at once
+
     def _apply_timeout(self, timeout: datetime.timedelta) -> None:
         """Hands a new timeout to the backend's groups (nothing to do without a backend)."""
 
@@ -449,6 +462,11 @@ class Communicator:
         """(rank, message) of the failures other ranks posted at or after ``moment``
         (``time.time()``), where this communicator can know them."""
         return []
+
+    def posted_failure(self, rank: int) -> str | None:
+        """The message of the last failure ``rank`` posted (:meth:`post_failure`), where
+        this communicator can know it; else None."""
+        return None
 
     def _cannot_reach(self, what: str, group: Group) -> CommunicationError:
         return CommunicationError(

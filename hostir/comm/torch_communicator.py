@@ -88,6 +88,7 @@ class GroupCache:
         self.groups: dict[Group | str, Any] = {}
         self.timeout: datetime.timedelta | None = None
         self.failure: CommunicationError | None = None  # the first backend failure
+        self.announced: Work | None = None  # an agreement message sent without waiting
 
     def current(self) -> dict[Group | str, Any]:
         """The groups of the current default group (emptied if that group changed)."""
@@ -98,6 +99,7 @@ class GroupCache:
             self.groups = {}
             self.timeout = None
             self.failure = None
+            self.announced = None
             self.world = world  # holding it keeps its id from being reused
         return self.groups
 
@@ -152,6 +154,10 @@ class PendingWork(Work):
             self._finish()
         self._done = True
         self._handles, self._finish, self._keep = [], None, []
+
+    def ready(self) -> bool:
+        """Whether :meth:`wait` would return (or raise) at once: every handle completed."""
+        return self._done or all(handle.is_completed() for handle in self._handles)
 
 
 class TorchCommunicator(Communicator):
@@ -215,8 +221,18 @@ class TorchCommunicator(Communicator):
 
     def _check_usable(self, what: str) -> None:
         """Refuses to communicate after a backend failure: a timed-out or broken gloo group
-        has closed its connections, and late messages could land in a later collective."""
+        has closed its connections, and late messages could land in a later collective.
+        An agreement message this rank announced without waiting (``announce_codes``) is
+        waited for first: a later message of this rank must not pair with a peer's earlier
+        one. Its peers receive it at their agreement; if they never come to one (they ran
+        a signature agreed on before), it times out and the world is unusable."""
         GROUPS.current()
+        announced, GROUPS.announced = GROUPS.announced, None
+        if announced is not None:
+            try:
+                announced.wait()
+            except CommunicationError:
+                pass  # recorded as GROUPS.failure (PendingWork's on_error): refused below
         if GROUPS.failure is not None:
             raise CommunicationError(
                 f"{what} on rank {self.rank}: hostir's process groups are unusable after an"
@@ -241,15 +257,19 @@ class TorchCommunicator(Communicator):
         try:
             store = dist.distributed_c10d._get_default_store()
             for rank in range(self.world_size):
-                key = f"{NOTICES}{rank}"
-                if rank == self.rank or not store.check([key]):
-                    continue
-                stamp, _, message = store.get(key).decode(errors="replace").partition("|")
-                if float(stamp) >= moment:
-                    found.append((rank, message))
+                notice = _notice(store, rank) if rank != self.rank else None
+                if notice is not None and notice[0] >= moment:
+                    found.append((rank, notice[1]))
         except Exception:  # noqa: BLE001 - the store may be gone with a failed rank 0
             return found
         return found
+
+    def posted_failure(self, rank: int) -> str | None:
+        try:
+            notice = _notice(dist.distributed_c10d._get_default_store(), rank)
+        except Exception:  # noqa: BLE001 - the store may be gone with a failed rank 0
+            return None
+        return None if notice is None else notice[1]
 
     def _sync_timeout(self) -> None:
         """Gives our existing groups this communicator's timeout if they have another."""
@@ -285,6 +305,25 @@ class TorchCommunicator(Communicator):
         except (RuntimeError, CommunicationError) as error:
             raise self._agreement_failure(error, arrivals) from error
         return everyone.view(self.world_size, len(codes)).tolist()
+
+    def _announce_codes(self, codes: list[int]) -> None:
+        GROUPS.current()
+        if GROUPS.announced is not None and not GROUPS.announced.ready():
+            # The peers have not received this rank's earlier announcement (they are
+            # running a signature agreed on before): this one would only queue behind it,
+            # and waiting for that one is waiting for the timeout. Its posted failure
+            # names this rank to them.
+            return
+        _arrive(self.rank)
+        group = self._agreement_group()
+        mine = torch.tensor(codes, dtype=torch.int64)
+        everyone = torch.empty(self.world_size * len(codes), dtype=torch.int64)
+        try:
+            handle = ALL_GATHER_SINGLE(everyone, mine, group=group, async_op=True)
+        except RuntimeError as error:
+            raise self._agreement_failure(error, None) from error
+        where = "the agreement announcing this rank's failure before communicating"
+        GROUPS.announced = self._work(where, [handle], None, [mine, everyone])
 
     def _exchange_objects(self, obj: Any) -> list[Any]:
         everyone: list[Any] = [None] * self.world_size
@@ -468,6 +507,15 @@ def _arrive(rank: int) -> int | None:
         return int(store.add(f"{ARRIVALS}{rank}", 1))
     except Exception:  # noqa: BLE001 - naming a missing rank is a courtesy, never a failure
         return None
+
+
+def _notice(store: Any, rank: int) -> tuple[float, str] | None:
+    """(time, message) of the last failure ``rank`` posted in ``store`` (None: none)."""
+    key = f"{NOTICES}{rank}"
+    if not store.check([key]):
+        return None
+    stamp, _, message = store.get(key).decode(errors="replace").partition("|")
+    return float(stamp), message
 
 
 def _missing(world_size: int, arrivals: int | None) -> list[int]:

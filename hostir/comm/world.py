@@ -21,11 +21,13 @@ from hostir.comm.communicator import Communicator, LocalCommunicator, backend_fa
 from hostir.comm.timeouts import collective_timeout
 from hostir.comm.torch_communicator import TorchCommunicator
 from hostir.errors import SettingError
-from hostir.settings import LauncherWorld, choice_setting, launcher_world
+from hostir.settings import LauncherWorld, choice_setting, launcher_world, rendezvous_host
 
 BACKEND_VARIABLE = "HOSTIR_BACKEND"
 """The backend a launcher-made default group uses: ``gloo`` or ``nccl`` (set by
 ``hostir run --backend``); unset: nccl for CUDA tensors, gloo otherwise."""
+BACKENDS = ("gloo", "nccl")
+"""The values of ``HOSTIR_BACKEND`` (and of ``hostir run --backend``)."""
 
 
 def launcher_rank_and_size() -> tuple[int, int] | None:
@@ -39,14 +41,16 @@ def init_process_group_from_env(use_cuda: bool) -> bool:
     """Creates the default process group from launcher variables; False if none are set.
 
     The backend is ``HOSTIR_BACKEND`` if set (``hostir run --backend``), else nccl
-    for CUDA tensors and gloo otherwise. Under Open MPI the rendezvous address
-    defaults to this host.
+    for CUDA tensors and gloo otherwise. The rendezvous address (``MASTER_ADDR``) defaults
+    to this host (under Open MPI); SettingError at once if it does not resolve.
     """
     found = launcher_world()  # every variable checked before anything waits for a peer
     if found is None:
         return False
     rank, world_size = found.rank, found.world_size
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    # Resolved first: torch's store would retry a name that does not resolve until the
+    # timeout. Written back as checked (torch reads the variable itself).
+    os.environ["MASTER_ADDR"] = rendezvous_host(default="127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     backend = chosen_backend(use_cuda)
     timeout = collective_timeout()
@@ -88,7 +92,7 @@ def _use_local_device(world: LauncherWorld) -> None:
 
 def chosen_backend(use_cuda: bool) -> str:
     """``HOSTIR_BACKEND`` if set, else nccl for CUDA tensors (where CUDA exists), else gloo."""
-    asked = choice_setting(BACKEND_VARIABLE, ("gloo", "nccl"))
+    asked = choice_setting(BACKEND_VARIABLE, BACKENDS)
     if asked is None:
         return "nccl" if use_cuda and torch.cuda.is_available() else "gloo"
     if asked == "nccl" and not torch.cuda.is_available():

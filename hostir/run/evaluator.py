@@ -31,7 +31,7 @@ from hostir.analysis.pipeline_stages import is_pipelined
 from hostir.check.extent_checks import ExtentChecks
 from hostir.check.loop_counts import LoopCounts
 from hostir.check.verify import verify_located
-from hostir.comm.agreement import BoundExtent, RankFacts, agree
+from hostir.comm.agreement import BoundExtent, RankFacts, agree, restate
 from hostir.comm.communicator import Communicator
 from hostir.comm.run_guard import occupying_world
 from hostir.comm.timeouts import collective_timeout
@@ -195,6 +195,11 @@ class HostIrEvaluator:
         self._listening = threading.RLock()  # listeners observe one run at a time
         self._prepared_for: Communicator | None = None
         self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
+        # Set by the caller (FusionDefinition) when the ranks agreed on runs of another
+        # program of the same definition, which the peers may be running: then, as after
+        # an agreed run of this one, a run that fails before communicating announces its
+        # failure and raises at once instead of waiting (hostir.comm.agreement).
+        self.agreed_elsewhere = False
         self._digest: str | None = None
         self._extent_checks: ExtentChecks | None = None  # built at the first run
         self._loop_counts: LoopCounts | None = None  # built at the first run
@@ -299,9 +304,14 @@ class HostIrEvaluator:
         if communicator.world_size > 1:
             signature = _signature(inputs)
             if signature not in self._agreed:
-                agree(communicator, self._facts(context, failure))
+                # A rank refusing a new signature after the ranks agreed on others does not
+                # wait: its peers may be running one of those (hostir.comm.agreement).
+                wait = not (self._agreed or self.agreed_elsewhere)
+                agreed = agree(communicator, self._facts(context, failure), wait=wait)
                 if failure is None:
                     self._agreed.add(signature)
+                else:  # the ranks' one account where they failed for different reasons
+                    restate(failure, agreed)
             elif failure is not None:  # no agreement this time: the peers learn it so
                 communicator.post_failure(f"{type(failure).__name__}: {failure}")
         if failure is not None:
@@ -439,6 +449,11 @@ class HostIrEvaluator:
         """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
         with them starts without the agreement)."""
         return _signature(list(inputs)) in self._agreed
+
+    def has_agreed_any(self) -> bool:
+        """Whether the ranks agreed on a run of this evaluator's program (so that, after a
+        failure, the peers may be running it rather than agreeing on a first run)."""
+        return bool(self._agreed)
 
     def digest(self) -> str:
         """The program's digest: the SHA-256 of its text (the same on ranks running it)."""

@@ -17,7 +17,9 @@ rank reaches the same verdict:
   check that fails (``check_resharding``) is a crash, not a refusal. A refusal
   that only some ranks can see (a split of an input only the ranks of its mesh
   bind) is one too when every other rank raises a ``PeerFailureError`` carrying
-  that refusal's message, as the agreement makes them; ranks that refuse
+  that refusal's message, as the agreement makes them. Ranks that refuse for
+  different reasons raise, each with its own error class, the agreement's one
+  account of all the refusals, and that is one refusal too; ranks that refuse
   differently otherwise are a crash. Inputs are sharded (``shard_tensor``, which
   refuses a split that does not divide too) on every rank before any executes,
   and a rank's refusal there is every rank's, as a user's script would stop
@@ -307,7 +309,9 @@ def combine(results: list[RankResult]) -> tuple[str, str]:
     for rank, result in enumerate(results):
         if result.status == CRASH:
             return CRASH, f"rank {rank}: {result.message}"
-    refusals = {same_on_every_rank(r.message) for r in results if r.status == REFUSED}
+    # Compared without the error's class: ranks that refused for different reasons raise
+    # their own classes with the agreement's one account of all the refusals.
+    refusals = {_text(same_on_every_rank(r.message)) for r in results if r.status == REFUSED}
     peers = [r for r in results if r.status == PEER_REFUSED]
     carried = len(refusals) == 1 and all(
         same_on_every_rank(r.message).find(next(iter(refusals))[:300]) >= 0 for r in peers
@@ -327,6 +331,11 @@ def combine(results: list[RankResult]) -> tuple[str, str]:
         if result.status == WRONG:
             return WRONG, result.message
     return OK, ""
+
+
+def _text(message: str) -> str:
+    """A rank's ``Class: text`` message without the class."""
+    return message.partition(": ")[2]
 
 
 def check_partials(case: Case, results: list[RankResult], program) -> str | None:

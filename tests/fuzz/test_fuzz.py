@@ -72,6 +72,20 @@ def test_ranks_must_agree():
     assert combine([RankResult(OK), RankResult(WRONG, "x")]) == (WRONG, "x")
 
 
+def test_ranks_refusing_for_different_reasons_are_one_refusal():
+    """Seed 7310378 at 8 ranks: rank 0 refused T6's split, the others T7's, and the case
+    was a crash. The agreement now gives every rank one account of both refusals, each
+    rank raising it with its own error class, and a rank that did not refuse carries it."""
+    from tests.fuzz.run import CRASH, PEER_REFUSED, REFUSED, RankResult, combine
+
+    account = "the ranks failed for different reasons: rank 0: ScheduleError: T6; rank 1: ..."
+    peer = RankResult(PEER_REFUSED, f"PeerFailureError: ranks 0-1 failed ...; {account}")
+    agreed = [RankResult(REFUSED, f"ScheduleError: {account}"), peer]
+    assert combine([*agreed, RankResult(REFUSED, f"ExtentError: {account}")])[0] == REFUSED
+    apart = [RankResult(REFUSED, "ScheduleError: T6"), RankResult(REFUSED, "ScheduleError: T7")]
+    assert combine(apart)[0] == CRASH
+
+
 def case_size(case: Case) -> int:
     """What shrinking reduces: outputs, statements, inputs and schedule steps."""
     steps = sum(len(block) for _, block in case.schedules)

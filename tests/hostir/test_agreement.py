@@ -5,9 +5,23 @@ tests/hostir/test_communicator.py.)"""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from hostir.comm.agreement import MAGIC, BoundExtent, RankFacts, agree, encode, judge
-from hostir.errors import CommunicationError, DisagreementError, PeerFailureError
+import hostir
+from hostir.comm.agreement import (
+    ANNOUNCED,
+    FAILED,
+    MAGIC,
+    BoundExtent,
+    RankFacts,
+    agree,
+    agreed_failure,
+    encode,
+    judge,
+)
+from hostir.comm.communicator import Communicator
+from hostir.errors import CommunicationError, DisagreementError, InputError, PeerFailureError
+from hostir.run.evaluator import HostIrEvaluator
 
 DIGEST = "a" * 64
 
@@ -69,23 +83,41 @@ def test_ranks_holding_different_inputs_agree_on_what_they_share():
 
 
 class Scripted:
-    """A communicator whose exchanges return what every rank is scripted to send."""
+    """A communicator whose exchanges return what every rank is scripted to send; the
+    ranks in ``announced`` sent their failure without waiting, and posted it (the store)."""
 
-    def __init__(self, rank: int, world: list[RankFacts], fail: bool = False) -> None:
+    def __init__(
+        self, rank: int, world: list[RankFacts], fail: bool = False, announced: tuple = ()
+    ) -> None:
         self.rank = rank
         self.world = world
         self.fail = fail
+        self.announced = announced
         self.exchanges = 0
+        self.posted = {r: f.failure for r, f in enumerate(world) if f.failure is not None}
+        self.sent_without_waiting = []
 
     def exchange_codes(self, codes):
         self.exchanges += 1
         if self.fail:
             raise CommunicationError("the exchange timed out")
-        return [encode(f) for f in self.world]
+        statuses = [ANNOUNCED if r in self.announced else FAILED for r in range(len(self.world))]
+        return [encode(f, status) for f, status in zip(self.world, statuses, strict=True)]
 
     def exchange_objects(self, obj):
+        if self.announced:  # those ranks are gone: the exchange would wait for them
+            raise AssertionError("exchange_objects with a rank that announced its failure")
         self.exchanges += 1
         return list(self.world)
+
+    def announce_codes(self, codes):
+        self.sent_without_waiting.append(codes)
+
+    def post_failure(self, message):
+        self.posted[self.rank] = message
+
+    def posted_failure(self, rank):
+        return self.posted.get(rank)
 
 
 def test_agreeing_ranks_exchange_once():
@@ -115,3 +147,97 @@ def test_a_failed_rank_raises_its_own_error_even_if_the_exchange_fails():
     agree(Scripted(1, [], fail=True), failed)  # returns: the caller raises its own error
     with pytest.raises(CommunicationError, match="timed out"):
         agree(Scripted(0, [], fail=True), facts())
+
+
+def test_ranks_failing_for_different_reasons_agree_on_one_account():
+    """Fuzz seed 7310378 at 8 ranks: rank 0 refused a split of T6 (only it holds the input
+    whose extent it needs), the others one of T7, and each raised its own. Now every
+    failed rank raises the one account of all of them (the lowest rank's first), and the
+    ranks that did not fail give the same account."""
+    six, seven = ValueError("T6: split"), ValueError("T7: split")
+    world = [RankFacts.failed(six), RankFacts.failed(seven), facts(), RankFacts.failed(seven)]
+    account = "the ranks failed for different reasons: rank 0: ValueError: T6: split; ranks 1, 3:"
+    assert agreed_failure(world) == account + " ValueError: T7: split"
+    error = judge(world, 2)
+    assert isinstance(error, PeerFailureError)
+    assert str(error) == "ranks 0-1, 3 failed before communicating, so rank 2 stops too; " + (
+        agreed_failure(world)
+    )
+    for rank in (0, 1, 3):
+        assert judge(world, rank) is None  # each raises its own error, with the account
+        assert agree(Scripted(rank, world), world[rank]) == agreed_failure(world)
+    alike = [RankFacts.failed(six), RankFacts.failed(six)]
+    assert agreed_failure(alike) is None  # the same failure: each raises its own, equal
+    many = [RankFacts.failed(ValueError(f"reason {r}")) for r in range(7)]
+    assert agreed_failure(many).endswith("rank 3: ValueError: reason 3; 3 more on ranks 4-6")
+
+
+def test_a_rank_failing_after_an_agreed_run_announces_it_without_waiting():
+    """With wait=False (the ranks agreed on an earlier signature: the peers may be running
+    it) a failed rank posts its error and sends its message without waiting for any."""
+    failed = RankFacts.failed(ValueError("float64"))
+    comm = Scripted(1, [facts(), failed])
+    assert agree(comm, failed, wait=False) is None
+    assert comm.exchanges == 0 and comm.sent_without_waiting == [encode(failed, ANNOUNCED)]
+    assert comm.posted[1] == "ValueError: float64"
+
+
+def test_peers_name_an_announced_failure_from_its_posted_error():
+    """A peer in the agreement receives the announcing rank's message, reads its error from
+    the store (no detailed exchange: that rank is gone) and stops naming it; a posted error
+    that is not the one announced (a later one) is not taken for it."""
+    failed = RankFacts.failed(ValueError("float64"))
+    comm = Scripted(0, [facts(), failed], announced=(1,))
+    with pytest.raises(PeerFailureError, match=r"rank 1: ValueError: float64$"):
+        agree(comm, facts())
+    comm.posted[1] = "ValueError: a later failure"
+    with pytest.raises(PeerFailureError, match=r"rank 1: \(its error did not reach rank 0"):
+        agree(comm, facts())
+
+
+NEGATE = """%HostIrContainer {
+  input T0 : float32[4]
+  T1 : float32[4] = neg(T0)
+  output T1
+}
+"""
+
+
+class Recording(Communicator):
+    """Rank 1 of a world of two that agrees with itself, recording how each agreement
+    went: waited for (``exchange_codes``) or announced without waiting."""
+
+    def __init__(self) -> None:
+        super().__init__(rank=1, world_size=2)
+        self.agreements: list[str] = []
+
+    def _exchange_codes(self, codes):
+        self.agreements.append("waited")
+        return [list(codes)] * self.world_size
+
+    def _exchange_objects(self, obj):
+        return [obj] * self.world_size
+
+    def _announce_codes(self, codes):
+        self.agreements.append("announced")
+
+
+def test_an_evaluator_refusing_after_an_agreed_run_announces_its_failure():
+    """HostIrEvaluator.run: a refusal on a first run waits for the agreement (the peers are
+    entering it too); after an agreed run, or when the caller says the ranks agreed on
+    another program of the definition, it announces the refusal and raises at once."""
+    world = Recording()
+    evaluator = HostIrEvaluator(hostir.parse(NEGATE), communicator=world)
+    x = torch.randn(4)
+    with pytest.raises(InputError, match="must have dtype float32, got float64"):
+        evaluator.run([x.double()])
+    (out,) = evaluator.run([x])
+    torch.testing.assert_close(out, -x)
+    with pytest.raises(InputError, match="must have dtype float32, got float64"):
+        evaluator.run([x.double()])
+    assert world.agreements == ["waited", "waited", "announced"]
+    other = HostIrEvaluator(hostir.parse(NEGATE), communicator=world)
+    other.agreed_elsewhere = True
+    with pytest.raises(InputError, match="must have dtype float32, got float64"):
+        other.run([x.double()])
+    assert world.agreements[-1] == "announced"

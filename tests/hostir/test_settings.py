@@ -20,6 +20,7 @@ from hostir.run.pipelined_loops import pipeline_checking_enabled
 from hostir.run.race_checker import race_checking_enabled
 from hostir.run.stream_pool import MAX_STREAMS, stream_count
 from hostir.text.round_trip import round_trip_checking_enabled
+from tests.child_runs import Python, Run
 
 LAUNCHER_VARIABLES = (
     "RANK",
@@ -146,6 +147,44 @@ def test_launcher_variables_are_refused_before_anything_waits(launcher, variable
         else:
             default_communicator()
     assert message in str(info.value)
+
+
+UNRESOLVABLE = """
+import os, time
+from hostir import default_communicator
+from hostir.errors import SettingError
+
+for size, rank in (("1", "0"), ("2", "1")):
+    os.environ.update(WORLD_SIZE=size, RANK=rank)
+    started = time.monotonic()
+    try:
+        default_communicator()
+    except SettingError as error:
+        print(f"{size} {time.monotonic() - started:.1f} {error}", flush=True)
+"""
+
+
+def test_an_unresolvable_rendezvous_host_is_one_line_at_once(child_runs):
+    """``MASTER_ADDR=no.such.host.invalid`` made a world of one (and each rank of more)
+    wait out the timeout twice while torch's store retried, printing pages of C++ traces,
+    then a CommunicationError blaming a stalled peer. Now a SettingError names the
+    variable and its text before anything waits. In a child process: no group may be
+    made in the test's own."""
+    timeout_s = 60.0  # the wait it used to take, twice per world
+    run = Run(
+        "unresolvable MASTER_ADDR",
+        Python("code", UNRESOLVABLE),
+        env=(("MASTER_ADDR", "no.such.host.invalid"), ("HOSTIR_TIMEOUT", str(timeout_s))),
+    )
+    done = child_runs.result(run)
+    assert done.returncode == 0 and done.killed is None, done.describe()
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "2"], done.describe()
+    for line in lines:
+        _, seconds, message = line.split(" ", 2)
+        assert float(seconds) < timeout_s / 2, line
+        assert message.startswith("MASTER_ADDR='no.such.host.invalid': the rendezvous host")
+    assert "c10d" not in done.stderr and "frame #" not in done.stderr, done.stderr
 
 
 def test_hostir_dump_is_strict(monkeypatch, capsys):
