@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from hostir.errors import EvaluationError
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.dtypes import DType
 from hostir.ir.scalars import evaluate_scalar
@@ -76,6 +77,8 @@ def run_iota(context: Any, instruction: Iota, operands: dict) -> torch.Tensor:
     (length,) = _global_shape(context, out)
     start = _cast_value(operands["start"], out.dtype)
     step = _cast_value(operands["step"], out.dtype)
+    if step == 0:  # the frontend refuses a constant 0; a scalar input is checked here
+        raise EvaluationError(f"iota defining {out.name}: step must not be 0")
     full = torch.arange(length, dtype=dtype, device=context.device) * step + start
     return _local_slice(context, out, full.to(dtype))
 

@@ -425,3 +425,16 @@ def test_a_scanned_dim_split_into_stream_chunks_is_refused(
         assert "for " in str(fd.host_ir())  # it does run as a stream loop
         got, want = fd.execute([data])[0], reference(data)
         torch.testing.assert_close(got.sort(0).values, want.sort(0).values)
+
+
+def test_an_iota_step_bound_to_0_is_refused_as_a_constant_0_is():
+    """A constant step of 0 is refused when the op is defined; a scalar input's 0 is refused
+    by name when it runs (it used to return ``start`` repeated), and a good step matches
+    torch."""
+    with FusionDefinition() as fd:
+        start, step = fd.define_scalar(DataType.Int), fd.define_scalar(DataType.Int)
+        fd.add_output(fd.ops.iota(5, start, step))
+    (out,) = fd.execute([2, 3])
+    assert torch.equal(out, torch.arange(5, dtype=torch.int64) * 3 + 2)
+    with pytest.raises(HostIrError, match=r"iota defining T\d+: step must not be 0"):
+        fd.execute([2, 0])
