@@ -10,6 +10,8 @@ from frontend.errors import (
     InputError,
     MeshError,
     OperandError,
+    OperandRequirementError,
+    RequirementError,
     ScheduleError,
 )
 from frontend.exprs import Expr, ScalarVal
@@ -35,8 +37,10 @@ __all__ = [
     "IterType",
     "MeshError",
     "OperandError",
+    "OperandRequirementError",
     "ParallelType",
     "ScalarVal",
+    "RequirementError",
     "ScheduleError",
     "Split",
     "Swizzle1D",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hostir.errors import HostIrError, InputError, MeshError
+from hostir.errors import HostIrError, InputError, MeshError, RequirementError
 
 
 class FrontendError(HostIrError):
@@ -17,6 +17,12 @@ class OperandError(FrontendError):
     """An op's operands do not fit together (shapes, dtypes, dims)."""
 
 
+class OperandRequirementError(OperandError, RequirementError):
+    """An op's rule on its values broken by constants when the op is defined: the same
+    sentence a ``BoundRequirementError`` gives when values bound at execute break it, and
+    both are ``RequirementError``s."""
+
+
 class ScheduleError(FrontendError):
     """A schedule is invalid: axis out of range, bad split, bad parallelization."""
 
@@ -28,5 +34,7 @@ __all__ = [
     "InputError",
     "MeshError",
     "OperandError",
+    "OperandRequirementError",
+    "RequirementError",
     "ScheduleError",
 ]

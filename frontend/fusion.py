@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from frontend.errors import OperandError
+from frontend.errors import OperandError, OperandRequirementError
 from frontend.exprs import Expr, ScalarVal
 from frontend.iter_domain import IterDomain
 from frontend.rfactor import rfactor
@@ -81,14 +81,14 @@ class Fusion:
             tv.uses.append(expr)
 
     def require(self, requirements: tuple[Requirement, ...], carry: bool = False) -> None:
-        """Raises OperandError with the first of ``requirements`` (an op's rules on its
-        values, ``hostir.ir.requirements``) that constants break. With ``carry``, the ones
-        over symbols go into the program (``HostIrContainer.requires``), to be checked on
-        the values the inputs bind; without it the op's instruction shows them and the
-        runtime reads them there."""
+        """Raises OperandRequirementError (an OperandError) with the first of
+        ``requirements`` (an op's rules on its values, ``hostir.ir.requirements``) that
+        constants break. With ``carry``, the ones over symbols go into the program
+        (``HostIrContainer.requires``), to be checked on the values the inputs bind; without
+        it the op's instruction shows them and the runtime reads them there."""
         for requirement in requirements:
             if refuted(requirement):
-                raise OperandError(explain(requirement, {}))
+                raise OperandRequirementError(explain(requirement, {}))
             if carry and symbols_read(requirement):
                 self._requires[requirement] = None
 

@@ -9,6 +9,7 @@ from hostir.comm.communicator import Communicator, LocalCommunicator
 from hostir.comm.torch_communicator import TorchCommunicator
 from hostir.comm.world import default_communicator
 from hostir.errors import (
+    BoundRequirementError,
     CommunicationError,
     ConcurrentRunError,
     CudaGraphError,
@@ -21,6 +22,7 @@ from hostir.errors import (
     MeshError,
     ParseError,
     RaceError,
+    RequirementError,
     VerifyError,
 )
 from hostir.ir.communications import (
@@ -131,6 +133,7 @@ __all__ = [
     "Cast",
     "CommunicationError",
     "ConcurrentRunError",
+    "BoundRequirementError",
     "CudaGraphError",
     "Communicator",
     "Const",
@@ -157,6 +160,7 @@ __all__ = [
     "PartialAxis",
     "RaceChecker",
     "RaceError",
+    "RequirementError",
     "Permute",
     "ReduceOp",
     "Reduction",

@@ -64,6 +64,19 @@ class ExtentError(InputError):
     message names the tensor, the dim, the split, the value bound and the divisor."""
 
 
+class RequirementError(HostIrError):
+    """An op's rule on its values (``hostir.ir.requirements``: a slice's bounds, a pad's
+    widths, topk's ``k``, a variance's correction) is broken. One class and one sentence
+    whether constants break it when the op is defined (the frontend's
+    ``OperandRequirementError``, also an ``OperandError``) or values the inputs bind break
+    it when a signature is prepared (:class:`BoundRequirementError`)."""
+
+
+class BoundRequirementError(ExtentError, RequirementError):
+    """A requirement broken by the values the inputs bind: raised on every rank when the
+    symbols are bound, before anything runs (``hostir.check.value_rules``)."""
+
+
 class IndexDataError(EvaluationError):
     """Index data an op reads at run time is out of range: an index of ``index_select``,
     ``gather`` or ``take_along_axis``, an ``embedding_fwd`` input, or ``grouped_mm``'s

@@ -7,7 +7,8 @@ that constants break. Where a side reads a symbol, :class:`ValueRules` checks it
 inputs bind it: once per binding, after the inputs are bound and before the ranks'
 agreement (``hostir.check.extent_checks`` calls it first, so a negative pad width is named
 as one, not as the negative extent it makes), so a failure reaches every rank. The error
-is an :class:`~hostir.errors.ExtentError` with the sentence the constant case gives, each
+is a :class:`~hostir.errors.BoundRequirementError` (an ``ExtentError`` and a
+``RequirementError``) with the sentence the constant case gives, each
 symbolic side shown with its value, and where each symbol was bound from::
 
     var of T0: correction 5 is larger than the i1 = 3 elements each result reduces over
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from hostir.errors import ExtentError
+from hostir.errors import BoundRequirementError
 from hostir.ir.container import HostIrContainer
 from hostir.ir.program_info import walk_instructions
 from hostir.ir.requirements import (
@@ -53,8 +54,8 @@ class ValueRules:
         self.reads = frozenset().union(*(symbols_read(r) for r in self.requirements))
 
     def check(self, env: Env, describe: Describe) -> None:
-        """Raises ExtentError naming the first requirement the values in ``env`` break."""
+        """Raises BoundRequirementError naming the first requirement the values in ``env`` break."""
         for requirement in self.requirements:
             if holds(requirement, env) is False:
                 bound = describe([requirement.low, requirement.high], env)
-                raise ExtentError(f"{explain(requirement, env)}; {bound}")
+                raise BoundRequirementError(f"{explain(requirement, env)}; {bound}")

@@ -74,6 +74,8 @@ from hostir.ir.instructions import (
     keyword,
     used_values,
 )
+from hostir.ir.mesh import Mesh
+from hostir.ir.mesh_names import MeshNames, mesh_names
 from hostir.ir.requirements import (
     explain,
     input_symbol_types,
@@ -81,8 +83,6 @@ from hostir.ir.requirements import (
     refuted,
     requirement_problem,
 )
-from hostir.ir.mesh import Mesh
-from hostir.ir.mesh_names import MeshNames, mesh_names
 from hostir.ir.scalars import Const, Symbol, print_scalar, scalar_problem
 from hostir.ir.sharding import Sharding
 from hostir.ir.values import RequestValue, TensorValue

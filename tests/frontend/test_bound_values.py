@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from frontend import DataType, FusionDefinition, OperandError
-from hostir import ExtentError
+from hostir import ExtentError, RequirementError
 
 Build = Callable  # (fd, *tensor views) -> outputs
 
@@ -122,7 +122,8 @@ def _read_as_constants(message: str) -> str:
 @pytest.mark.parametrize("name", CASES)
 def test_a_bound_value_is_checked_as_the_constant_is(name):
     """The constant case's OperandError at definition; the same words at execute with
-    symbolic extents (an ExtentError before anything runs); good values match torch."""
+    symbolic extents (an ExtentError before anything runs); both are RequirementErrors (one
+    class to catch for the rule, whenever it is broken); good values match torch."""
     _, bad, good, reference = CASES[name]
     with pytest.raises(OperandError) as constant:
         _defined(name, bad)
@@ -130,6 +131,8 @@ def test_a_bound_value_is_checked_as_the_constant_is(name):
     with pytest.raises(ExtentError) as bound:
         fd.execute(_inputs(name, bad))
     assert _read_as_constants(str(bound.value)) == str(constant.value)
+    assert isinstance(constant.value, RequirementError)
+    assert isinstance(bound.value, RequirementError)
     inputs = _inputs(name, good)
     for out, want in zip(fd.execute(inputs), reference(*inputs), strict=True):
         torch.testing.assert_close(out, want)

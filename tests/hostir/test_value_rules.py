@@ -121,7 +121,7 @@ def test_a_rule_broken_on_one_rank_reaches_its_peer(multidevice_test):
         with pytest.raises(ExtentError, match=message):
             evaluator.run([_data(4, 3)])
     else:
-        with pytest.raises(PeerFailureError, match=rf"rank 0: ExtentError: {message}"):
+        with pytest.raises(PeerFailureError, match=rf"rank 0: BoundRequirementError: {message}"):
             evaluator.run([_data(4, 3)])
     x = _data(4, 6)
     (out,) = evaluator.run([x])
