@@ -628,3 +628,31 @@ def test_plan_refuses_uneven_shapes_in_one_line(hostir):
     """An extent that does not split evenly: one error line, exit 2 (a bad option)."""
     done = hostir("plan", "--mesh", "2x2", "--shape", "7x8", "--from", "S0S0", "--to", "RR")
     assert_one_line_error(done, 2, "dim 0 of extent 7 does not divide over 4 devices")
+
+
+def test_traffic_sizes_the_world_from_every_mesh_and_takes_scalar_inputs(in_repo, tmp_path, capsys):
+    """Without ``--world-size`` the world reaches the largest device of any mesh the program's
+    tensors live on: here a SendRecv from device 0 to device 2 (M1), which no input is on,
+    and a scalar input, which has no mesh (it used to be an internal AttributeError, and the
+    inputs' meshes alone gave a world of 1 rank, outside which M1 lies). Rank 2 receives the
+    whole 16x3 block."""
+    path = tmp_path / "scalar.hir"
+    path.write_text(
+        "%HostIrContainer {\n"
+        "  mesh M0 = [1] : [1]\n"
+        "  mesh M1 = [1] : [1] + 2\n"
+        "  mesh M2 = [2] : [2]\n"
+        "  input T0 : float32[16, 3] @M0\n"
+        "  input s0 : float32\n"
+        "  T1 : float32[16, 3] @M0 = mul(T0, s0)\n"
+        "  T2 : float32[16, 3] @M1, R0 = SendRecv(T1, team=M2(x), sender=0, receiver=1)\n"
+        "  wait R0\n"
+        "  output T2\n"
+        "}\n"
+    )
+    text = path.read_text()
+    assert main("check", str(path)) == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert main("traffic", str(path)) == 0, text
+    out = capsys.readouterr().out
+    assert "at 3 ranks" in out and f"max {16 * 3 * 4} B (rank 2)" in out, out

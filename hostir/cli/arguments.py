@@ -10,6 +10,7 @@ import argparse
 from hostir.check.extent_checks import ExtentChecks
 from hostir.errors import SettingError
 from hostir.ir.container import HostIrContainer
+from hostir.ir.program_info import program_meshes
 from hostir.ir.scalars import RANK, symbols_of
 from hostir.ir.values import TensorValue
 from hostir.settings import MAX_WORLD_SIZE, parse_count
@@ -90,11 +91,11 @@ def parse_bindings(items: list[str], program: HostIrContainer) -> dict[str, int]
 
 
 def traffic_world(world_size: int | None, program: HostIrContainer) -> int:
-    """The world a traffic count runs over: ``world_size``, else the largest device of the
-    program's inputs plus one; SettingError above MAX_TRAFFIC_WORLD."""
+    """The world a traffic count runs over: ``world_size``, else the largest device of any
+    mesh the program's tensors live on plus one (its inputs' meshes alone may be smaller, and
+    a scalar input has none); SettingError above MAX_TRAFFIC_WORLD."""
     world = world_size or max(
-        (v.sharding.mesh.max_device() + 1 for v in program.inputs if v.sharding is not None),
-        default=1,
+        (mesh.max_device() + 1 for mesh in program_meshes(program)), default=1
     )
     if world > MAX_TRAFFIC_WORLD:
         origin = "--world-size" if world_size else "the program's meshes need"
