@@ -132,8 +132,9 @@ class FusionOp(Expr):
         return self.decl.name
 
     def attributes(self) -> str:
-        """``, dims=[1]``: each attribute that is not its default."""
-        text = ""
+        """``, dims=[1]``: each attribute that is not its default, and the dtype the
+        caller chose (``cast``)."""
+        text = f", dtype={self.output.dtype.name}" if "dtype" in self.decl.given else ""
         for param in self.decl.params:
             if param.kind is not ParamKind.ATTRIBUTE:
                 continue

@@ -19,19 +19,10 @@ import torch
 
 from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
 from frontend.attention_ops import ATTENTION_OPS
-from frontend.contraction import broadcast_axes, linear_axes, matmul_axes, wrapped_dims
+from frontend.contraction import broadcast_extents, wrapped_dims
 from frontend.errors import DefinitionError, OperandError
 from frontend.expanded_dims import unexpanded
-from frontend.exprs import (
-    BroadcastInDimOp,
-    CastOp,
-    LinearOp,
-    MatmulOp,
-    Operand,
-    PermuteOp,
-    ScalarVal,
-    SetOp,
-)
+from frontend.exprs import Operand, ScalarVal
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain
 from frontend.recording import PYTHON_TYPES, record
@@ -40,7 +31,9 @@ from frontend.scalar_math import scalar_op, shape_entries
 from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir.ir.contraction import contraction_dtype
+from hostir import TensorValue
+from hostir.ir.contraction import LINEAR, MATMUL
+from hostir.ir.layout_ops import BROADCAST_IN_DIM, CAST, PERMUTE, SET
 from hostir.ir.opdecl import OpDecl
 from hostir.ir.ops import (
     POINTWISE_OPS,
@@ -103,17 +96,11 @@ class Ops:
             pairs.append((new, axis))
         return axes, pairs
 
-    def _elementwise(self, expr_factory: Callable, tv: TensorView, dtype: DataType) -> TensorView:
-        axes, pairs = self._copy_axes(tv)
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(expr_factory(out, {tv: pairs}))
-        return out
-
     # ----- unary -----
     def set(self, tv: TensorView) -> TensorView:
         """A copy of ``tv``; a resharding point when its schedule differs."""
         tv = _check_tensor("set", tv, "operand")
-        return self._elementwise(lambda o, m: SetOp(o, axis_map=m, src=tv), tv, tv.dtype)
+        return record(self._fusion, SET, {"src": tv})[0]
 
     def gelu(self, x: TensorView, approximate: str = "none") -> TensorView:
         """GELU, exact (``approximate="none"``, with erf) or its tanh approximation
@@ -129,8 +116,8 @@ class Ops:
     def cast(self, tv: TensorView, dtype: DataType | torch.dtype) -> TensorView:
         """``tv`` converted to ``dtype``."""
         tv = _check_tensor("cast", tv, "operand")
-        dtype = DataType.of(dtype)
-        return self._elementwise(lambda o, m: CastOp(o, axis_map=m, src=tv), tv, dtype)
+        given = TensorValue(name=tv.name, dtype=DataType.of(dtype).to_hostir(), shape=())
+        return record(self._fusion, CAST, {"src": tv}, given={"out": given})[0]
 
     # ----- pointwise ops (declared in hostir.ir.pointwise; their methods are made below) -----
     def _pointwise(self, name: str, operands: tuple[Any, ...]) -> TensorView:
@@ -169,24 +156,15 @@ class Ops:
         weight = _check_tensor("linear", weight, "weight")
         if bias is not None:
             bias = _check_tensor("linear", bias, "bias")
-        axes, axis_map = linear_axes(input, weight, bias)
-        dtype = _contraction_dtype("linear", [input, weight] + ([bias] if bias is not None else []))
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(
-            LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias)
-        )
-        return out
+        operands = {"input": input, "weight": weight, "bias": bias}
+        return record(self._fusion, LINEAR, operands)[0]
 
     def matmul(self, lhs: TensorView, rhs: TensorView) -> TensorView:
         """``lhs @ rhs`` as torch.matmul (1-d operands too, batch dims broadcast); the
         result has the operands' one dtype (``hostir.ir.contraction``)."""
         lhs = _check_tensor("matmul", lhs, "lhs")
         rhs = _check_tensor("matmul", rhs, "rhs")
-        axes, axis_map = matmul_axes(lhs, rhs)
-        dtype = _contraction_dtype("matmul", [lhs, rhs])
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(MatmulOp(out, axis_map=axis_map, lhs=lhs, rhs=rhs))
-        return out
+        return record(self._fusion, MATMUL, {"lhs": lhs, "rhs": rhs})[0]
 
     # ----- layout -----
     def broadcast_in_dim(
@@ -212,13 +190,10 @@ class Ops:
                     f" larger than an extent can be ({MAX_EXTENT})"
                 )
         broadcast_dims = wrapped_dims(tv, broadcast_dims, len(shape))
-        axes, pairs = broadcast_axes(tv, shape, broadcast_dims)
-        out = self._new(tv.dtype, axes)
-        expr = BroadcastInDimOp(
-            out, axis_map={tv: pairs}, src=tv, broadcast_dims=tuple(broadcast_dims)
-        )
-        self._fusion.add_expr(expr)
-        return out
+        extents = broadcast_extents(tv, shape, broadcast_dims)
+        given = TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=extents)
+        operands = {"src": tv, "broadcast_dims": tuple(broadcast_dims)}
+        return record(self._fusion, BROADCAST_IN_DIM, operands, given={"out": given})[0]
 
     def broadcast(self, tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
         """nvFuser's ``broadcast(arg, is_broadcast_dim)``: the output has one dim per
@@ -262,24 +237,7 @@ class Ops:
             raise OperandError(
                 f"permute: dims {shown(dims)} must be a permutation of the {ndim} dims of {tv.name}"
             )
-        source = tv.shape_domain()
-        axes, pairs = [], []
-        for dim in normalized:
-            new = IterDomain(source[dim].extent, source[dim].iter_type)
-            axes.append(new)
-            pairs.append((new, source[dim]))
-        out = self._new(tv.dtype, axes)
-        self._fusion.add_expr(PermuteOp(out, axis_map={tv: pairs}, src=tv, dims=normalized))
-        return out
-
-
-def _contraction_dtype(op: str, operands: list[TensorView]) -> DataType:
-    """The declared dtype of linear or matmul (``hostir.ir.contraction``), or OperandError."""
-    try:
-        dtype = contraction_dtype(op, [(tv.name, tv.dtype.to_hostir()) for tv in operands])
-    except OpDtypeError as error:
-        raise OperandError(str(error)) from None
-    return DataType(dtype)
+        return record(self._fusion, PERMUTE, {"src": tv, "dims": normalized})[0]
 
 
 def _check_constant_fits(op: str, operand: Operand, dtype: DataType) -> None:

@@ -14,33 +14,43 @@ from hostir.ir.ops import POINTWISE_OPS
 PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "ops.md"
 
 
-def _rows() -> dict[str, list[str]]:
-    """Table rows of the page by their first cell's backticked op name."""
-    rows = {}
+def _rows() -> dict[str, dict[str, str]]:
+    """Table rows of the page by their first cell's backticked op name, each a mapping from
+    its table's column titles to its cells."""
+    rows, titles = {}, []
     for line in PAGE.read_text().splitlines():
-        found = re.match(r"\| `([a-z_]+)` \|", line)
-        if found:
-            assert found.group(1) not in rows, f"{found.group(1)} has two rows"
-            cells = re.split(r"(?<!\\) \| ", line.strip().strip("|").strip())
-            rows[found.group(1)] = [cell.strip().replace("\\|", "|") for cell in cells]
+        if not line.startswith("| "):
+            continue
+        cells = [
+            c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\) \| ", line.strip()[2:-2])
+        ]
+        found = re.match(r"`([a-z_]+)`$", cells[0])
+        if not found:  # a table's title row (or its rule)
+            titles = cells
+            continue
+        assert found.group(1) not in rows, f"{found.group(1)} has two rows"
+        rows[found.group(1)] = dict(zip(titles, cells, strict=True))
     return rows
 
 
-def row_problems(decls: tuple[OpDecl, ...], rows: dict[str, list[str]]) -> list[str]:
+def row_problems(decls: tuple[OpDecl, ...], rows: dict[str, dict[str, str]]) -> list[str]:
     """What the rows say otherwise than ``decls`` (each an ``fd.ops`` method): a missing
-    row, a signature cell that does not start with the declared signature, a "computes"
-    cell that is not the summary, a dtype rule cell that is not the rule's name."""
+    row, a signature cell that does not start with the declared signature, and where the
+    row's table has them, a "computes" cell that is not the summary, a "dtype rule" cell
+    that is not the rule's name."""
     problems = []
     for decl in decls:
         row = rows.get(decl.name)
         if row is None:
             problems.append(f"{decl.name}: no row")
             continue
-        _, signature, computes, rule, *_ = row
+        signature = row["signature"]
         if not signature.startswith(f"`{decl.signature()[:-1]}"):
             problems.append(f"{decl.name}: signature {signature}, declared {decl.signature()}")
+        computes = row.get("computes", decl.summary.replace("``", "`"))
         if computes != decl.summary.replace("``", "`"):
             problems.append(f"{decl.name}: computes {computes!r}, declared {decl.summary!r}")
+        rule = row.get("dtype rule", f"`{decl.dtype_rule}`")
         if rule != f"`{decl.dtype_rule}`":
             problems.append(f"{decl.name}: dtype rule {rule}, declared {decl.dtype_rule}")
     return problems
@@ -63,5 +73,5 @@ def test_pointwise_rows_match_their_declarations() -> None:
     """The compute dtypes each pointwise row says its rule takes are the declaration's."""
     rows = _rows()
     for name, op in POINTWISE_OPS.items():
-        takes = rows[name][4]
+        takes = rows[name]["compute dtypes taken"]
         assert takes == ", ".join(sorted(c.value for c in op.accepts)), (name, takes)

@@ -31,14 +31,26 @@ def compute_problem(instruction: Any, scalar_types: Mapping[str, type]) -> str |
 
 def check_declared(instruction: Any, decl: OpDecl, scalar_types: Mapping[str, type]) -> str | None:
     """The problem with ``instruction`` under its op's declaration ``decl``, as a sentence,
-    or None: the declaration refuses its operands, or a result is not declared with the
-    extents and dtype the op gives (``scalar_types``: each scalar symbol's Python type)."""
+    or None: its ``check`` fails, the declaration refuses its operands, or a result is not
+    declared with the extents and dtype the op gives (``scalar_types``: each scalar
+    symbol's Python type)."""
+    if decl.check is not None:
+        problem = decl.check(instruction)
+        if problem is not None:
+            return _unprefixed(decl, problem)
     inferred = decl.infer_of(instruction, scalar_types)
     if isinstance(inferred, str):
-        return inferred
+        return _unprefixed(decl, inferred)
     for result, result_type in zip(decl.results, inferred, strict=True):
         value = getattr(instruction, result.field)
         problem = value_problem(value, result_type.shape, result_type.dtype)
         if problem is not None:
             return problem
     return None
+
+
+def _unprefixed(decl: OpDecl, refusal: str) -> str:
+    """A declaration's refusal without its leading ``name: `` (the frontend's wording names
+    the op first; the verifier's message names it already)."""
+    prefix = f"{decl.name}: "
+    return refusal[len(prefix) :] if refusal.startswith(prefix) else refusal

@@ -207,6 +207,15 @@ class OpDecl:
     sharding: OpSharding = OpSharding()
     requirements: Callable[[Any], tuple] | None = None
     """The rules on bound values the instruction shows (``hostir.ir.requirements``)."""
+    check: Callable[[Any], str | None] | None = None
+    """What only an instruction shows, checked by the verifier before ``infer`` (``set``:
+    its local extents), as a sentence, or None."""
+    given: frozenset[str] = frozenset()
+    """What of its result the caller chooses (``cast``'s ``"dtype"``, ``broadcast_in_dim``'s
+    ``"shape"``): ``infer`` reads it from ``OpArgs.given``."""
+    nvfuser_signature: str | None = None
+    """nvFuser's signature where the ``fd.ops`` method takes other arguments than the
+    params (``cast(tv, dtype)``)."""
 
     def param(self, name: str) -> Param:
         """The param of field ``name``."""
@@ -214,6 +223,8 @@ class OpDecl:
 
     def signature(self) -> str:
         """nvFuser's signature: ``sum(arg, dims=None, keepdim=False, dtype=None)``."""
+        if self.nvfuser_signature is not None:
+            return self.nvfuser_signature
         return f"{self.name}({', '.join(p.signature_text() for p in self.params)})"
 
     def args_of(self, instruction: Any, scalar_types: Mapping[str, type] = {}) -> OpArgs:
@@ -277,6 +288,9 @@ def declare_op(
     results: tuple[Result, ...] = (Result(),),
     sharding: OpSharding = OpSharding(),
     requirements: Callable[[Any], tuple] | None = None,
+    check: Callable[[Any], str | None] | None = None,
+    given: frozenset[str] = frozenset(),
+    nvfuser_signature: str | None = None,
     cls: type | None = None,
     class_name: str | None = None,
     positional: tuple[str, ...] = (),
@@ -306,6 +320,9 @@ def declare_op(
         dtype_rule=dtype_rule,
         sharding=sharding,
         requirements=requirements,
+        check=check,
+        given=given,
+        nvfuser_signature=nvfuser_signature,
     )
     _DECLS[name] = decl
     return decl

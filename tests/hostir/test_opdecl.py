@@ -151,7 +151,7 @@ def test_frontend_and_verifier_refuse_extents_that_do_not_broadcast_in_one_wordi
   output T2
 }
 """
-    with pytest.raises(VerifyError, match="add: " + message):
+    with pytest.raises(VerifyError, match=message):  # the same words, once
         hostir.parse(text)
 
 
