@@ -64,6 +64,7 @@ from tests.cpu_watch import (
     usage_by_process_group,
     usage_of_processes,
 )
+from tests.program_recorder import RECORD_VARIABLE, RUN_VARIABLE
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 POLL_S = 0.02
@@ -225,6 +226,9 @@ class Started:
         self.stdout_path, self.stderr_path = folder / "stdout", folder / "stderr"
         self.status_path = folder / "status"
         env = child_environment(**dict(run.env))
+        if env.get(RECORD_VARIABLE):  # name the run: it often runs on behalf of many tests
+            env.pop("PYTEST_CURRENT_TEST", None)
+            env[RUN_VARIABLE] = run.name
         self.server = server if isinstance(run.command, Python) else None
         self.popen: subprocess.Popen | None = None
         if isinstance(run.command, Python):

@@ -7,6 +7,9 @@ pipelined loop runs a second time unpipelined and its outputs must be bitwise
 equal (``HOSTIR_CHECK_PIPELINE=1``); every program runs both compiled and
 interpreted, and the outputs must be bitwise equal (``HOSTIR_CHECK_COMPILED=1``).
 All are set here, before any worker pool starts, so the ranks inherit them.
+
+With ``HOSTIR_RECORD_PROGRAMS=DIR`` every program the run lowers is recorded in DIR
+(tests/program_recorder.py; compare two recordings with scripts/record_programs.py).
 """
 
 import os
@@ -16,4 +19,4 @@ os.environ.setdefault("HOSTIR_CHECK_ROUND_TRIP", "1")
 os.environ.setdefault("HOSTIR_CHECK_PIPELINE", "1")
 os.environ.setdefault("HOSTIR_CHECK_COMPILED", "1")
 
-pytest_plugins = ["tests.multidevice", "tests.child_runs"]
+pytest_plugins = ["tests.program_recorder", "tests.multidevice", "tests.child_runs"]

@@ -293,7 +293,8 @@ def _pickle_job(item: pytest.Function) -> bytes:
                 pytrace=False,
             )
     module = item.module
-    return pickle.dumps((module.__name__, module.__file__, item.function.__qualname__, kwargs))
+    job = (module.__name__, module.__file__, item.function.__qualname__, kwargs, item.nodeid)
+    return pickle.dumps(job)
 
 
 def _pickling_problem(value: Any) -> str | None:

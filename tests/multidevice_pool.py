@@ -5,8 +5,8 @@
   the pytest process while the test itself runs in a pool.
 - Worker side (``worker_main``, ``run_job``): each spawned worker joins its
   pool's gloo group, then runs jobs (a test module, its path, the test's
-  qualified name and its arguments, pickled) until told to stop, importing test
-  modules by name with pytest's assertion rewriting.
+  qualified name, its arguments and its node id, pickled) until told to stop,
+  importing test modules by name with pytest's assertion rewriting.
 - Parent side (``WorkerPool``, ``format_failures``): N workers for one world
   size, with the group's TCP store hosted by the parent, and the per-rank
   report of a failed run.
@@ -198,8 +198,21 @@ def _join_group(spec: WorkerSpec) -> MultiDeviceTest:
 
 
 def run_job(job: tuple, fixture: MultiDeviceTest) -> tuple:
-    """Runs one test function; returns ("ok",), ("skip"|"xfail", reason) or an error."""
-    module_name, module_path, qualname, kwargs = job
+    """Runs one test function; returns ("ok",), ("skip"|"xfail", reason) or an error.
+
+    ``PYTEST_CURRENT_TEST`` names the test meanwhile, as pytest does in its own process
+    (the program recorder, tests/program_recorder.py, reads it)."""
+    *call, nodeid = job
+    os.environ["PYTEST_CURRENT_TEST"] = f"{nodeid} (call)"
+    try:
+        return _run_function(*call, fixture)
+    finally:
+        os.environ.pop("PYTEST_CURRENT_TEST", None)
+
+
+def _run_function(
+    module_name: str, module_path: str, qualname: str, kwargs: dict, fixture: MultiDeviceTest
+) -> tuple:
     try:
         function = _load_function(module_name, module_path, qualname)
         kwargs = {k: fixture if isinstance(v, PoolStandIn) else v for k, v in kwargs.items()}
