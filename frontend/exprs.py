@@ -4,12 +4,18 @@ Each expression has inputs (TensorViews or scalars), one output TensorView,
 and ``axis_map``: for each tensor input, the pairs (output logical axis, input
 logical axis) that iterate over the same index. Sharding propagation and
 resharding detection read those maps; broadcast (expanded) axes are not mapped.
+
+An op declared in ``hostir.ir.opdecl`` is recorded as a :class:`FusionOp`, which holds
+its host IR instruction (``frontend.recording``); the other classes here mirror the
+instructions of the ops not declared yet.
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 from frontend.iter_domain import IterDomain
 from frontend.tensor_view import TensorView, ValueOwner
@@ -23,6 +29,8 @@ from hostir import (
     TernaryOpKind,
     UnaryOpKind,
 )
+from hostir.ir.dtypes import DType
+from hostir.ir.opdecl import REQUIRED, OpDecl, ParamKind
 from hostir.ir.scalars import print_scalar
 
 
@@ -103,6 +111,48 @@ class Expr(ABC):
     def attributes(self) -> str:
         """Extra ``, key=value`` text."""
         return ""
+
+
+@dataclass(eq=False)
+class FusionOp(Expr):
+    """An op recorded from its declaration (``frontend.recording``): its host IR
+    instruction over placeholder values (the output's and the operands', named as the
+    fusion's tensors), and the operands as the user gave them."""
+
+    instruction: Any
+    decl: OpDecl
+    operands: tuple[Any, ...]
+    """The tensor and scalar operands in the declaration's order (None: an optional one
+    not given)."""
+
+    def inputs(self) -> list[Operand]:
+        return [x for x in self.operands if x is not None]
+
+    def keyword(self) -> str:
+        return self.decl.name
+
+    def attributes(self) -> str:
+        """``, dims=[1]``: each attribute that is not its default, and the dtype the
+        caller chose (``cast``)."""
+        text = f", dtype={self.output.dtype.name}" if "dtype" in self.decl.given else ""
+        for param in self.decl.params:
+            if param.kind is not ParamKind.ATTRIBUTE:
+                continue
+            value = getattr(self.instruction, param.field)
+            if param.default is REQUIRED or value != param.default:
+                text += f", {param.field}={_attribute_text(value)}"
+        return text
+
+
+def _attribute_text(value: Any) -> str:
+    """An attribute as the fusion's text writes it: ``[0, 1]``, ``Float``."""
+    if isinstance(value, tuple):
+        return repr(list(value))
+    if isinstance(value, DType):
+        return DataType(value).name
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return repr(value)
 
 
 @dataclass(eq=False)

@@ -3,7 +3,9 @@
 Dtypes follow each op's declared rule, nvFuser's (``hostir.ir.ops`` for pointwise ops,
 ``hostir.ir.reductions``, ``hostir.ir.contraction``; docs/ops.md); operands a rule does
 not take raise an :class:`OperandError` naming them. Shapes are inferred on (possibly
-symbolic) global extents.
+symbolic) global extents. An op declared in ``hostir.ir.opdecl`` (the pointwise ops, the
+reductions) is recorded from its declaration (``frontend.recording``); its method checks
+the form of its arguments.
 """
 
 from __future__ import annotations
@@ -17,44 +19,32 @@ import torch
 
 from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
 from frontend.attention_ops import ATTENTION_OPS
-from frontend.contraction import broadcast_axes, linear_axes, matmul_axes, wrapped_dims
+from frontend.contraction import broadcast_extents, wrapped_dims
 from frontend.errors import DefinitionError, OperandError
 from frontend.expanded_dims import unexpanded
-from frontend.exprs import (
-    BinaryOp,
-    BroadcastInDimOp,
-    CastOp,
-    LinearOp,
-    MatmulOp,
-    Operand,
-    PermuteOp,
-    ScalarVal,
-    SetOp,
-    TernaryOp,
-    UnaryOp,
-)
+from frontend.exprs import Operand, ScalarVal
 from frontend.fusion import Fusion
-from frontend.iter_domain import IterDomain, IterType
+from frontend.iter_domain import IterDomain
+from frontend.recording import PYTHON_TYPES, record
 from frontend.reduction_ops import REDUCTION_METHODS
 from frontend.scalar_math import scalar_op, shape_entries
 from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import BinaryOpKind, Const, Scalar, TernaryOpKind, UnaryOpKind
-from hostir.ir.contraction import contraction_dtype
+from hostir import TensorValue
+from hostir.ir.contraction import LINEAR, MATMUL
+from hostir.ir.layout_ops import BROADCAST_IN_DIM, CAST, PERMUTE, SET
+from hostir.ir.opdecl import OpDecl
 from hostir.ir.ops import (
     POINTWISE_OPS,
     DtypeRule,
     OpDtypeError,
     OperandType,
-    PointwiseOp,
     promote,
     scalar_operand,
     tensor_operand,
 )
-from hostir.ir.scalars import print_scalar
-
-_PY_TYPE = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
+from hostir.ir.pointwise import POINTWISE_DECLS
 
 
 def _operand_type(operand: Operand) -> OperandType:
@@ -63,7 +53,7 @@ def _operand_type(operand: Operand) -> OperandType:
     if isinstance(operand, TensorView):
         return tensor_operand(operand.dtype.to_hostir(), len(operand.shape_domain()), operand.name)
     if isinstance(operand, ScalarVal):
-        return scalar_operand(_PY_TYPE.get(operand.dtype, float), operand.name)
+        return scalar_operand(PYTHON_TYPES.get(operand.dtype, float), operand.name)
     return scalar_operand(type(operand), repr(operand))
 
 
@@ -71,14 +61,6 @@ def _check_tensor(op: str, value: Any, role: str) -> TensorView:
     if not isinstance(value, TensorView):
         raise OperandError(f"{op}: {role} must be a TensorView, got {value!r}")
     return value
-
-
-def _extent_text(axis: IterDomain) -> str:
-    return print_scalar(axis.extent)
-
-
-def _is_one(axis: IterDomain) -> bool:
-    return axis.extent == Const(value=1)
 
 
 def _dims(op: str, tv: TensorView, dims: int | Sequence[int]) -> tuple[int, ...]:
@@ -114,17 +96,11 @@ class Ops:
             pairs.append((new, axis))
         return axes, pairs
 
-    def _elementwise(self, expr_factory: Callable, tv: TensorView, dtype: DataType) -> TensorView:
-        axes, pairs = self._copy_axes(tv)
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(expr_factory(out, {tv: pairs}))
-        return out
-
     # ----- unary -----
     def set(self, tv: TensorView) -> TensorView:
         """A copy of ``tv``; a resharding point when its schedule differs."""
         tv = _check_tensor("set", tv, "operand")
-        return self._elementwise(lambda o, m: SetOp(o, axis_map=m, src=tv), tv, tv.dtype)
+        return record(self._fusion, SET, {"src": tv})[0]
 
     def gelu(self, x: TensorView, approximate: str = "none") -> TensorView:
         """GELU, exact (``approximate="none"``, with erf) or its tanh approximation
@@ -140,13 +116,14 @@ class Ops:
     def cast(self, tv: TensorView, dtype: DataType | torch.dtype) -> TensorView:
         """``tv`` converted to ``dtype``."""
         tv = _check_tensor("cast", tv, "operand")
-        dtype = DataType.of(dtype)
-        return self._elementwise(lambda o, m: CastOp(o, axis_map=m, src=tv), tv, dtype)
+        given = TensorValue(name=tv.name, dtype=DataType.of(dtype).to_hostir(), shape=())
+        return record(self._fusion, CAST, {"src": tv}, given={"out": given})[0]
 
-    # ----- pointwise ops (declared in hostir.ir.ops; their methods are made below) -----
+    # ----- pointwise ops (declared in hostir.ir.pointwise; their methods are made below) -----
     def _pointwise(self, name: str, operands: tuple[Any, ...]) -> TensorView:
-        """Op ``name`` on ``operands`` (tensors or scalars): extents broadcast from the
-        right, the dtype from the op's declared rule (nvFuser's promotion)."""
+        """Op ``name`` on ``operands`` (tensors or scalars), recorded from its declaration:
+        extents broadcast from the right, the dtype from the op's rule (nvFuser's
+        promotion)."""
         op = POINTWISE_OPS[name]
         for param, operand in zip(op.params, operands, strict=True):
             if not isinstance(operand, TensorView | ScalarVal | int | float | bool):
@@ -154,21 +131,18 @@ class Ops:
             if is_int(operand):
                 why = ": torch and nvFuser take a Python int as an int64 scalar"
                 check_fits(OperandError, name, "the constant", operand, DataType.Int, why)
-        tensors = [x for x in operands if isinstance(x, TensorView)]
-        if not tensors:  # a constant or an extent: frontend.scalar_math
-            return scalar_op(self._fusion, name, operands)
-        types = tuple(_operand_type(x) for x in operands)
-        try:
-            promotion = promote(op, types)
+        if not any(isinstance(x, TensorView) for x in operands):
+            return scalar_op(self._fusion, name, operands)  # frontend.scalar_math
+        try:  # refused here, before any slice of an expanded dim is recorded
+            promotion = promote(op, tuple(_operand_type(x) for x in operands))
         except OpDtypeError as error:
             raise OperandError(str(error)) from None
         for operand in operands:
             _check_constant_fits(name, operand, DataType(promotion.compute))
         operands = unexpanded(self, operands)  # expanded dims broadcast as nvFuser's
-        tensors = [x for x in operands if isinstance(x, TensorView)]
-        axes, axis_map = _broadcast_axes(name, tensors)
-        out = self._new(DataType(promotion.result), axes)
-        self._fusion.add_expr(_POINTWISE_EXPRS[op.arity](out, axis_map, name, operands))
+        decl = POINTWISE_DECLS[name]
+        fields = (p.field for p in decl.params)
+        (out,) = record(self._fusion, decl, dict(zip(fields, operands, strict=True)))
         return out
 
     # ----- contractions (reductions: frontend.reduction_ops) -----
@@ -182,24 +156,15 @@ class Ops:
         weight = _check_tensor("linear", weight, "weight")
         if bias is not None:
             bias = _check_tensor("linear", bias, "bias")
-        axes, axis_map = linear_axes(input, weight, bias)
-        dtype = _contraction_dtype("linear", [input, weight] + ([bias] if bias is not None else []))
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(
-            LinearOp(out, axis_map=axis_map, input=input, weight=weight, bias=bias)
-        )
-        return out
+        operands = {"input": input, "weight": weight, "bias": bias}
+        return record(self._fusion, LINEAR, operands)[0]
 
     def matmul(self, lhs: TensorView, rhs: TensorView) -> TensorView:
         """``lhs @ rhs`` as torch.matmul (1-d operands too, batch dims broadcast); the
         result has the operands' one dtype (``hostir.ir.contraction``)."""
         lhs = _check_tensor("matmul", lhs, "lhs")
         rhs = _check_tensor("matmul", rhs, "rhs")
-        axes, axis_map = matmul_axes(lhs, rhs)
-        dtype = _contraction_dtype("matmul", [lhs, rhs])
-        out = self._new(dtype, axes)
-        self._fusion.add_expr(MatmulOp(out, axis_map=axis_map, lhs=lhs, rhs=rhs))
-        return out
+        return record(self._fusion, MATMUL, {"lhs": lhs, "rhs": rhs})[0]
 
     # ----- layout -----
     def broadcast_in_dim(
@@ -225,13 +190,10 @@ class Ops:
                     f" larger than an extent can be ({MAX_EXTENT})"
                 )
         broadcast_dims = wrapped_dims(tv, broadcast_dims, len(shape))
-        axes, pairs = broadcast_axes(tv, shape, broadcast_dims)
-        out = self._new(tv.dtype, axes)
-        expr = BroadcastInDimOp(
-            out, axis_map={tv: pairs}, src=tv, broadcast_dims=tuple(broadcast_dims)
-        )
-        self._fusion.add_expr(expr)
-        return out
+        extents = broadcast_extents(tv, shape, broadcast_dims)
+        given = TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=extents)
+        operands = {"src": tv, "broadcast_dims": tuple(broadcast_dims)}
+        return record(self._fusion, BROADCAST_IN_DIM, operands, given={"out": given})[0]
 
     def broadcast(self, tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
         """nvFuser's ``broadcast(arg, is_broadcast_dim)``: the output has one dim per
@@ -275,24 +237,7 @@ class Ops:
             raise OperandError(
                 f"permute: dims {shown(dims)} must be a permutation of the {ndim} dims of {tv.name}"
             )
-        source = tv.shape_domain()
-        axes, pairs = [], []
-        for dim in normalized:
-            new = IterDomain(source[dim].extent, source[dim].iter_type)
-            axes.append(new)
-            pairs.append((new, source[dim]))
-        out = self._new(tv.dtype, axes)
-        self._fusion.add_expr(PermuteOp(out, axis_map={tv: pairs}, src=tv, dims=normalized))
-        return out
-
-
-def _contraction_dtype(op: str, operands: list[TensorView]) -> DataType:
-    """The declared dtype of linear or matmul (``hostir.ir.contraction``), or OperandError."""
-    try:
-        dtype = contraction_dtype(op, [(tv.name, tv.dtype.to_hostir()) for tv in operands])
-    except OpDtypeError as error:
-        raise OperandError(str(error)) from None
-    return DataType(dtype)
+        return record(self._fusion, PERMUTE, {"src": tv, "dims": normalized})[0]
 
 
 def _check_constant_fits(op: str, operand: Operand, dtype: DataType) -> None:
@@ -307,47 +252,6 @@ def _check_constant_fits(op: str, operand: Operand, dtype: DataType) -> None:
         )
         why = ", the dtype its result is computed in: it would wrap around"
         check_fits(OperandError, op, what, value, dtype, why)
-
-
-def _broadcast_axes(
-    op: str, tensors: list[TensorView]
-) -> tuple[list[IterDomain], dict[TensorView, list[tuple[IterDomain, IterDomain]]]]:
-    """Output axes of an elementwise op over ``tensors``, dims aligned from the right."""
-    ndim = max(len(tv.shape_domain()) for tv in tensors)
-    axes: list[IterDomain] = []
-    axis_map: dict[TensorView, list[tuple[IterDomain, IterDomain]]] = {tv: [] for tv in tensors}
-    for position in range(ndim):
-        candidates = []
-        for tv in tensors:
-            domain = tv.shape_domain()
-            index = position - (ndim - len(domain))
-            if index >= 0:
-                candidates.append((tv, index, domain[index]))
-        extent = _unify_extents(op, position, candidates)
-        new = IterDomain(
-            extent, IterType.BROADCAST if extent == Const(value=1) else IterType.ITERATION
-        )
-        axes.append(new)
-        for tv, _, axis in candidates:
-            if not _is_one(axis) or extent == Const(value=1):
-                axis_map[tv].append((new, axis))
-    return axes, axis_map
-
-
-def _unify_extents(op: str, position: int, candidates: list) -> Scalar:
-    real = [axis for _, _, axis in candidates if not _is_one(axis)]
-    if not real:
-        return Const(value=1)
-    constants = {axis.extent.value for axis in real if isinstance(axis.extent, Const)}
-    if len(constants) > 1:
-        described = ", ".join(
-            f"{tv.name} dim {index} = {_extent_text(axis)}" for tv, index, axis in candidates
-        )
-        raise OperandError(f"{op}: output dim {position} has incompatible extents ({described})")
-    for axis in real:
-        if isinstance(axis.extent, Const):
-            return axis.extent
-    return real[0].extent
 
 
 def _checked(method: Callable) -> Callable:
@@ -378,19 +282,6 @@ def _checked(method: Callable) -> Callable:
     return checked
 
 
-_POINTWISE_EXPRS: dict[int, Callable[..., Any]] = {
-    1: lambda out, axis_map, name, o: UnaryOp(
-        out, axis_map=axis_map, op=UnaryOpKind(name), src=o[0]
-    ),
-    2: lambda out, axis_map, name, o: BinaryOp(
-        out, axis_map=axis_map, op=BinaryOpKind(name), lhs=o[0], rhs=o[1]
-    ),
-    3: lambda out, axis_map, name, o: TernaryOp(
-        out, axis_map=axis_map, op=TernaryOpKind(name), a=o[0], b=o[1], c=o[2]
-    ),
-}
-"""The frontend expression of a pointwise op, by its arity."""
-
 _RULE_TEXT = {
     DtypeRule.PROMOTE: "the operands' common dtype (nvFuser's promotion); Half and BFloat16"
     " compute and return Float",
@@ -402,30 +293,32 @@ _RULE_TEXT = {
 }
 
 
-def _pointwise_method(op: PointwiseOp) -> Callable[..., TensorView]:
-    """The ``fd.ops`` method of a declared pointwise op."""
+def _pointwise_method(decl: OpDecl) -> Callable[..., TensorView]:
+    """The ``fd.ops`` method of a declared pointwise op: nvFuser's signature, a docstring
+    from the declaration's summary and dtype rule."""
+    names = [p.name for p in decl.params]
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    parameters += [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in op.params]
+    parameters += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
     signature = inspect.Signature(parameters, return_annotation=TensorView)
 
     def method(self: Ops, *args: Any, **kwargs: Any) -> TensorView:
         bound = signature.bind(self, *args, **kwargs)
-        return self._pointwise(op.name, tuple(bound.arguments[p] for p in op.params))
+        return self._pointwise(decl.name, tuple(bound.arguments[n] for n in names))
 
-    method.__name__ = op.name
-    method.__qualname__ = f"Ops.{op.name}"
+    method.__name__ = decl.name
+    method.__qualname__ = f"Ops.{decl.name}"
     method.__signature__ = signature
     method.__doc__ = (
-        f"{op.summary}\n\nDtype: {_RULE_TEXT[op.rule]}. Scalars are taken as operands."
-        f" Shards as its operands, communicates nothing (docs/ops.md)."
+        f"{decl.summary}\n\nDtype: {_RULE_TEXT[DtypeRule(decl.dtype_rule)]}. Scalars are"
+        " taken as operands. Shards as its operands, communicates nothing (docs/ops.md)."
     )
     return method
 
 
 # Every declared pointwise op is an fd.ops method, unless written out above (gelu).
-for _op in POINTWISE_OPS.values():
-    if _op.name not in vars(Ops):
-        setattr(Ops, _op.name, _pointwise_method(_op))
+for _decl in POINTWISE_DECLS.values():
+    if _decl.name not in vars(Ops):
+        setattr(Ops, _decl.name, _pointwise_method(_decl))
 
 # The creation, random, indexing and scan ops are written in their own modules.
 from frontend.creation_ops import CREATION_METHODS  # noqa: E402 - joins the class above

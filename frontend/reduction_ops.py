@@ -1,12 +1,13 @@
 """``fd.ops``' reductions and the composites built from them (mean, var, var_mean, welford).
 
 The reductions (``sum``, ``prod``, ``max``, ``min``) are declared once in
-``hostir.ir.reductions``: each is one ``ReductionOp`` expression, the host IR ``Reduction``
-instruction with that op. The composites are written with ``fd.ops``' own ops, as nvFuser's
-C++ composites are (``csrc/ops/normalization.cpp``), so they shard and communicate as those
-ops do: a sum over a sharded dim is a partial sum that one Allreduce finishes. ``var`` and
-``var_mean`` take two passes (the mean first, then the sum of squared deviations from it),
-which stays accurate on data with a large mean, sharded or not.
+``hostir.ir.reductions``: each is recorded from its declaration (``frontend.recording``),
+one host IR ``Reduction`` instruction with that op. The composites are written with
+``fd.ops``' own ops, as nvFuser's C++ composites are (``csrc/ops/normalization.cpp``), so
+they shard and communicate as those ops do: a sum over a sharded dim is a partial sum that
+one Allreduce finishes. ``var`` and ``var_mean`` take two passes (the mean first, then the
+sum of squared deviations from it), which stays accurate on data with a large mean, sharded
+or not.
 
 The methods live on :class:`ReductionOps` and are made ``fd.ops`` methods by
 ``frontend.ops`` (which also checks their arguments and that the definition is open).
@@ -22,13 +23,13 @@ import torch
 
 from frontend.arguments import check_bool, int_list, is_int, shown
 from frontend.errors import OperandError
-from frontend.exprs import ReductionOp, ScalarVal
-from frontend.iter_domain import IterDomain, IterType
+from frontend.exprs import ScalarVal
+from frontend.recording import record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import Const, ReductionOpKind
-from hostir.ir.ops import Category, OpDtypeError, category
-from hostir.ir.reductions import REDUCTION_OPS, ReductionDecl, reduction_dtype
+from hostir import Const
+from hostir.ir.ops import Category, category
+from hostir.ir.reductions import REDUCTION_DECLS, REDUCTION_OPS, ReductionDecl
 from hostir.ir.requirements import HIGH, LOW, Requirement
 
 _REDUCED_PRECISION = (DataType.Half, DataType.BFloat16)
@@ -82,35 +83,15 @@ class ReductionOps:
         keepdim: bool,
         dtype: DataType | torch.dtype | None,
     ) -> TensorView:
-        """Reduction ``name`` of ``arg`` over ``dims``: its dtype from the declared rule, the
-        reduced dims kept with extent 1 if ``keepdim`` (a broadcast after the reduction)."""
-        decl = REDUCTION_OPS[name]
+        """Reduction ``name`` of ``arg`` over ``dims``, recorded from its declaration (its
+        dtype from the declared rule), the reduced dims kept with extent 1 if ``keepdim``
+        (a broadcast after the reduction)."""
         arg = _tensor(name, arg)
         normalized = reduced_dims(name, arg, dims)
         keepdim = check_bool(OperandError, name, "keepdim", keepdim)
         requested = _requested(name, dtype)
-        try:
-            out_dtype = reduction_dtype(
-                decl, arg.dtype.to_hostir(), requested and requested.to_hostir(), arg.name
-            )
-        except OpDtypeError as error:
-            raise OperandError(str(error)) from None
-        axes, pairs = [], []
-        for index, axis in enumerate(arg.shape_domain()):
-            iter_type = IterType.REDUCTION if index in normalized else axis.iter_type
-            new = IterDomain(axis.extent, iter_type)
-            axes.append(new)
-            pairs.append((new, axis))
-        out = self._new(DataType(out_dtype), axes)
-        expr = ReductionOp(
-            out,
-            axis_map={arg: pairs},
-            op=ReductionOpKind(name),
-            src=arg,
-            dims=normalized,
-            dtype=requested,
-        )
-        self._fusion.add_expr(expr)
+        operands = {"src": arg, "dims": normalized, "dtype": requested and requested.to_hostir()}
+        (out,) = record(self._fusion, REDUCTION_DECLS[name], operands)
         return self._kept(out, arg, normalized) if keepdim else out
 
     def _kept(self, reduced: TensorView, arg: TensorView, dims: tuple[int, ...]) -> TensorView:

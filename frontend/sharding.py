@@ -75,8 +75,12 @@ def tensor_sharding(tv: TensorView) -> Sharding | None:
 
 
 def partial_op(tv: TensorView) -> ReduceOp:
-    """How partial results of ``tv`` combine: its reduction's op (``max`` combines with MAX,
-    ``hostir.ir.reductions``), a sum for any other definition (``linear``, ``matmul``)."""
+    """How partial results of ``tv`` combine: as its op's declaration says
+    (``OpSharding.combine``: ``max`` combines with MAX, ``hostir.ir.reductions``), a sum
+    for any other definition (``linear``, ``matmul``)."""
+    decl = getattr(tv.definition, "decl", None)
+    if decl is not None:
+        return decl.sharding.combine or ReduceOp.SUM
     op = getattr(tv.definition, "op", None)
     if isinstance(op, ReductionOpKind):
         return REDUCTION_OPS[op.value].combine

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
 from hostir.ir.instructions import Instruction
+from hostir.ir.opdecl import op_decl
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
@@ -207,7 +208,9 @@ def _refuse_sharded_repeats(
     """A tensor read as two operands of one op (``linear(t, t)``) on a sharded op: each
     operand position needs its own layout of it, and inputs are resharded by name, so
     one copy cannot serve both (it gave wrong local shapes): refused by name."""
-    if not isinstance(op.instruction, Linear | Matmul):
+    decl = op_decl(op.instruction)
+    elementwise = decl.sharding.elementwise if decl is not None else _elementwise(op)
+    if elementwise:
         return  # elementwise operands map dims alike: one layout serves both
     names = _operand_names(op.instruction)
     sharded = any(axis.mesh_axes() for axis in compute.axes)
@@ -220,20 +223,33 @@ def _refuse_sharded_repeats(
             )
 
 
+def _elementwise(op: LoweringOp) -> bool:
+    """Whether an op not declared yet maps its operands' dims alike (all but linear and
+    matmul; a declared op says it: ``OpSharding.elementwise``)."""
+    return not isinstance(op.instruction, Linear | Matmul)
+
+
 def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None:
-    """The bias of a linear whose contraction is sharded: it is added after reducing."""
+    """The bias of a linear whose contraction is sharded: it is added after reducing
+    (the operand its declaration names, ``OpSharding.added_after_reduction``)."""
     instruction = op.instruction
-    if not isinstance(instruction, Linear) or instruction.bias is None:
+    decl = op_decl(instruction)
+    if decl is not None:
+        field = decl.sharding.added_after_reduction
+    else:
+        field = "bias" if isinstance(instruction, Linear) else None
+    if field is None or getattr(instruction, field) is None:
         return None
     if not any(axis.reduction and axis.mesh_axes() for axis in compute.axes):
         return None
-    if instruction.bias.ndim > 1:  # [*W, N] does not broadcast from the right onto [*W, *I, N]
+    bias = getattr(instruction, field)
+    if bias.ndim > 1:  # [*W, N] does not broadcast from the right onto [*W, *I, N]
         raise LoweringError(
-            f"linear(..., bias={instruction.bias.name}) with a {instruction.bias.ndim}-d bias and"
+            f"linear(..., bias={bias.name}) with a {bias.ndim}-d bias and"
             " a sharded contraction is not supported: the bias is added after reducing, and"
             " only a 1-d bias [N] broadcasts onto the result; add the bias after the linear"
         )
-    return instruction.bias.name
+    return bias.name
 
 
 def _rewrite(

@@ -19,7 +19,8 @@
 - **Ops that read no tensor** (:func:`reads_no_tensor`): ``sdpfa_philox``, whose
   expression's input gives it a mesh only, needs none of its inputs resharded.
 
-A new op family whose results need whole axes adds its rule to :func:`whole_axes`.
+A declared op says both in its declaration (``hostir.ir.opdecl``: ``ResultAxis.whole``,
+``OpSharding.reads_no_tensor``); the rules here serve the ops not declared yet.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hostir.ir.attention import GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.catalog import keyword
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, TopK
 from hostir.ir.instructions import Instruction
+from hostir.ir.opdecl import op_decl
 from lowering.errors import LoweringError
 from lowering.layouts import local_parts
 from lowering.snapshot import AxisLayout, LoweringOp
@@ -35,8 +37,15 @@ from lowering.snapshot import AxisLayout, LoweringOp
 
 def whole_axes(op: LoweringOp) -> tuple[int, ...]:
     """The logical axes of its output (reduction axes included) that ``op`` computes
-    unsharded and unchunked (see the module docstring)."""
+    unsharded and unchunked (see the module docstring): those its op's declaration marks
+    ``whole`` (``hostir.ir.opdecl``), else the rules below."""
     instruction = op.instruction
+    decl = op_decl(instruction)
+    if decl is not None:
+        inferred = decl.infer_of(instruction)
+        if isinstance(inferred, str):  # the verifier names it
+            return ()
+        return tuple(i for i, axis in enumerate(inferred[0].axes) if axis.whole)
     if isinstance(instruction, SdpaFwd | SdpaBwd):
         return tuple(range(instruction.query.ndim - 2, instruction.out.ndim))  # L (or S), E
     if isinstance(instruction, GroupedMm):
@@ -85,5 +94,8 @@ def computed_whole(op: LoweringOp, axes: list[AxisLayout]) -> list[AxisLayout]:
 
 def reads_no_tensor(instruction: Instruction) -> bool:
     """Whether the instruction reads no tensor (``sdpfa_philox``): it needs none of its
-    expression's inputs resharded."""
+    expression's inputs resharded (its declaration says so, ``OpSharding``)."""
+    decl = op_decl(instruction)
+    if decl is not None:
+        return decl.sharding.reads_no_tensor
     return isinstance(instruction, SdpaPhilox)

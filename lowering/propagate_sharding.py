@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 
 from hostir import Const, Linear, Matmul, Symbol
+from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import print_scalar, symbols_of
 from hostir.ir.sharding import part_extents
 from lowering.errors import LoweringError
@@ -132,17 +133,24 @@ def _pairs(op: LoweringOp, name: str) -> tuple[tuple[int, int], ...]:
     return dict(op.axis_maps)[name]
 
 
+_PRIORITY = {Linear: ("weight", "bias", "input"), Matmul: ("rhs", "lhs")}
+"""The operands that lend their sharding first, of the ops not declared yet."""
+
+
 def _reference_inputs(
     op: LoweringOp, tensors: dict[str, LoweringTensor], placed: bool = True
 ) -> list[LoweringTensor]:
     """The inputs with a mesh (all, unless ``placed``), in the order they lend their
     sharding to the output."""
     instruction = op.instruction
-    if isinstance(instruction, Linear):
-        order = [instruction.weight, instruction.bias, instruction.input]
+    decl = op_decl(instruction)
+    if decl is not None:  # the operands its declaration names lend theirs first
+        priority = decl.sharding.mesh_priority
+    else:  # the ops not declared yet
+        priority = _PRIORITY.get(type(instruction), ())
+    if priority:
+        order = [getattr(instruction, field) for field in priority]
         names = [v.name for v in order if v is not None]
-    elif isinstance(instruction, Matmul):
-        names = [instruction.rhs.name, instruction.lhs.name]
     else:
         # More sharded inputs first; ties keep operand order (sorted is stable).
         names = sorted(op.inputs, key=lambda n: -_sharded_axes(tensors[n]))

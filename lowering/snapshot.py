@@ -19,6 +19,7 @@ from frontend import exprs as fe
 from frontend import shape_exprs as se
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, Swizzle1D
+from frontend.recording import placeholder
 from frontend.sharding import axis_parts, partial_op, tensor_sharding
 from frontend.tensor_view import TensorView
 from hostir import (
@@ -235,55 +236,50 @@ def _finish_scattered_reductions(
     return tuple(finished)
 
 
-def _placeholder(tv: TensorView) -> TensorValue:
-    shape = tuple(axis.extent for axis in tv.shape_domain())
-    return TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=shape)
-
-
 def _operand(value: fe.Operand) -> TensorValue | Scalar:
     if isinstance(value, TensorView):
-        return _placeholder(value)
+        return placeholder(value)
     if isinstance(value, fe.ScalarVal):
         return value.to_hostir()  # a constant, the input's symbol or a size's extent
     return Const(value=value)
 
 
 _BUILDERS: dict[type, Callable[..., Instruction]] = {
-    fe.SetOp: lambda e, out: Set(out=out, src=_placeholder(e.src)),
-    fe.UnaryOp: lambda e, out: Unary(op=e.op, out=out, src=_placeholder(e.src)),
+    fe.SetOp: lambda e, out: Set(out=out, src=placeholder(e.src)),
+    fe.UnaryOp: lambda e, out: Unary(op=e.op, out=out, src=placeholder(e.src)),
     fe.BinaryOp: lambda e, out: Binary(op=e.op, out=out, lhs=_operand(e.lhs), rhs=_operand(e.rhs)),
     fe.TernaryOp: lambda e, out: Ternary(
         op=e.op, out=out, a=_operand(e.a), b=_operand(e.b), c=_operand(e.c)
     ),
-    fe.CastOp: lambda e, out: Cast(out=out, src=_placeholder(e.src)),
+    fe.CastOp: lambda e, out: Cast(out=out, src=placeholder(e.src)),
     fe.ReductionOp: lambda e, out: Reduction(
         op=e.op,
         out=out,
-        src=_placeholder(e.src),
+        src=placeholder(e.src),
         dims=e.dims,
         dtype=e.dtype.to_hostir() if e.dtype is not None else None,
     ),
     fe.LinearOp: lambda e, out: Linear(
         out=out,
-        input=_placeholder(e.input),
-        weight=_placeholder(e.weight),
-        bias=_placeholder(e.bias) if e.bias is not None else None,
+        input=placeholder(e.input),
+        weight=placeholder(e.weight),
+        bias=placeholder(e.bias) if e.bias is not None else None,
     ),
-    fe.MatmulOp: lambda e, out: Matmul(out=out, lhs=_placeholder(e.lhs), rhs=_placeholder(e.rhs)),
+    fe.MatmulOp: lambda e, out: Matmul(out=out, lhs=placeholder(e.lhs), rhs=placeholder(e.rhs)),
     fe.BroadcastInDimOp: lambda e, out: BroadcastInDim(
-        out=out, src=_placeholder(e.src), broadcast_dims=e.broadcast_dims
+        out=out, src=placeholder(e.src), broadcast_dims=e.broadcast_dims
     ),
-    fe.PermuteOp: lambda e, out: Permute(out=out, src=_placeholder(e.src), dims=e.dims),
-    **attention_builders(_placeholder),  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
-    se.ReshapeOp: lambda e, out: Reshape(out=out, src=_placeholder(e.src)),
+    fe.PermuteOp: lambda e, out: Permute(out=out, src=placeholder(e.src), dims=e.dims),
+    **attention_builders(placeholder),  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
+    se.ReshapeOp: lambda e, out: Reshape(out=out, src=placeholder(e.src)),
     se.SliceOp: lambda e, out: Slice(
-        out=out, src=_placeholder(e.src), dim=e.dim, start=e.start, stop=e.stop
+        out=out, src=placeholder(e.src), dim=e.dim, start=e.start, stop=e.stop
     ),
     se.PadOp: lambda e, out: Pad(
-        out=out, src=_placeholder(e.src), dim=e.dim, left=e.left, right=e.right, value=e.value
+        out=out, src=placeholder(e.src), dim=e.dim, left=e.left, right=e.right, value=e.value
     ),
     se.CatOp: lambda e, out: Cat(
-        out=out, lhs=_placeholder(e.lhs), rhs=_placeholder(e.rhs), dim=e.dim
+        out=out, lhs=placeholder(e.lhs), rhs=placeholder(e.rhs), dim=e.dim
     ),
 }
 """One instruction builder per frontend expression class."""
@@ -291,8 +287,17 @@ _BUILDERS.update(CREATION_INDEXING_BUILDERS)
 
 
 def snapshot_op(expr: fe.Expr) -> LoweringOp:
-    """The frozen form of ``expr``."""
-    instruction = _BUILDERS[type(expr)](expr, _placeholder(expr.output))
+    """The frozen form of ``expr``: a declared op's recorded instruction (its output
+    re-bound where ``rfactor`` gave the expression another), else the one its class's
+    builder makes."""
+    out = placeholder(expr.output)
+    if isinstance(expr, fe.FusionOp):
+        instruction = expr.instruction
+        field = expr.decl.results[0].field
+        if getattr(instruction, field) != out:
+            instruction = dataclasses.replace(instruction, **{field: out})
+    else:
+        instruction = _BUILDERS[type(expr)](expr, out)
     out_axes = expr.output.get_logical_domain()
     axis_maps = []
     for producer, pairs in expr.axis_map.items():

@@ -56,6 +56,7 @@ from hostir import (
     Wait,
 )
 from hostir.ir.instructions import Instruction
+from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import Scalar, add, floordiv, mod, print_scalar, sub
 from hostir.ir.sharding import normalized
 from hostir.ir.team import Team
@@ -502,8 +503,10 @@ def _check_repeated_operands(op: LoweringOp) -> None:
     """A tensor read as two operands in different roles (``linear(t0, t0)``: rows of the
     input, rows of the weight) cannot be read by one chunking in both: chunked (or not)
     for one role, it is read wrongly in the other (fuzz seeds 430076 and 300376 at 8
-    ranks). Only an elementwise op's operands play one role."""
-    if isinstance(op.instruction, Binary):
+    ranks). Only an elementwise op's operands play one role (its declaration says it,
+    ``OpSharding.elementwise``; of the ops not declared yet, ``Binary``'s)."""
+    decl = op_decl(op.instruction)
+    if decl.sharding.elementwise if decl is not None else isinstance(op.instruction, Binary):
         return
     for name in dict.fromkeys(op.inputs):
         if op.inputs.count(name) > 1:

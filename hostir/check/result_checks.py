@@ -31,7 +31,14 @@ def result_problem(
 ) -> str | None:
     """The problem with ``instruction.out`` if its extents are not ``shape`` or (unless
     ``dtype`` is None) its dtype not ``dtype``; ``op`` names what gives them."""
-    out = instruction.out
+    return value_problem(instruction.out, shape, dtype, op)
+
+
+def value_problem(
+    out: TensorValue, shape: tuple[Scalar, ...], dtype: DType | None = None, op: str = "the op"
+) -> str | None:
+    """The problem with result ``out`` if its extents are not ``shape`` or (unless ``dtype``
+    is None) its dtype not ``dtype``; ``op`` names what gives them."""
     if not same_extents(out.shape, shape):
         return (
             f"{out.name} is declared with extents {extents_text(out.shape)}, but {op} gives"

@@ -54,7 +54,7 @@ from functools import cache
 from hostir.check.collector import collector_paused
 from hostir.check.verify_chunks import check_chunk_uniformity
 from hostir.check.verify_communication import COMMUNICATION_RULES
-from hostir.check.verify_compute import COMPUTE_RULES
+from hostir.check.verify_ops import compute_problem
 from hostir.check.verify_teams import team_problem
 from hostir.errors import VerifyError
 from hostir.ir.catalog import is_instruction
@@ -352,8 +352,7 @@ class _Walk:
         for requirement in instruction_requirements(instruction):
             if refuted(requirement):  # its constants break it; symbols: when bound
                 raise VerifyError(explain(requirement, {}), path=path)
-        rule = COMPUTE_RULES.get(type(instruction))
-        problem = rule(instruction, self.scalars) if rule is not None else None
+        problem = compute_problem(instruction, self.scalars)  # hostir.check.verify_ops
         rule = COMMUNICATION_RULES.get(type(instruction))
         if rule is not None and problem is None:
             problem = rule(instruction)

@@ -129,6 +129,12 @@ def declaration_of(cls: type) -> Declaration:
         raise TypeError(f"{cls.__name__} is not a declared host IR instruction") from None
 
 
+def kind_of(cls: type) -> Kind | None:
+    """The kind of a declared class; None for a class never declared."""
+    declaration = _DECLARATIONS.get(cls)
+    return declaration.kind if declaration is not None else None
+
+
 def by_keyword(word: str) -> tuple[Declaration, dict[str, Any]] | None:
     """The declaration a keyword names, and the fields it fixes; None if unknown."""
     return _BY_KEYWORD.get(word)

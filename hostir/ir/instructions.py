@@ -16,18 +16,29 @@ from typing import ClassVar
 
 from hostir.ir.catalog import Instruction, Kind, classes_of_kind, declare, instruction_classes
 from hostir.ir.catalog import keyword as keyword
-from hostir.ir.dtypes import DType
+from hostir.ir.contraction import Linear as Linear
+from hostir.ir.contraction import Matmul as Matmul
 from hostir.ir.fields import SCALAR_TYPES, FieldKind, field_kinds
+from hostir.ir.layout_ops import BroadcastInDim as BroadcastInDim
+from hostir.ir.layout_ops import Cast as Cast
+from hostir.ir.layout_ops import Permute as Permute
+from hostir.ir.layout_ops import Set as Set
 from hostir.ir.ops import BinaryOpKind as BinaryOpKind
 from hostir.ir.ops import TernaryOpKind as TernaryOpKind
 from hostir.ir.ops import UnaryOpKind as UnaryOpKind
+from hostir.ir.pointwise import Binary as Binary
+from hostir.ir.pointwise import Operand as Operand
+from hostir.ir.pointwise import Ternary as Ternary
+from hostir.ir.pointwise import Unary as Unary
+from hostir.ir.reductions import Reduction as Reduction
 from hostir.ir.reductions import ReductionOpKind as ReductionOpKind
 from hostir.ir.scalars import Scalar, Symbol, symbols_of
 from hostir.ir.values import RequestValue, TensorValue, value_symbols
 
-Operand = TensorValue | Scalar
 # The op enums (UnaryOpKind, ...) are generated from the pointwise op declarations
-# (hostir.ir.ops) and re-exported here, next to the instructions they name.
+# (hostir.ir.ops) and re-exported here with the declared ops' instructions (declared,
+# with their ops, in hostir.ir.pointwise, hostir.ir.reductions, hostir.ir.layout_ops
+# and hostir.ir.contraction).
 
 
 @declare(kind=Kind.MEMORY, keyword="allocate")
@@ -48,146 +59,6 @@ class Deallocate:
     OUTS: ClassVar[tuple[str, ...]] = ()
     INS: ClassVar[tuple[str, ...]] = ("tensor",)
     tensor: TensorValue
-
-
-@declare(kind=Kind.COMPUTE, keyword="set", positional=("src",))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Set:
-    """``out = src.clone()``: a copy (a resharding point in the fusion)."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("src",)
-    out: TensorValue
-    src: TensorValue
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Unary:
-    """``out = op(src)`` elementwise; ``op`` is declared in ``hostir.ir.ops``."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("src",)
-    op: UnaryOpKind
-    out: TensorValue
-    src: TensorValue
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, op_field="op", positional=("lhs", "rhs"))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Binary:
-    """``out = op(lhs, rhs)`` elementwise; an operand may be a scalar (``hostir.ir.ops``)."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
-    op: BinaryOpKind
-    out: TensorValue
-    lhs: Operand
-    rhs: Operand
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, op_field="op", positional=("a", "b", "c"))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Ternary:
-    """``out = op(a, b, c)`` elementwise (``where(condition, x, y)``); ``b`` and ``c`` may
-    be scalars (``hostir.ir.ops``)."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("a", "b", "c")
-    op: TernaryOpKind
-    out: TensorValue
-    a: Operand
-    b: Operand
-    c: Operand
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, keyword="cast", positional=("src",))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Cast:
-    """``out = src.to(out.dtype)``."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("src",)
-    out: TensorValue
-    src: TensorValue
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reduction:
-    """``out = op(src)`` over ``dims`` (``keepdim`` keeps them with extent 1) of the local
-    data: a partial result if a reduced dim is sharded. ``op`` (``sum``, ``prod``, ``max``,
-    ``min``) is declared in ``hostir.ir.reductions``; ``dtype``, for ``sum`` and ``prod``, is
-    the dtype the operand is cast to first (nvFuser's ``dtype`` argument), None for the op's
-    default."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("src",)
-    op: ReductionOpKind
-    out: TensorValue
-    src: TensorValue
-    dims: tuple[int, ...]
-    keepdim: bool = False
-    dtype: DType | None = None
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, keyword="linear", positional=("input", "weight"))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Linear:
-    """``out = torch.nn.functional.linear(input, weight, bias)``."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
-    out: TensorValue
-    input: TensorValue
-    weight: TensorValue
-    bias: TensorValue | None = None
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, keyword="matmul", positional=("lhs", "rhs"))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Matmul:
-    """``out = torch.matmul(lhs, rhs)``."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
-    out: TensorValue
-    lhs: TensorValue
-    rhs: TensorValue
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, keyword="broadcast_in_dim", positional=("src",))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BroadcastInDim:
-    """``out``: ``src`` with its dim ``i`` placed at ``broadcast_dims[i]``, expanded."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("src",)
-    out: TensorValue
-    src: TensorValue
-    broadcast_dims: tuple[int, ...]
-    preallocated: bool = False
-
-
-@declare(kind=Kind.COMPUTE, keyword="permute", positional=("src",))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Permute:
-    """``out = src.permute(dims)``."""
-
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
-    INS: ClassVar[tuple[str, ...]] = ("src",)
-    out: TensorValue
-    src: TensorValue
-    dims: tuple[int, ...]
-    preallocated: bool = False
 
 
 @declare(kind=Kind.MEMORY, keyword="shard_by_stream", positional=("src",))

@@ -1,13 +1,16 @@
 """The reduction ops, each declared once: its nvFuser name, dtype rule, how partial results
 combine.
 
-Everything that knows a reduction reads :data:`REDUCTION_OPS`: the frontend's ``fd.ops``
-methods (``sum``, ``prod``, ``max``, ``min``), the op enum of the host IR's ``Reduction``
-instruction (so its text keywords and JSON values), the verifier's dtype check
-(:func:`reduction_dtype`), the runtime's torch call (``hostir.run.reductions``) and lowering,
-which marks a tensor reduced over a sharded dim as partial with the op's ``combine`` (the
-collective that finishes it: an Allreduce or ReduceScatter with that op). docs/ops.md
-("Reductions") is checked against this table by ``tests/test_ops_doc.py``.
+:data:`REDUCTION_OPS` generates the op enum of the host IR's ``Reduction`` instruction
+(so its text keywords and JSON values), and each op is declared on that instruction
+(``hostir.ir.opdecl``, :data:`REDUCTION_DECLS`): its dtype rule (:func:`reduction_dtype`),
+its result axes (the reduced ones kept as reduction axes of the frontend's tensor), and
+how its partial results combine. Everything that knows a reduction reads the
+declaration: the frontend's ``fd.ops`` methods (``sum``, ``prod``, ``max``, ``min``), the
+verifier, the runtime's torch call (``hostir.run.reductions``) and lowering, which marks a
+tensor reduced over a sharded dim as partial with the op's ``combine`` (the collective
+that finishes it: an Allreduce or ReduceScatter with that op). docs/ops.md
+("Reductions") is checked against the declarations by ``tests/test_ops_doc.py``.
 
 The dtype rules are nvFuser's (``csrc/ops/arith.cpp``: ``sum``, ``prod``, ``max``, ``min``
 and ``newForReduction``).
@@ -17,10 +20,26 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
+from hostir.ir.catalog import Kind, declare
 from hostir.ir.dtypes import DType
+from hostir.ir.opdecl import (
+    AxisKind,
+    AxisSource,
+    OpArgs,
+    OpDecl,
+    OpSharding,
+    Param,
+    ParamKind,
+    ResultAxis,
+    ResultType,
+    declare_op,
+)
 from hostir.ir.ops import Category, OpDtypeError, category
+from hostir.ir.scalars import Const, print_scalar
 from hostir.ir.sharding import ReduceOp
+from hostir.ir.values import TensorValue
 
 
 class ReductionDtypeRule(enum.Enum):
@@ -88,3 +107,74 @@ def reduction_dtype(op: ReductionDecl, operand: DType, requested: DType | None, 
     if op.rule is ReductionDtypeRule.ACCUMULATE and category(operand) is not Category.FLOAT:
         return DType.INT64
     return operand
+
+
+@declare(kind=Kind.COMPUTE, op_field="op", positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reduction:
+    """``out = op(src)`` over ``dims`` (``keepdim`` keeps them with extent 1) of the local
+    data: a partial result if a reduced dim is sharded. ``op`` (``sum``, ``prod``, ``max``,
+    ``min``) is declared in ``hostir.ir.reductions``; ``dtype``, for ``sum`` and ``prod``, is
+    the dtype the operand is cast to first (nvFuser's ``dtype`` argument), None for the op's
+    default."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    INS: ClassVar[tuple[str, ...]] = ("src",)
+    op: ReductionOpKind
+    out: TensorValue
+    src: TensorValue
+    dims: tuple[int, ...]
+    keepdim: bool = False
+    dtype: DType | None = None
+    preallocated: bool = False
+
+
+def _shape_text(value: TensorValue) -> str:
+    return "[" + ", ".join(print_scalar(e) for e in value.shape) + "]"
+
+
+def _inferrer(op: ReductionDecl):
+    """The dtype and shape rule of reduction ``op``."""
+
+    def infer(args: OpArgs) -> tuple[ResultType, ...] | str:
+        src, dims, keepdim = args["src"], args["dims"], args["keepdim"]
+        if any(not -src.ndim <= d < src.ndim for d in dims):
+            return f"{op.name}: dims {list(dims)} out of range for {src.name} {_shape_text(src)}"
+        reduced = {d % src.ndim for d in dims}
+        if not reduced or len(reduced) != len(dims):
+            return f"{op.name}: dims {list(dims)} of {src.name} must be distinct, at least one"
+        try:
+            dtype = reduction_dtype(op, src.dtype, args["dtype"], src.name)
+        except OpDtypeError as error:
+            return str(error)
+        axes = []
+        for d, extent in enumerate(src.shape):
+            if d in reduced and keepdim:  # a kept dim of extent 1: no data of src's along it
+                axes.append(ResultAxis(extent=Const(value=1), kind=AxisKind.BROADCAST))
+                continue
+            kind = AxisKind.REDUCTION if d in reduced else AxisKind.INHERIT
+            axes.append(ResultAxis(extent=extent, kind=kind, sources=(AxisSource("src", d),)))
+        return (ResultType(dtype=dtype, axes=tuple(axes)),)
+
+    return infer
+
+
+def _declare(op: ReductionDecl) -> OpDecl:
+    return declare_op(
+        op.name,
+        cls=Reduction,
+        params=(
+            Param("src", ParamKind.TENSOR, TensorValue, nvfuser="arg"),
+            Param("dims", ParamKind.ATTRIBUTE, tuple[int, ...], nvfuser_default=None),
+            Param("keepdim", ParamKind.ATTRIBUTE, bool, False),
+            Param("dtype", ParamKind.ATTRIBUTE, DType | None, None),
+        ),
+        infer=_inferrer(op),
+        summary=op.summary,
+        dtype_rule=op.rule.value,
+        sharding=OpSharding(combine=op.combine),
+    )
+
+
+REDUCTION_DECLS: dict[str, OpDecl] = {op.name: _declare(op) for op in REDUCTION_OPS.values()}
+"""The declaration of every reduction op, by name."""

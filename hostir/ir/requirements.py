@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostir.errors import EvaluationError
+from hostir.ir.catalog import Kind, kind_of
 from hostir.ir.dtypes import python_type
 from hostir.ir.indexing import GatherAlong, GatherKind, TopK
+from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import (
     Const,
     Scalar,
@@ -241,6 +243,11 @@ INSTRUCTION_REQUIREMENTS: dict[type, Callable[[Any], tuple[Requirement, ...]]] =
 
 
 def instruction_requirements(instruction: object) -> tuple[Requirement, ...]:
-    """The requirements ``instruction`` shows (none for most classes)."""
+    """The requirements ``instruction`` shows (none for most classes): its op's
+    declaration's (``hostir.ir.opdecl``), else its class's entry above."""
+    if kind_of(type(instruction)) is Kind.COMPUTE:
+        decl = op_decl(instruction)
+        if decl is not None:
+            return decl.requirements(instruction) if decl.requirements is not None else ()
     rule = INSTRUCTION_REQUIREMENTS.get(type(instruction))
     return rule(instruction) if rule is not None else ()

@@ -1,4 +1,12 @@
 """The runtime: the evaluator (interpreting a program, or running it compiled to Python
 for its rank), its handlers for compute, communications and streams, pipelined loops and
 the race checker.
+
+Importing it registers every declared op's torch implementation
+(``hostir.run.implementations``) and checks that none is missing.
 """
+
+from hostir.run import contraction, layout_ops, pointwise, reductions  # noqa: F401 - implementations
+from hostir.run.implementations import check_complete
+
+check_complete()

@@ -31,6 +31,7 @@ from hostir.ir.ops import OperandType, scalar_operand, tensor_operand
 from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
 from hostir.run.attention import ATTENTION_HANDLERS
+from hostir.run.contraction import linear, linear_into, matmul_into
 from hostir.run.handler_common import into_out
 from hostir.run.pointwise import pointwise_call
 from hostir.run.reductions import reduction_call, run_reduction
@@ -127,55 +128,18 @@ def run_cast(instruction: Cast, operands: Operands, out_shape: list[int]) -> tor
     return into_out(instruction, operands, _plain(instruction, operands))
 
 
-def linear(
-    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``torch.nn.functional.linear`` with leading weight dims (``hostir.ir.contraction``):
-    ``[*I, K] x [*W, N, K] (+ [N] or [*W, N]) -> [*W, *I, N]``, one product of the
-    weight's ``*W * N`` rows."""
-    if weight.dim() == 2:
-        return torch.nn.functional.linear(input, weight, bias)
-    leading, (n, k) = weight.shape[:-2], weight.shape[-2:]
-    batch = input.dim() - 1
-    flat = torch.nn.functional.linear(input, weight.reshape(-1, k))  # [*I, W * N]
-    out = flat.reshape(*input.shape[:-1], *leading, n)
-    out = out.movedim(tuple(range(batch, batch + len(leading))), tuple(range(len(leading))))
-    if bias is not None:
-        if bias.dim() > 1:  # [*W, N]: broadcast over *I
-            bias = bias.reshape(*leading, *[1] * batch, n)
-        out = out + bias
-    return out.contiguous()
-
-
 def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``linear``: ``input @ weight.T (+ bias)``; writes with ``matmul(out=)`` if preallocated."""
     if not instruction.preallocated:
         return _plain(instruction, operands)
-    inp, weight, bias = operands["input"], operands["weight"], operands.get("bias")
-    if weight.dim() > 2:
-        return operands["out"].copy_(linear(inp, weight, bias))
-    out = _matmul_into(inp, weight.t(), operands["out"])
-    if bias is not None:
-        out.add_(bias)
-    return out
+    return linear_into(instruction, operands)
 
 
 def run_matmul(instruction: Matmul, operands: Operands, out_shape: list[int]) -> torch.Tensor:
     """``matmul`` with torch's batching rules."""
     if instruction.preallocated:
-        return _matmul_into(operands["lhs"], operands["rhs"], operands["out"])
+        return matmul_into(operands["lhs"], operands["rhs"], operands["out"])
     return _plain(instruction, operands)
-
-
-def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``torch.matmul(a, b)`` written into ``out``. torch folds a batched product into one
-    2-d product and reshapes ``out=`` to match, which a strided view cannot take (a stream
-    chunk of a dim inside a 3-d output): such an ``out`` gets a copy of the result. So does
-    a product with a 1-d operand: torch computes it as a 2-d product and resizes ``out=``
-    to that (a deprecated resize that keeps the storage only while the sizes agree)."""
-    if out.is_contiguous() and a.dim() > 1 and b.dim() > 1:
-        return torch.matmul(a, b, out=out)
-    return out.copy_(torch.matmul(a, b))
 
 
 def run_broadcast_in_dim(

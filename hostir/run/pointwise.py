@@ -1,4 +1,6 @@
-"""The torch call of each pointwise op (declared in ``hostir.ir.ops``), keyed by its name.
+"""The torch call of each pointwise op (declared in ``hostir.ir.ops`` and
+``hostir.ir.pointwise``), keyed by its name, and the ops' implementation
+(``hostir.run.implementations``).
 
 :func:`pointwise_call` builds the call an instruction makes, once: tensor operands whose
 dtype is not the op's compute dtype are cast to it first (nvFuser computes Half in Float
@@ -25,7 +27,13 @@ from hostir.ir.ops import (
     category,
     promote,
     scalar_dtype,
+    scalar_operand,
+    tensor_operand,
 )
+from hostir.ir.pointwise import POINTWISE_DECLS
+from hostir.ir.scalars import Const
+from hostir.ir.values import TensorValue
+from hostir.run.implementations import implements
 
 TorchCall = Callable[..., torch.Tensor]
 
@@ -125,3 +133,21 @@ def _typed_when_called(
         for o, a in zip(operands, args, strict=True)
     )
     return pointwise_call(name, known, out_dtype)(*args)
+
+
+@implements(*POINTWISE_DECLS, fresh=True)
+def prepare_pointwise(instruction: Any) -> TorchCall:
+    """The torch call of a pointwise instruction (on its operands in ``INS`` order)."""
+    fields = type(instruction).INS
+    operands = [_operand_type(getattr(instruction, name), name) for name in fields]
+    return pointwise_call(instruction.op.value, operands, instruction.out.dtype)
+
+
+def _operand_type(value: Any, name: str) -> OperandType | None:
+    """What the dtype rule reads of an operand; None for a scalar whose type is known only
+    when it runs."""
+    if isinstance(value, TensorValue):
+        return tensor_operand(value.dtype, value.ndim, value.name)
+    if isinstance(value, Const):
+        return scalar_operand(type(value.value), name)
+    return None

@@ -1,4 +1,5 @@
-"""The torch call of each reduction op (declared in ``hostir.ir.reductions``), keyed by name.
+"""The torch call of each reduction op (declared in ``hostir.ir.reductions``), keyed by name,
+and the ops' implementation (``hostir.run.implementations``).
 
 :func:`reduction_call` builds the call a ``Reduction`` instruction makes on its local
 data: ``sum`` and ``prod`` accumulate in the result's dtype (torch's ``dtype=`` casts the
@@ -14,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from hostir.ir.instructions import Reduction
-from hostir.ir.reductions import REDUCTION_OPS
+from hostir.ir.reductions import REDUCTION_DECLS, REDUCTION_OPS, Reduction
 from hostir.run.handler_common import into_out
+from hostir.run.implementations import implements
 
 TorchCall = Callable[[torch.Tensor], torch.Tensor]
 
@@ -44,6 +45,7 @@ if set(_TORCH_CALLS) != set(REDUCTION_OPS):  # a declaration without its call, o
     raise ImportError(f"torch calls {sorted(_TORCH_CALLS)} != reductions {sorted(REDUCTION_OPS)}")
 
 
+@implements(*REDUCTION_DECLS, fresh=True)
 def reduction_call(instruction: Reduction) -> TorchCall:
     """The torch call ``instruction`` makes on its source tensor."""
     return functools.partial(

@@ -57,12 +57,15 @@ from hostir.run.communication_handlers import run_wait
 from hostir.run.compiled import INDENT, CompiledProgram, _Writer
 from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
+from hostir.run.implementations import implementation_of
+from hostir.run.implementations import plain_call as declared_call
 from hostir.run.steps import Step
 from hostir.run.stream_handlers import STREAM_HANDLERS, make_current
 from hostir.text.printer import print_instruction
 
 FRESH = (Set, Unary, Binary, Reduction, Linear, Matmul)
-"""Compute instructions whose result (not preallocated) is a new tensor, never a view."""
+"""Instructions of ops not declared yet whose result (not preallocated) is a new tensor,
+never a view (a declared op's implementation says it: ``fresh``)."""
 
 
 class ReplayProgram(CompiledProgram):
@@ -339,10 +342,21 @@ class _ReplayWriter(_Writer):
 
 
 def _plain_call(instruction: Instruction) -> tuple[Callable, tuple[str, ...]] | None:
-    """The torch call to make directly: a built-in compute instruction, not preallocated."""
-    if type(instruction) not in COMPUTE_HANDLERS or getattr(instruction, "preallocated", True):
+    """The torch call to make directly: a declared op's (``hostir.run.implementations``)
+    or a built-in compute instruction's, not preallocated."""
+    if getattr(instruction, "preallocated", True):
         return None
-    return plain_call(instruction)
+    if implementation_of(instruction) is not None:
+        return declared_call(instruction)
+    return plain_call(instruction) if type(instruction) in COMPUTE_HANDLERS else None
+
+
+def _fresh(instruction: Instruction) -> bool:
+    """Whether ``instruction``'s result is a new tensor, never a view (see :data:`FRESH`)."""
+    implementation = implementation_of(instruction)
+    if implementation is not None:
+        return implementation.fresh
+    return isinstance(instruction, FRESH + (Allreduce,))
 
 
 def _aliasable(program: HostIrContainer) -> set[str]:
@@ -354,7 +368,7 @@ def _aliasable(program: HostIrContainer) -> set[str]:
     for instruction in walk_instructions(program.body):
         if getattr(instruction, "preallocated", False):
             touched.add(instruction.out.name)
-        elif isinstance(instruction, FRESH + (Allreduce,)):
+        elif _fresh(instruction):
             fresh.add(instruction.out.name)
         if isinstance(instruction, ShardByStream):
             touched.add(instruction.src.name)

@@ -24,6 +24,7 @@ from hostir.ir.sharding import Mesh
 from hostir.ir.team import print_team
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.run.context import RunContext
+from hostir.run.implementations import handler_for
 
 if TYPE_CHECKING:
     from hostir.ir.container import HostIrContainer
@@ -53,10 +54,11 @@ class Step:
     )
 
     @staticmethod
-    def prepare(instruction: Instruction, handler: Handler) -> Step:
-        """``instruction`` prepared to run with ``handler``."""
+    def prepare(instruction: Instruction, handler: Handler | None) -> Step:
+        """``instruction`` prepared to run with its declared op's implementation
+        (``hostir.run.implementations``), else with ``handler`` (its class's)."""
         step = Step()
-        step.handler = handler
+        step.handler = handler_for(instruction, handler)
         step.mesh = placement(instruction)
         step.rank, step.runs = -1, True
         outs = defined_values(instruction)

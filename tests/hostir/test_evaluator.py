@@ -38,8 +38,10 @@ from hostir import (
     VerifyError,
 )
 from hostir.ir.instructions import keyword
+from hostir.ir.opdecl import op_named
 from hostir.ir.scalars import add, floordiv, mod, mul, sub
 from hostir.run.evaluator import HANDLERS
+from hostir.run.implementations import IMPLEMENTATIONS, Implementation
 from tests.hostir.programs import block_sharded, c, tensor
 
 
@@ -280,7 +282,7 @@ def test_a_rank_outside_the_team_that_holds_its_output_raises(compiled):
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 def test_an_output_left_none_on_a_rank_that_holds_it_raises(monkeypatch, compiled):
-    """A handler (registered for a class, as extensions do) that gives no value for an
+    """A handler (registered for an op, as extensions do) that gives no value for an
     output this rank holds used to make the run return None; the run now raises, naming
     the output. With the real handler the same program computes torch's result."""
     program = hostir.parse(
@@ -289,7 +291,9 @@ def test_an_output_left_none_on_a_rank_that_holds_it_raises(monkeypatch, compile
     x = torch.randn(4)
     (out,) = HostIrEvaluator(program, compiled=compiled).run([x])
     torch.testing.assert_close(out, -x)
-    monkeypatch.setitem(HANDLERS, Unary, lambda context, instruction, operands: [None])
+    # neg is a declared op: its handler is its implementation's (hostir.run.implementations)
+    silent = Implementation(decl=op_named("neg"), handler=lambda context, i, operands: [None])
+    monkeypatch.setitem(IMPLEMENTATIONS, "neg", silent)
     with pytest.raises(EvaluationError, match=r"^rank 0 holds output T1 \(it is on every rank\)"):
         HostIrEvaluator(program, compiled=compiled).run([x])
 

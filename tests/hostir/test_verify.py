@@ -93,7 +93,7 @@ FAULTS = {
         + "  T2 : float32[4, 6] @M0 = linear(T0, T1)\n"
         + "  output T2\n}\n",
         (5, 3),
-        "linear: the contraction extents differ: input T0 [4, 8] ends in 8, weight T1 [6, 7]",
+        "linear: T0 dim 1 has extent 8 but T1 dim 1 has extent 7; they must be equal",
     ),
     "deallocate of an output": (
         HEAD

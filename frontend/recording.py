@@ -1,0 +1,119 @@
+"""Recording an op from its declaration (``hostir.ir.opdecl``): what ``fd.ops`` does for
+every declared op.
+
+:func:`record` turns the operands into the host IR's terms (a tensor into a placeholder
+value of its name, dtype and extents; a scalar into its expression), asks the op's
+``infer`` for its results (a refusal is an :class:`OperandError` in the declaration's
+words), makes each result's TensorView, its axes of the declared kinds, maps them to the
+operand axes they iterate with, and records a :class:`~frontend.exprs.FusionOp` holding
+the op's instruction. An ``fd.ops`` method only checks the form of its arguments (and
+translates nvFuser's to the declaration's) before it records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from frontend.errors import OperandError
+from frontend.exprs import FusionOp, ScalarVal
+from frontend.fusion import Fusion
+from frontend.iter_domain import IterDomain, IterType
+from frontend.tensor_view import TensorView
+from frontend.types import DataType
+from hostir import Const, TensorValue
+from hostir.ir.opdecl import AxisKind, OpArgs, OpDecl, ParamKind, ResultAxis
+
+PYTHON_TYPES = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
+"""The Python type a scalar of each DataType counts as in a dtype rule (others: float)."""
+
+_ITER_TYPES = {
+    AxisKind.ITERATION: IterType.ITERATION,
+    AxisKind.BROADCAST: IterType.BROADCAST,
+    AxisKind.REDUCTION: IterType.REDUCTION,
+}
+
+
+def placeholder(tv: TensorView) -> TensorValue:
+    """The host IR value standing for ``tv`` in a recorded instruction: its name, dtype
+    and data extents, unsharded (lowering binds the sharded value by name)."""
+    shape = tuple(axis.extent for axis in tv.shape_domain())
+    return TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=shape)
+
+
+def record(
+    fusion: Fusion,
+    decl: OpDecl,
+    operands: Mapping[str, Any],
+    given: Mapping[str, TensorValue] | None = None,
+) -> tuple[TensorView, ...]:
+    """Records op ``decl`` on ``operands`` (by param field: TensorViews, ScalarVals,
+    Python numbers, attribute values; a missing one takes its default) in ``fusion``, and
+    returns its results. ``given``: the results' dtype or extents the caller chooses."""
+    values, types, names, users = {}, {}, {}, []
+    for param in decl.params:
+        value = operands.get(param.field, param.default)
+        if param.kind is ParamKind.ATTRIBUTE:
+            values[param.field] = value
+            continue
+        users.append(value)
+        if isinstance(value, TensorView):
+            values[param.field] = placeholder(value)
+        elif isinstance(value, ScalarVal):
+            values[param.field] = value.to_hostir()
+            types[param.field] = PYTHON_TYPES.get(value.dtype, float)
+            names[param.field] = value.name
+        elif value is None:
+            values[param.field] = None
+        else:  # a Python number
+            values[param.field] = Const(value=value)
+            types[param.field], names[param.field] = type(value), repr(value)
+    args = OpArgs(values=values, scalar_types=types, names=names, given=given or {})
+    inferred = decl.infer(args)
+    if isinstance(inferred, str):
+        raise OperandError(inferred)
+    tensors = {field: v for field, v in operands.items() if isinstance(v, TensorView)}
+    results = []
+    for result_type in inferred:
+        axes = [IterDomain(a.extent, _iter_type(a, tensors)) for a in result_type.axes]
+        results.append(fusion.new_tensor(DataType(result_type.dtype), axes))
+    outs = {r.field: placeholder(tv) for r, tv in zip(decl.results, results, strict=True)}
+    instruction = decl.cls(**decl.fixed, **outs, **values)
+    fusion.require(decl.requirements(instruction) if decl.requirements is not None else ())
+    for tv, result_type in zip(results, inferred, strict=True):
+        axis_map = _axis_map(decl, tensors, tv, result_type.axes)
+        fusion.add_expr(
+            FusionOp(
+                tv, axis_map=axis_map, instruction=instruction, decl=decl, operands=tuple(users)
+            )
+        )
+    return tuple(results)
+
+
+def _iter_type(axis: ResultAxis, tensors: Mapping[str, TensorView]) -> IterType:
+    """The iter type of a new axis of the declared kind (INHERIT: its first source's)."""
+    if axis.kind is not AxisKind.INHERIT:
+        return _ITER_TYPES[axis.kind]
+    if axis.sources:
+        source = axis.sources[0]
+        return tensors[source.operand].shape_domain()[source.dim].iter_type
+    return IterType.BROADCAST if axis.extent == Const(value=1) else IterType.ITERATION
+
+
+def _axis_map(
+    decl: OpDecl,
+    tensors: Mapping[str, TensorView],
+    out: TensorView,
+    axes: tuple[ResultAxis, ...],
+) -> dict[TensorView, list[tuple[IterDomain, IterDomain]]]:
+    """Per tensor operand (each once, in the declaration's order), the pairs (result axis,
+    operand axis) the declaration maps."""
+    axis_map: dict[TensorView, list[tuple[IterDomain, IterDomain]]] = {}
+    for param in decl.params:
+        if param.field in tensors:
+            axis_map.setdefault(tensors[param.field], [])
+    for new, axis in zip(out.get_logical_domain(), axes, strict=True):
+        for source in axis.sources:
+            tv = tensors[source.operand]
+            axis_map[tv].append((new, tv.shape_domain()[source.dim]))
+    return axis_map

@@ -1,0 +1,155 @@
+"""Each declared op's torch implementation, registered under its declaration
+(``hostir.ir.opdecl``) with :func:`implements`.
+
+An implementation is, per instruction, the torch call that computes the op's result from
+its operands (the instruction's ``INS`` fields, in order), made once when the instruction
+is prepared: the evaluator's handler calls it and checks the result's local shape; a
+compiled replay calls it directly (``hostir.run.replay``). An op whose result is written
+into a preallocated ``out`` gets the result copied there, unless its implementation
+writes it itself (``into``). A handler of the evaluator's own form (``handler=``) serves
+ops whose call needs the run's context.
+
+Every declared op must have an implementation: ``hostir.run`` checks it when it is
+imported (:func:`check_complete`), naming the ops without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hostir.ir.opdecl import OpDecl, declared_ops, op_decl, op_named
+from hostir.run.handler_common import checked_result
+
+if TYPE_CHECKING:
+    from hostir.run.context import RunContext
+
+TorchCall = Callable[..., torch.Tensor]
+Handler = Callable[["RunContext", Any, dict[str, Any]], list]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """How the runtime computes one declared op."""
+
+    decl: OpDecl
+    prepare: Callable[[Any], TorchCall] | None = None
+    """The torch call of an instruction of the op, taking its ``INS`` values in order."""
+    into: Callable[[Any, dict[str, Any]], torch.Tensor] | None = None
+    """Writes the result into the preallocated ``operands["out"]`` and returns it (default:
+    a copy of the call's result)."""
+    handler: Handler | None = None
+    """A handler of the evaluator's form, for an op whose call needs the run's context."""
+    fresh: bool = False
+    """The call's result is a new tensor, never a view of an operand."""
+
+
+IMPLEMENTATIONS: dict[str, Implementation] = {}
+"""Every declared op's implementation, by the op's name."""
+
+
+def implements(
+    *names: str,
+    into: Callable[[Any, dict[str, Any]], torch.Tensor] | None = None,
+    handler: bool = False,
+    fresh: bool = False,
+) -> Callable[[Callable], Callable]:
+    """Registers the decorated function as the implementation of the declared ops
+    ``names``: ``prepare(instruction)`` returning the torch call on its ``INS`` values
+    (with ``into`` writing a preallocated ``out``, and ``fresh`` if the result is never a
+    view), or with ``handler=True`` a handler ``(context, instruction, operands) -> list
+    of OUTS values``. A name that no op declares is a TypeError."""
+
+    def register(function: Callable) -> Callable:
+        for name in names:
+            decl = op_named(name)
+            if decl is None:
+                raise TypeError(f"implements({name!r}): no op {name!r} is declared")
+            IMPLEMENTATIONS[name] = Implementation(
+                decl=decl,
+                prepare=None if handler else function,
+                into=into,
+                handler=function if handler else None,
+                fresh=fresh,
+            )
+        return function
+
+    return register
+
+
+def implementation_of(instruction: Any) -> Implementation | None:
+    """The implementation of ``instruction``'s declared op; None if its op is not
+    declared (the evaluator's own table handles it)."""
+    decl = op_decl(instruction)
+    if decl is None:
+        return None
+    found = IMPLEMENTATIONS.get(decl.name)
+    if found is None or found.decl is not decl:
+        raise TypeError(f"op {decl.name!r} is declared but has no implementation (implements)")
+    return found
+
+
+def plain_call(instruction: Any) -> tuple[TorchCall, tuple[str, ...]] | None:
+    """The torch call of a declared op's instruction that defines a fresh ``out``, and the
+    operand fields it takes in order; None if its op is not declared, its ``out`` is
+    preallocated, or its implementation is a handler."""
+    implementation = implementation_of(instruction)
+    if implementation is None or implementation.prepare is None or instruction.preallocated:
+        return None
+    return implementation.prepare(instruction), type(instruction).INS
+
+
+def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
+    """The handler running ``instruction``: its declared op's implementation, made for
+    this instruction (its call prepared once), else ``legacy`` (the evaluator's handler
+    for its class)."""
+    implementation = implementation_of(instruction)
+    if implementation is None:
+        return legacy
+    if implementation.handler is not None:
+        return implementation.handler
+    call = implementation.prepare(instruction)
+    fields = type(instruction).INS
+    if instruction.preallocated:
+        into = implementation.into or _copy_into(call, fields)
+
+        def handle_into(context: RunContext, instruction: Any, operands: dict) -> list:
+            return [checked_result(context, instruction, into(instruction, operands))]
+
+        return _named(handle_into, implementation.prepare)
+
+    def handle(context: RunContext, instruction: Any, operands: dict) -> list:
+        result = call(*[operands.get(name) for name in fields])
+        return [checked_result(context, instruction, result)]
+
+    return _named(handle, implementation.prepare)
+
+
+def _copy_into(call: TorchCall, fields: tuple[str, ...]) -> Callable:
+    """Writes ``call``'s result into the preallocated ``out`` (a copy)."""
+
+    def into(instruction: Any, operands: dict) -> torch.Tensor:
+        return operands["out"].copy_(call(*[operands.get(name) for name in fields]))
+
+    return into
+
+
+def _named(handler: Handler, prepare: Callable) -> Handler:
+    """``handler`` under its implementation's module and name: the CUDA-graph check asks
+    where a handler comes from (``hostir.run.cuda_graphs``)."""
+    handler.__module__ = prepare.__module__
+    handler.__qualname__ = handler.__name__ = f"{prepare.__name__}_handler"
+    return handler
+
+
+def check_complete() -> None:
+    """ImportError naming every declared op without an implementation."""
+    missing = [d.name for d in declared_ops() if d.name not in IMPLEMENTATIONS]
+    if missing:
+        raise ImportError(
+            f"declared ops without an implementation: {', '.join(missing)} (register one"
+            " with hostir.run.implementations.implements)"
+        )
