@@ -132,13 +132,15 @@ class FusionOp(Expr):
         return self.decl.name
 
     def attributes(self) -> str:
-        """``, dims=[1]``: each attribute that is not its default, and the dtype the
-        caller chose (``cast``)."""
+        """``, dims=[1]``: each attribute that is not its default, each scalar expression
+        (``start=1``), and the dtype the caller chose (``cast``)."""
         text = f", dtype={self.output.dtype.name}" if "dtype" in self.decl.given else ""
         for param in self.decl.params:
+            value = getattr(self.instruction, param.field)
+            if param.kind is ParamKind.SCALAR:
+                text += f", {param.field}={print_scalar(value)}"
             if param.kind is not ParamKind.ATTRIBUTE:
                 continue
-            value = getattr(self.instruction, param.field)
             if param.default is REQUIRED or value != param.default:
                 text += f", {param.field}={_attribute_text(value)}"
         return text

@@ -23,6 +23,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, TensorValue
 from hostir.ir.opdecl import AxisKind, OpArgs, OpDecl, ParamKind, ResultAxis
+from hostir.ir.scalars import BinaryExpr, MeshCoordinate, Symbol
 
 PYTHON_TYPES = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
 """The Python type a scalar of each DataType counts as in a dtype rule (others: float)."""
@@ -48,13 +49,17 @@ def record(
     given: Mapping[str, TensorValue] | None = None,
 ) -> tuple[TensorView, ...]:
     """Records op ``decl`` on ``operands`` (by param field: TensorViews, ScalarVals,
-    Python numbers, attribute values; a missing one takes its default) in ``fusion``, and
-    returns its results. ``given``: the results' dtype or extents the caller chooses."""
+    Python numbers, host IR scalar expressions, attribute values; a missing one takes its
+    default) in ``fusion``, and returns its results. ``given``: the results' dtype or
+    extents the caller chooses."""
     values, types, names, users = {}, {}, {}, []
     for param in decl.params:
         value = operands.get(param.field, param.default)
         if param.kind is ParamKind.ATTRIBUTE:
             values[param.field] = value
+            continue
+        if isinstance(value, Const | Symbol | MeshCoordinate | BinaryExpr):
+            values[param.field] = value  # an expression the method made (a slice's clamped end)
             continue
         users.append(value)
         if isinstance(value, TensorView):

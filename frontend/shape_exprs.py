@@ -1,5 +1,7 @@
-"""The shape ops' fusion expressions (``fd.ops.reshape``, ``slice``, ``pad``, ``cat``; the
-ops ``frontend.shape_ops`` builds from them and from others).
+"""The shape ops' former fusion expressions (``fd.ops.reshape``, ``slice``, ``pad``,
+``cat``). No longer recorded: ``fd.ops`` records these ops from their declarations
+(``hostir.ir.shape_ops``, ``frontend.recording``); the classes stay, with their builders in
+``lowering.snapshot``, until the mirror classes of every op family are removed.
 
 Their ``axis_map`` pairs only dims that iterate over the same index: a reshape's dims that
 it keeps one to one, the dims a slice, pad or cat leaves alone. A dim it changes is not

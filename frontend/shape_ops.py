@@ -3,12 +3,17 @@
 ``python/python_direct/ops.cpp`` and ``csrc/ops/alias.cpp``).
 
 Each function here takes the ``Ops`` object first and becomes its method
-(``frontend.ops`` sets them). Sizes, indices and widths are ints or Int scalars known at
-definition: constants, or sizes (``tv.size(i)``) and arithmetic on them. Everything nvFuser
-would check is checked when the op is defined, and what reads sizes known only at execute
-(a slice's bounds, a pad's widths) when the inputs bind them, by the same rules in the same
-words (``hostir.ir.requirements``), so an op accepted here runs or is refused by name before
-anything runs. How each shards and what it communicates: docs/ops.md, "Shape ops".
+(``frontend.ops`` sets them). The ops with instructions (``reshape``, ``slice``, ``pad``,
+``cat``) are recorded from their declarations (``hostir.ir.shape_ops``: the dtype, the
+extents, the refusals); the functions here translate nvFuser's arguments to them (a -1 in
+a new shape, indices clamped, one instruction per sliced or padded dim, a list of tensors
+as a chain) and check their form. Sizes, indices and widths are ints or Int scalars known
+at definition: constants, or sizes (``tv.size(i)``) and arithmetic on them. Everything
+nvFuser would check is checked when the op is defined, and what reads sizes known only at
+execute (a slice's bounds, a pad's widths) when the inputs bind them, by the same rules in
+the same words (``hostir.ir.requirements``), so an op accepted here runs or is refused by
+name before anything runs. How each shards and what it communicates: docs/ops.md, "Shape
+ops".
 """
 
 from __future__ import annotations
@@ -19,15 +24,22 @@ from typing import Any, Protocol
 from frontend.arguments import as_list, check_bool, is_int, shown
 from frontend.errors import OperandError
 from frontend.exprs import ScalarVal
-from frontend.iter_domain import IterDomain, IterType
-from frontend.shape_exprs import CatOp, PadOp, ReshapeOp, SliceOp
+from frontend.recording import PYTHON_TYPES, placeholder, record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import Const, Scalar
-from hostir.ir.extents import differ, normal_form, same_extent
+from hostir import Const, Scalar, TensorValue
+from hostir.ir.extents import normal_form, same_extent
 from hostir.ir.requirements import pad_requirements, slice_requirements
-from hostir.ir.scalars import add, print_scalar, product, sub
-from hostir.ir.shape_ops import ReshapeError, divides, reshape_groups
+from hostir.ir.scalars import print_scalar, product, sub
+from hostir.ir.shape_ops import (
+    CAT,
+    PAD,
+    RESHAPE,
+    SLICE,
+    cat_problem,
+    divides,
+    pad_value_problem,
+)
 
 INTEGER_DTYPES = (DataType.Int, DataType.Int32)
 
@@ -36,9 +48,6 @@ class OpsLike(Protocol):
     """What these functions use of ``fd.ops`` (``frontend.ops.Ops``)."""
 
     _fusion: Any
-
-    def _new(self, dtype: DataType, axes: list[IterDomain]) -> TensorView:
-        """A new tensor of the fusion."""
 
     def set(self, tv: TensorView) -> TensorView:
         """A copy of ``tv``."""
@@ -51,16 +60,6 @@ def _tensor(op: str, value: Any, role: str = "arg") -> TensorView:
     if not isinstance(value, TensorView):
         raise OperandError(f"{op}: {role} must be a TensorView, got {shown(value)}")
     return value
-
-
-def _fresh(axis: IterDomain) -> IterDomain:
-    return IterDomain(axis.extent, axis.iter_type)
-
-
-def _axis(extent: Scalar) -> IterDomain:
-    """A new output axis: a broadcast one if its extent is the constant 1."""
-    one = extent == Const(value=1)
-    return IterDomain(extent, IterType.BROADCAST if one else IterType.ITERATION)
 
 
 def _scalar(op: str, what: str, value: Any) -> Scalar:
@@ -87,20 +86,6 @@ def _dim(op: str, tv: TensorView, dim: Any, what: str = "dim") -> int:
     if not is_int(dim) or not -ndim <= dim < ndim:
         raise OperandError(f"{op}: {what} {shown(dim)} is out of range for {tv.name} ({ndim} dims)")
     return dim % ndim
-
-
-def _copy_axes_but(tv: TensorView, changed: dict[int, Scalar]) -> tuple[list, list]:
-    """Output axes like ``tv``'s, but new ones of the given extents at ``changed`` dims;
-    the pairs map the others."""
-    axes, pairs = [], []
-    for dim, axis in enumerate(tv.shape_domain()):
-        if dim in changed:
-            axes.append(_axis(changed[dim]))
-            continue
-        new = _fresh(axis)
-        axes.append(new)
-        pairs.append((new, axis))
-    return axes, pairs
 
 
 # ----- reshape ------------------------------------------------------------------------------
@@ -132,19 +117,13 @@ def reshape(self: OpsLike, arg: TensorView, new_shape: Sequence[Any]) -> TensorV
         sizes.append(size)
     if None in sizes:
         sizes[sizes.index(None)] = _inferred(arg, source, sizes)
-    target = tuple(sizes)
-    try:
-        groups = reshape_groups(source, target)
-    except ReshapeError as error:
-        raise OperandError(f"reshape of {arg.name}: {error}") from None
-    axes = [_axis(size) for size in target]
-    domain = arg.shape_domain()
-    pairs = [
-        (axes[outs[0]], domain[ins[0]]) for ins, outs in groups if len(ins) == 1 and len(outs) == 1
-    ]
-    out = self._new(arg.dtype, axes)
-    self._fusion.add_expr(ReshapeOp(out, axis_map={arg: pairs}, src=arg))
-    return out
+    return _reshaped(self, arg, tuple(sizes))
+
+
+def _reshaped(self: OpsLike, arg: TensorView, target: tuple[Scalar, ...]) -> TensorView:
+    """``reshape`` of ``arg`` to extents ``target``, recorded (``hostir.ir.shape_ops``)."""
+    given = TensorValue(name=arg.name, dtype=arg.dtype.to_hostir(), shape=target)
+    return record(self._fusion, RESHAPE, {"src": arg}, given={"out": given})[0]
 
 
 def _inferred(arg: TensorView, source: tuple, sizes: list) -> Scalar:
@@ -200,15 +179,8 @@ def squeeze(
     if expanded:  # keep the first element of each expanded dim, then drop the 1s
         arg = _slice_dims(self, arg, {d: (Const(value=0), Const(value=1)) for d in expanded})
         domain = arg.shape_domain()
-    axes, pairs = [], []
-    for dim, axis in enumerate(domain):
-        if dim not in removed:
-            new = _fresh(axis)
-            axes.append(new)
-            pairs.append((new, axis))
-    out = self._new(arg.dtype, axes)
-    self._fusion.add_expr(ReshapeOp(out, axis_map={arg: pairs}, src=arg))
-    return out
+    kept = tuple(axis.extent for dim, axis in enumerate(domain) if dim not in removed)
+    return _reshaped(self, arg, kept)
 
 
 def expand(self: OpsLike, arg: TensorView, shape: Sequence[Any]) -> TensorView:
@@ -330,13 +302,10 @@ def _clamped(
 def _slice_dims(
     self: OpsLike, arg: TensorView, ranges: dict[int, tuple[Scalar, Scalar]]
 ) -> TensorView:
-    """One ``slice`` expression per dim of ``ranges``, in order."""
+    """One ``slice`` per dim of ``ranges``, in order."""
     for dim, (start, stop) in sorted(ranges.items()):
-        axes, pairs = _copy_axes_but(arg, {dim: sub(stop, start)})
-        out = self._new(arg.dtype, axes)
-        expr = SliceOp(out, axis_map={arg: pairs}, src=arg, dim=dim, start=start, stop=stop)
-        self._fusion.add_expr(expr)
-        arg = out
+        operands = {"src": arg, "dim": dim, "start": start, "stop": stop}
+        (arg,) = record(self._fusion, SLICE, operands)
     return arg
 
 
@@ -366,44 +335,26 @@ def pad(self: OpsLike, arg: TensorView, pad_widths: Sequence[Any], value: Any = 
         self._fusion.require(pad_requirements(arg.name, dim, left, right))
         if left == Const(value=0) and right == Const(value=0):
             continue
-        extent = add(add(left, result.shape_domain()[dim].extent), right)
-        axes, pairs = _copy_axes_but(result, {dim: extent})
-        out = self._new(arg.dtype, axes)
-        expr = PadOp(
-            out, axis_map={result: pairs}, src=result, dim=dim, left=left, right=right, value=fill
-        )
-        self._fusion.add_expr(expr)
-        result = out
+        operands = {"src": result, "dim": dim, "left": left, "right": right, "value": fill}
+        (result,) = record(self._fusion, PAD, operands)
     return self.set(arg) if result is arg else result
 
 
-def _pad_value(arg: TensorView, value: Any) -> Scalar:
-    """The fill value as a host IR scalar, of the tensor's kind (see ``pad``)."""
-    kind = _kind(arg.dtype)
+def _pad_value(arg: TensorView, value: Any) -> ScalarVal | bool | int | float:
+    """The fill value, of the tensor's kind (see ``pad``; None: its zero)."""
+    kind = PYTHON_TYPES.get(arg.dtype, float)
     if value is None:
-        return Const(value={"bool": False, "int": 0, "float": 0.0}[kind])
+        return kind(0)
     if isinstance(value, ScalarVal):
-        given = _kind(value.dtype)
-        scalar = value.to_hostir()
+        given, name = PYTHON_TYPES.get(value.dtype, float), value.name
     elif type(value) in (bool, int, float):
-        given = {bool: "bool", int: "int", float: "float"}[type(value)]
-        scalar = Const(value=value)
+        given, name = type(value), repr(value)
     else:
         raise OperandError(f"pad of {arg.name}: value must be a scalar, got {shown(value)}")
-    if given != kind:
-        raise OperandError(
-            f"pad of {arg.name}: value {value.name if isinstance(value, ScalarVal) else value!r}"
-            f" is a {given}, but {arg.name} is {arg.dtype.name}: the value must be of the"
-            f" tensor's kind (a {kind}; nvFuser: 'Tensor arg and pad value must have the same"
-            " dtype')"
-        )
-    return scalar
-
-
-def _kind(dtype: DataType) -> str:
-    if dtype is DataType.Bool:
-        return "bool"
-    return "int" if dtype in INTEGER_DTYPES else "float"
+    problem = pad_value_problem(placeholder(arg), given, name)
+    if problem is not None:
+        raise OperandError(problem)
+    return value
 
 
 # ----- cat ----------------------------------------------------------------------------------
@@ -429,7 +380,6 @@ def cat(
         )
     first = items[0]
     dim = _dim("cat", first, dim)
-    ndim = len(first.shape_domain())
     _check_cat_operands(items, dim)
     if len(items) == 1:
         return self.set(first)
@@ -437,45 +387,19 @@ def cat(
     for item in items[1:]:
         if item is result:  # one tensor as both operands: each needs its own axis map
             item = self.set(item)
-        left, right = result.shape_domain(), item.shape_domain()
-        axes = []
-        maps: dict[TensorView, list] = {result: [], item: []}
-        for d in range(ndim):
-            if d == dim:
-                axes.append(_axis(add(left[d].extent, right[d].extent)))
-                continue
-            new = _fresh(left[d])
-            axes.append(new)
-            maps[result].append((new, left[d]))
-            maps[item].append((new, right[d]))
-        out = self._new(first.dtype, axes)
-        self._fusion.add_expr(CatOp(out, axis_map=maps, lhs=result, rhs=item, dim=dim))
-        result = out
+        (result,) = record(self._fusion, CAT, {"lhs": result, "rhs": item, "dim": dim})
     return result
 
 
 def _check_cat_operands(items: list[TensorView], dim: int) -> None:
-    """One dtype, one rank, and equal extents off ``dim``; raises OperandError naming the
-    tensor that differs from the first."""
-    first = items[0]
-    ndim = len(first.shape_domain())
+    """Each tensor joins the first along ``dim`` (``hostir.ir.shape_ops.cat_problem``: one
+    dtype, one rank, equal extents off ``dim``); raises OperandError naming the tensor that
+    differs from the first, before any of the chain is recorded."""
+    first = placeholder(items[0])
     for item in items[1:]:
-        if item.dtype is not first.dtype:
-            raise OperandError(
-                f"cat: {item.name} is {item.dtype.name} but {first.name} is {first.dtype.name};"
-                " nvFuser concatenates tensors of one dtype (cast them first)"
-            )
-        if len(item.shape_domain()) != ndim:
-            raise OperandError(
-                f"cat: {item.name} has {len(item.shape_domain())} dims, {first.name} {ndim}"
-            )
-        for d, (a, b) in enumerate(zip(first.shape_domain(), item.shape_domain(), strict=True)):
-            if d != dim and differ(a.extent, b.extent):
-                raise OperandError(
-                    f"cat along dim {dim}: {item.name} dim {d} has extent"
-                    f" {print_scalar(b.extent)}, {first.name} {print_scalar(a.extent)}; the"
-                    " dims other than the cat dim must agree"
-                )
+        problem = cat_problem(first, placeholder(item), dim)
+        if problem is not None:
+            raise OperandError(problem)
 
 
 SHAPE_METHODS = {

@@ -10,11 +10,13 @@ rank's shard is one contiguous block of the group's elements on both sides: the 
 reshapes its own shard, and the output dim is sharded like the input dim
 (:func:`with_layout_pairs` adds that pair for propagation and decomposition). Any other
 sharded dim of a group is not paired, so ``decompose_resharding`` gathers it before the
-reshape (a ``set``), as it does for a dim that a slice, pad or cat changes.
+reshape (a ``set``), as it does for a dim that a slice, pad or cat changes. The op's
+declaration says whether it keeps blocks so (``OpSharding.keeps_blocks``).
 
-A dim such an op creates or changes is computed whole on each rank (:func:`compute_layout`):
-its handler computes it from whole input dims, so a sharded output dim there is sliced by
-the ``set`` after the op.
+A dim such an op creates or changes is computed whole on each rank: its declaration marks
+it (``ResultAxis.whole``, read by ``lowering.op_layouts``), so a sharded output dim there
+is sliced by the ``set`` after the op; a kept block is laid out as its input dim's
+(:func:`compute_layout`).
 """
 
 from __future__ import annotations
@@ -24,21 +26,25 @@ import math
 
 from hostir.ir.catalog import keyword
 from hostir.ir.extents import normal_form
+from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import floordiv
-from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice, divides, reshape_groups
+from hostir.ir.shape_ops import divides, reshape_groups
 from hostir.ir.sharding import ShardPart, canonical_parts
 from lowering.errors import LoweringError
-from lowering.layouts import local_parts
 from lowering.snapshot import AxisLayout, LoweringOp, LoweringTensor
 
-SHAPE_INSTRUCTIONS = (Reshape, Slice, Pad, Cat)
-"""The instructions whose unmapped output dims are computed whole."""
+
+def keeps_blocks(op: LoweringOp) -> bool:
+    """Whether ``op`` keeps a sharded dim's blocks through a split or merge (its
+    declaration's ``OpSharding.keeps_blocks``: a reshape)."""
+    decl = op_decl(op.instruction)
+    return decl is not None and decl.sharding.keeps_blocks
 
 
 def with_layout_pairs(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> LoweringOp:
     """``op`` with a reshape's sharded group pairs added to its axis map (see the module
     docstring); any other op unchanged."""
-    if not isinstance(op.instruction, Reshape) or len(op.axis_maps) != 1:
+    if not keeps_blocks(op) or len(op.axis_maps) != 1:
         return op
     ((name, pairs),) = op.axis_maps
     extra = block_pairs(tensors[name], tensors[op.output])
@@ -90,7 +96,7 @@ def with_blocks(
     each kept block laid out as the input dim's blocks: its mesh parts, then the local part
     ``extent / devices`` (the generic copy of parts keeps a lone mesh part, ``[x]``, which
     is right only between equal extents); any other op's output unchanged."""
-    if not isinstance(op.instruction, Reshape) or len(op.axis_maps) != 1:
+    if not keeps_blocks(op) or len(op.axis_maps) != 1:
         return out
     source = tensors[op.axis_maps[0][0]]
     if source.mesh is None or out.mesh != source.mesh:
@@ -107,19 +113,23 @@ def with_blocks(
 def compute_layout(
     op: LoweringOp, compute: LoweringTensor, tensors: dict[str, LoweringTensor]
 ) -> LoweringTensor:
-    """The compute layout of a shape op: kept blocks laid out as :func:`with_blocks` says,
-    and the output dims the op creates or changes (those its axis map leaves out) whole on
-    each rank; any other op's unchanged."""
-    if not isinstance(op.instruction, SHAPE_INSTRUCTIONS):
-        return compute
-    _refuse_changed_stream_dims(op, tensors)
-    compute = with_blocks(op, compute, tensors)
-    mapped = {o for _, pairs in op.axis_maps for o, _ in pairs}
-    axes = tuple(
-        axis if o in mapped or axis.reduction else local_parts(axis)
-        for o, axis in enumerate(compute.axes)
-    )
-    return dataclasses.replace(compute, axes=axes)
+    """The compute layout of ``op`` (its output dims computed whole already unsharded,
+    ``lowering.op_layouts``): kept blocks laid out as :func:`with_blocks` says; a stream
+    split of a dim the op creates or changes refused by name."""
+    names = (op.output, *(name for name, _ in op.axis_maps))
+    if any(axis.stream is not None for n in names for axis in tensors[n].axes) and changed_dims(op):
+        _refuse_changed_stream_dims(op, tensors)
+    return with_blocks(op, compute, tensors)
+
+
+def changed_dims(op: LoweringOp) -> tuple[int, ...]:
+    """The output axes ``op`` creates or changes: computed whole from no operand axis (its
+    declaration's ``ResultAxis``: ``whole`` and without sources)."""
+    decl = op_decl(op.instruction)
+    inferred = decl.infer_of(op.instruction) if decl is not None else ()
+    if isinstance(inferred, str) or not inferred:
+        return ()
+    return tuple(i for i, axis in enumerate(inferred[0].axes) if axis.whole and not axis.sources)
 
 
 def keep_blocks(
@@ -128,7 +138,7 @@ def keep_blocks(
     """The layout a reshape reads its input ``name`` in (``wanted``), with the input dims
     whose blocks it keeps as they are (the generic copy would rewrite their parts from the
     output dim's, whose extent differs); any other op's ``wanted`` unchanged."""
-    if not isinstance(op.instruction, Reshape) or wanted.mesh != tensors[name].mesh:
+    if not keeps_blocks(op) or wanted.mesh != tensors[name].mesh:
         return wanted
     source = tensors[name]
     axes = list(wanted.axes)
@@ -141,7 +151,7 @@ def is_kept_block(op: LoweringOp, name: str, pair: tuple[int, int], tensors: dic
     """Whether ``pair`` (output axis, input axis) of a reshape reading ``name`` is a kept
     block: both axes sharded in blocks over the same mesh axes (their local parts differ
     with their extents, so their layouts compare unequal)."""
-    if not isinstance(op.instruction, Reshape):
+    if not keeps_blocks(op):
         return False
     source, out = tensors[name], tensors[op.output]
     o, i = pair
@@ -153,9 +163,10 @@ def is_kept_block(op: LoweringOp, name: str, pair: tuple[int, int], tensors: dic
 
 
 def _refuse_changed_stream_dims(op: LoweringOp, tensors: dict[str, LoweringTensor]) -> None:
-    """A stream loop runs an op chunk by chunk along dims that iterate together; a dim a
-    shape op creates or changes has no such partner, so a stream split of it is refused by
-    name (split a dim the op keeps instead)."""
+    """A stream loop runs an op chunk by chunk along dims that iterate together; a dim an
+    op creates or changes (and an operand dim it reads whole: one its axis map leaves out)
+    has no such partner, so a stream split of it is refused by name (split a dim the op
+    keeps instead)."""
     mapped_out = {o for _, pairs in op.axis_maps for o, _ in pairs}
     sides = [(op.output, tensors[op.output], mapped_out)]
     sides += [(name, tensors[name], {i for _, i in pairs}) for name, pairs in op.axis_maps]

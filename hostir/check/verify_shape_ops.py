@@ -1,6 +1,7 @@
-"""The verifier's rules for the shape ops (``hostir.ir.shape_ops``): dtypes kept, extents as
-the op gives them (global, compared symbolically), and a reshape's element counts equal
-globally and on each rank (a local reshape needs as many elements as it has)."""
+"""The verifier's former rules for the shape ops, no longer reached: the ops are declared
+(``hostir.ir.shape_ops``), and the verifier checks them with their declarations' ``check``
+and ``infer`` (``hostir.check.verify_ops``). ``SHAPE_RULES`` stays in ``COMPUTE_RULES``
+until the tables of every op family are removed."""
 
 from __future__ import annotations
 

@@ -152,6 +152,9 @@ class OpSharding:
     """The operand field added after partial results are reduced (linear's bias)."""
     reads_no_tensor: bool = False
     """Its tensor operands give it a mesh only (sdpfa_philox): none is resharded."""
+    keeps_blocks: bool = False
+    """A dim it splits or merges keeps its operand's sharded blocks where each rank's shard
+    stays one block of the result (``reshape``: ``lowering.shape_ops``)."""
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from hostir.ir.scalars import (
     scalar_problem,
     symbols_of,
 )
-from hostir.ir.shape_ops import Pad, Slice
 from hostir.ir.values import TensorValue
 
 LOW, HIGH = "{low}", "{high}"
@@ -199,22 +198,6 @@ def gather_requirement(
     )
 
 
-def _slice(instruction: Slice) -> tuple[Requirement, ...]:
-    src = instruction.src
-    extent = src.shape[instruction.dim] if 0 <= instruction.dim < src.ndim else None
-    if extent is None:
-        return ()  # the verifier names the dim out of range
-    return slice_requirements(
-        src.name, instruction.dim, extent, instruction.start, instruction.stop
-    )
-
-
-def _pad(instruction: Pad) -> tuple[Requirement, ...]:
-    return pad_requirements(
-        instruction.src.name, instruction.dim, instruction.left, instruction.right
-    )
-
-
 def _topk(instruction: TopK) -> tuple[Requirement, ...]:
     src = instruction.src
     if not 0 <= instruction.dim < src.ndim:
@@ -234,8 +217,6 @@ def _gather(instruction: GatherAlong) -> tuple[Requirement, ...]:
 
 
 INSTRUCTION_REQUIREMENTS: dict[type, Callable[[Any], tuple[Requirement, ...]]] = {
-    Slice: _slice,
-    Pad: _pad,
     TopK: _topk,
     GatherAlong: _gather,
 }

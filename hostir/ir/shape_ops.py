@@ -1,26 +1,44 @@
-"""The shape ops' instructions (``reshape``, ``slice``, ``pad``, ``cat``) and how a reshape
-groups dims.
+"""The shape ops (``reshape``, ``slice``, ``pad``, ``cat``): their instructions, their
+declarations (``hostir.ir.opdecl``) and how a reshape groups dims.
 
 A reshape keeps the order of elements; its dims fall into *groups*: consecutive input dims
 whose extents multiply to the product of consecutive output dims (``[b, s, 3e] -> [b, s, h,
 3e/h]`` is ``b -> b``, ``s -> s``, ``3e -> (h, 3e/h)``). :func:`reshape_groups` finds them
-from the (possibly symbolic) extents; the frontend maps the dims of one-to-one groups, and
-the lowering decides from them whether a sharded dim stays contiguous on each rank
-(``lowering.shape_ops``). ``slice`` and ``pad`` act on one dim each and ``cat`` joins two
-tensors: an op on several dims, or of more tensors, is a chain of them (docs/ops.md,
-"Shape ops").
+from the (possibly symbolic) extents; the declaration maps the dims of one-to-one groups,
+and the lowering decides from them whether a sharded dim stays contiguous on each rank
+(``lowering.shape_ops``, keyed on the declaration's ``keeps_blocks``). ``slice`` and
+``pad`` act on one dim each and ``cat`` joins two tensors: an op on several dims, or of
+more tensors, is a chain of them (docs/ops.md, "Shape ops").
+
+Each keeps its operand's dtype. A dim the op creates or changes (a reshape's dims outside
+one-to-one groups, the sliced, padded or joined dim) iterates with no operand dim and is
+computed whole on each rank (``ResultAxis.whole``): the instruction reads that dim whole,
+so a program that shards it there is refused by name (each declaration's ``check``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar
+from functools import reduce
+from typing import Any, ClassVar
 
 from hostir.errors import HostIrError
 from hostir.ir.catalog import Kind, declare
-from hostir.ir.extents import Normal, normal_form
-from hostir.ir.scalars import Scalar, print_scalar
+from hostir.ir.dtypes import python_type
+from hostir.ir.extents import Normal, differ, local_extents, normal_form, times
+from hostir.ir.opdecl import (
+    AxisSource,
+    OpArgs,
+    OpSharding,
+    Param,
+    ParamKind,
+    ResultAxis,
+    ResultType,
+    declare_op,
+)
+from hostir.ir.requirements import Requirement, pad_requirements, slice_requirements
+from hostir.ir.scalars import Scalar, add, print_scalar, sub
 from hostir.ir.values import TensorValue
 
 
@@ -112,10 +130,6 @@ def divides(a: Normal, b: Normal) -> Normal | None:
     return coefficient, tuple(atoms)
 
 
-def _times(a: Normal, b: Normal) -> Normal:
-    return a[0] * b[0], tuple(sorted(a[1] + b[1], key=repr))
-
-
 def reshape_groups(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> list[Group]:
     """The groups of a reshape from extents ``source`` to ``target`` (see the module
     docstring): dims of extent 1 stand alone (a 1 on both sides is one group), otherwise
@@ -152,11 +166,11 @@ def reshape_groups(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> li
             if grow_in is None:
                 raise ReshapeError(_mismatch(source, target))
             if grow_in and i < len(ins):
-                have_in = _times(have_in, ins[i])
+                have_in = times(have_in, ins[i])
                 group_in.append(i)
                 i += 1
             elif not grow_in and j < len(outs):
-                have_out = _times(have_out, outs[j])
+                have_out = times(have_out, outs[j])
                 group_out.append(j)
                 j += 1
             else:
@@ -184,3 +198,241 @@ def _mismatch(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> str:
         f"from {shown_source} to {shown_target}: the extents do not match (their"
         " products differ, or cannot be matched dim by dim from the symbols)"
     )
+
+
+# ----- the declarations -------------------------------------------------------------------
+
+
+def _axes(fields: tuple[str, ...], like: TensorValue, dim: int, extent: Scalar) -> tuple:
+    """``like``'s axes, each iterating with the same dim of operands ``fields``, but a new
+    axis of ``extent`` at ``dim``, computed whole."""
+    return tuple(
+        ResultAxis(extent=extent, whole=True)
+        if d == dim
+        else ResultAxis(extent=e, sources=tuple(AxisSource(f, d) for f in fields))
+        for d, e in enumerate(like.shape)
+    )
+
+
+def _dim_problem(op: str, src: TensorValue, dim: int) -> str | None:
+    if not 0 <= dim < src.ndim:
+        return f"{op}: dim {dim} is out of range for {src.name} ({src.ndim} dims)"
+    return None
+
+
+def _dim_whole(*fields: str) -> Any:
+    """The ``check`` of an op reading its operands ``fields`` whole along ``dim``: a
+    program that shards that dim is refused (the lowering gathers it first)."""
+
+    def check(instruction: Any) -> str | None:
+        for field in fields:
+            src, dim = getattr(instruction, field), instruction.dim
+            if 0 <= dim < src.ndim and src.sharding is not None and src.sharding.mesh_axes_of(dim):
+                return f"dim {dim} of {src.name} is sharded; it must be whole on each rank"
+        return None
+
+    return check
+
+
+# ----- reshape ----------------------------------------------------------------------------
+
+
+def _infer_reshape(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """The extents the caller gives, in groups of ``src``'s (:func:`reshape_groups`): a dim
+    of a one-to-one group iterates with its input dim, the others are new (whole)."""
+    src, out = args["src"], args.given["out"]
+    try:
+        groups = reshape_groups(src.shape, out.shape)
+    except ReshapeError as error:
+        return f"reshape of {src.name}: {error}"
+    kept = {outs[0]: ins[0] for ins, outs in groups if len(ins) == 1 and len(outs) == 1}
+    axes = tuple(
+        ResultAxis(extent=e, sources=(AxisSource("src", kept[o]),))
+        if o in kept
+        else ResultAxis(extent=e, whole=True)
+        for o, e in enumerate(out.shape)
+    )
+    return (ResultType(dtype=src.dtype, axes=axes),)
+
+
+def _check_reshape(instruction: Reshape) -> str | None:
+    """Each rank reshapes its own shard: the local shards hold as many elements."""
+    src, out = instruction.src, instruction.out
+    try:
+        reshape_groups(src.shape, out.shape)
+    except ReshapeError:
+        return None  # infer names it
+    mine, theirs = (reduce(times, local_extents(v), _ONE) for v in (out, src))
+    if mine[1] == theirs[1] and mine[0] != theirs[0]:
+        return (
+            f"{out.name} = reshape({src.name}): the local shards hold different numbers of"
+            " elements; a rank reshapes its own shard"
+        )
+    return None
+
+
+RESHAPE = declare_op(
+    "reshape",
+    cls=Reshape,
+    params=(Param("src", ParamKind.TENSOR, TensorValue, nvfuser="arg"),),
+    infer=_infer_reshape,
+    summary="The same elements, in order, in ``new_shape``.",
+    dtype_rule="same",
+    sharding=OpSharding(elementwise=True, keeps_blocks=True),
+    check=_check_reshape,
+    given=frozenset({"shape"}),
+    nvfuser_signature="reshape(arg, new_shape)",
+)
+
+
+# ----- slice ------------------------------------------------------------------------------
+
+
+def _infer_slice(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """``src``'s extents, ``stop - start`` at ``dim``."""
+    src, dim = args["src"], args["dim"]
+    problem = _dim_problem("slice", src, dim)
+    if problem is not None:
+        return problem
+    extent = sub(args["stop"], args["start"])
+    return (ResultType(dtype=src.dtype, axes=_axes(("src",), src, dim, extent)),)
+
+
+def _slice_requirements(instruction: Slice) -> tuple[Requirement, ...]:
+    """``0 <= start <= stop <= extent`` (``hostir.ir.requirements``; a dim out of range:
+    none, infer names it)."""
+    src, dim = instruction.src, instruction.dim
+    if not 0 <= dim < src.ndim:
+        return ()
+    return slice_requirements(src.name, dim, src.shape[dim], instruction.start, instruction.stop)
+
+
+SLICE = declare_op(
+    "slice",
+    cls=Slice,
+    params=(
+        Param("src", ParamKind.TENSOR, TensorValue, nvfuser="arg"),
+        Param("dim", ParamKind.ATTRIBUTE, int),
+        Param("start", ParamKind.SCALAR, Scalar),
+        Param("stop", ParamKind.SCALAR, Scalar),
+    ),
+    infer=_infer_slice,
+    summary="Elements ``start <= i < end`` of each dim (one instruction per sliced dim).",
+    dtype_rule="same",
+    sharding=OpSharding(elementwise=True),
+    requirements=_slice_requirements,
+    check=_dim_whole("src"),
+    nvfuser_signature="slice(arg, start_indices, end_indices, strides=None,"
+    " manual_normalization=False)",
+)
+
+
+# ----- pad --------------------------------------------------------------------------------
+
+
+def pad_value_problem(src: TensorValue, kind: type, name: str) -> str | None:
+    """Why a fill value of Python type ``kind``, shown as ``name``, cannot pad ``src``: it
+    must be of the tensor's kind (nvFuser's ``hasSimilarDtype``), or None."""
+    wanted = python_type(src.dtype)
+    if kind is wanted:
+        return None
+    return (
+        f"pad of {src.name}: value {name} is a {kind.__name__}, but {src.name} is"
+        f" {src.dtype.value}: the value must be of the tensor's kind (a {wanted.__name__};"
+        " nvFuser: 'Tensor arg and pad value must have the same dtype')"
+    )
+
+
+def _infer_pad(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """``src``'s extents, ``left + extent + right`` at ``dim``; the fill value a scalar of
+    the tensor's kind."""
+    src, dim = args["src"], args["dim"]
+    problem = _dim_problem("pad", src, dim)
+    if problem is not None:
+        return problem
+    if isinstance(args["value"], TensorValue):
+        return f"pad of {src.name}: value {args['value'].name} must be a scalar"
+    problem = pad_value_problem(src, args.scalar_type("value"), args.name("value"))
+    if problem is not None:
+        return problem
+    extent = add(add(args["left"], src.shape[dim]), args["right"])
+    return (ResultType(dtype=src.dtype, axes=_axes(("src",), src, dim, extent)),)
+
+
+def _pad_requirements(instruction: Pad) -> tuple[Requirement, ...]:
+    """Widths ``>= 0`` (``hostir.ir.requirements``)."""
+    return pad_requirements(
+        instruction.src.name, instruction.dim, instruction.left, instruction.right
+    )
+
+
+PAD = declare_op(
+    "pad",
+    cls=Pad,
+    params=(
+        Param("src", ParamKind.TENSOR, TensorValue, nvfuser="arg"),
+        Param("dim", ParamKind.ATTRIBUTE, int),
+        Param("left", ParamKind.SCALAR, Scalar),
+        Param("right", ParamKind.SCALAR, Scalar),
+        Param("value", ParamKind.OPERAND, TensorValue | Scalar),
+    ),
+    infer=_infer_pad,
+    summary="``arg`` widened by ``pad_widths`` (torch's ``F.pad`` order), filled with"
+    " ``value`` (one instruction per padded dim).",
+    dtype_rule="same",
+    sharding=OpSharding(elementwise=True),
+    requirements=_pad_requirements,
+    check=_dim_whole("src"),
+    nvfuser_signature="pad(arg, pad_widths, value=None)",
+)
+
+
+# ----- cat --------------------------------------------------------------------------------
+
+
+def cat_problem(lhs: TensorValue, rhs: TensorValue, dim: int) -> str | None:
+    """Why ``rhs`` cannot be joined to ``lhs`` along ``dim``: another dtype, another rank,
+    or another extent off ``dim``; or None."""
+    if rhs.dtype is not lhs.dtype:
+        return (
+            f"cat: {rhs.name} is {rhs.dtype.value} but {lhs.name} is {lhs.dtype.value};"
+            " nvFuser concatenates tensors of one dtype (cast them first)"
+        )
+    if rhs.ndim != lhs.ndim:
+        return f"cat: {rhs.name} has {rhs.ndim} dims, {lhs.name} {lhs.ndim}"
+    for d, (a, b) in enumerate(zip(lhs.shape, rhs.shape, strict=True)):
+        if d != dim and differ(a, b):
+            return (
+                f"cat along dim {dim}: {rhs.name} dim {d} has extent {print_scalar(b)},"
+                f" {lhs.name} {print_scalar(a)}; the dims other than the cat dim must agree"
+            )
+    return None
+
+
+def _infer_cat(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """``lhs``'s extents, the two extents added at ``dim``; the other dims iterate with
+    both operands'."""
+    lhs, rhs, dim = args["lhs"], args["rhs"], args["dim"]
+    problem = _dim_problem("cat", lhs, dim) or cat_problem(lhs, rhs, dim)
+    if problem is not None:
+        return problem
+    extent = add(lhs.shape[dim], rhs.shape[dim])
+    return (ResultType(dtype=lhs.dtype, axes=_axes(("lhs", "rhs"), lhs, dim, extent)),)
+
+
+CAT = declare_op(
+    "cat",
+    cls=Cat,
+    params=(
+        Param("lhs", ParamKind.TENSOR, TensorValue),
+        Param("rhs", ParamKind.TENSOR, TensorValue),
+        Param("dim", ParamKind.ATTRIBUTE, int),
+    ),
+    infer=_infer_cat,
+    summary="``tensors`` (one dtype, equal extents off ``dim``) joined along ``dim`` (a"
+    " chain of two-tensor instructions).",
+    dtype_rule="same",
+    sharding=OpSharding(elementwise=True),  # lhs and rhs dims iterate together: one role
+    check=_dim_whole("lhs", "rhs"),
+    nvfuser_signature="cat(tensors, dim=0, manual_padding=False)",
+)

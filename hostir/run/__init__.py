@@ -6,7 +6,7 @@ Importing it registers every declared op's torch implementation
 (``hostir.run.implementations``) and checks that none is missing.
 """
 
-from hostir.run import contraction, layout_ops, pointwise, reductions  # noqa: F401 - implementations
+from hostir.run import contraction, layout_ops, pointwise, reductions, shape_ops  # noqa: F401
 from hostir.run.implementations import check_complete
 
 check_complete()

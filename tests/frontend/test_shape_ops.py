@@ -11,8 +11,11 @@ import pytest
 import torch
 
 from frontend import DataType, DeviceMesh, FusionDefinition, OperandError, ParallelType
+from frontend.exprs import FusionOp
 from frontend.sharding import shard_tensor
 from hostir import HostIrError, HostIrEvaluator, VerifyError, parse
+from hostir.ir.shape_ops import CAT, PAD, RESHAPE, SLICE
+from lowering import LoweringError
 
 
 def _data(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -321,11 +324,11 @@ def test_privatize_squeeze(multidevice_test) -> None:
 BAD_PROGRAMS = [
     (
         "input T0 : float32[4, 6]\n  T1 : float32[5, 5] = reshape(T0)\n  output T1",
-        "T1 = reshape(T0) from [4, 6] to [5, 5]: the extents do not match",
+        "reshape of T0: from [4, 6] to [5, 5]: the extents do not match",
     ),
     (
         "input T0 : float32[4, 6]\n  T1 : int32[4, 6] = reshape(T0)\n  output T1",
-        "T1 is declared int32, but reshape keeps float32",
+        "T1 is declared int32, but the op gives float32",
     ),
     (
         "mesh M0 = [2] : [1]\n  input T0 : float32[4, 6] @M0 {0: [x, 2]}\n"
@@ -335,17 +338,27 @@ BAD_PROGRAMS = [
     (
         "input T0 : float32[4, 6]\n  T1 : float32[4, 3] = slice(T0, dim=1, start=1, stop=3)\n"
         "  output T1",
-        "T1 is declared with extents [4, 3], but slice gives [4, 2]",
+        "slice: T1 is declared with extents [4, 3], but the op gives [4, 2]",
     ),
     (
         "input T0 : float32[4, 6]\n  input T1 : int32[4, 6]\n"
         "  T2 : float32[8, 6] = cat(T0, T1, dim=0)\n  output T2",
-        "cat: T0 is float32, T1 is int32",
+        "cat: T1 is int32 but T0 is float32; nvFuser concatenates tensors of one dtype",
     ),
     (
         "input T0 : float32[4, 6]\n  T1 : float32[4, 9] = pad(T0, dim=1, left=1, right=1,"
         " value=0.5)\n  output T1",
-        "T1 is declared with extents [4, 9], but pad gives [4, 8]",
+        "pad: T1 is declared with extents [4, 9], but the op gives [4, 8]",
+    ),
+    (  # the frontend's rule, now the declaration's: the verifier reads it too
+        "input T0 : int32[4, 6]\n  T1 : int32[4, 8] = pad(T0, dim=1, left=1, right=1,"
+        " value=0.5)\n  output T1",
+        "pad of T0: value 0.5 is a float, but T0 is int32: the value must be of the tensor's",
+    ),
+    (
+        "mesh M0 = [2] : [1]\n  input T0 : float32[4, 6] @M0 {0: [x, 2]}\n"
+        "  T1 : float32[24] @M0 = reshape(T0)\n  output T1",
+        "T1 = reshape(T0): the local shards hold different numbers of elements",
     ),
 ]
 
@@ -356,6 +369,46 @@ def test_verifier_refuses(body: str, message: str) -> None:
     with pytest.raises(VerifyError) as caught:
         parse(f"%HostIrContainer {{\n  {body}\n}}\n")
     assert message in str(caught.value), str(caught.value)
+
+
+def test_the_shape_ops_are_recorded_from_their_declarations() -> None:
+    """``fd.ops`` records reshape, slice, pad and cat from their declarations
+    (``hostir.ir.shape_ops``): the fusion holds their instructions, the dim an op changes
+    is a new axis computed whole, and only a reshape keeps sharded blocks."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor((4, 6))
+        ops = [
+            fd.ops.reshape(t, [2, 12]),
+            fd.ops.slice(t, [0, 1], [4, 3]),
+            fd.ops.pad(t, [1, 1]),
+            fd.ops.cat([t, t], dim=1),
+        ]
+        for out in ops:
+            fd.add_output(out)
+    exprs = [out.definition for out in ops]
+    assert [type(e) for e in exprs] == [FusionOp] * 4
+    assert [e.decl for e in exprs] == [RESHAPE, SLICE, PAD, CAT]
+    text = str(fd.fusion)
+    assert "T2 = slice(T0, dim=1, start=1, stop=3)" in text, text
+    for expr in exprs:
+        (result,) = expr.decl.infer_of(expr.instruction)
+        whole = [i for i, axis in enumerate(result.axes) if axis.whole]
+        assert whole == [1] if expr.decl is not RESHAPE else [0, 1], (expr.decl.name, whole)
+    assert [d.sharding.keeps_blocks for d in (RESHAPE, SLICE, PAD, CAT)] == [True] + [False] * 3
+
+
+def test_a_stream_split_of_a_changed_dim_is_refused_by_name() -> None:
+    """A slice whose sliced dim is stream-split, on no mesh: its declaration computes that
+    dim whole, so the lowering refuses the stream split by name (it lowered a program the
+    verifier refused, its chunk's extents wrong)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor((4, 6))
+        out = fd.ops.slice(t, [0, 1], [4, 5])
+        fd.add_output(out)
+    out.outer_split(1, 2)
+    out.axis(1).parallelize(ParallelType.stream)
+    with pytest.raises(LoweringError, match=r"T1 = slice\(...\): its axis 1 is stream-parallel"):
+        fd.execute([torch.zeros(4, 6)])
 
 
 def test_instructions_run_as_written() -> None:
