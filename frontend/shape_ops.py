@@ -28,7 +28,7 @@ from frontend.recording import PYTHON_TYPES, placeholder, record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar, TensorValue
-from hostir.ir.extents import normal_form, same_extent
+from hostir.ir.extents import divides, normal_form, same_extent
 from hostir.ir.requirements import pad_requirements, slice_requirements
 from hostir.ir.scalars import print_scalar, product, sub
 from hostir.ir.shape_ops import (
@@ -37,7 +37,6 @@ from hostir.ir.shape_ops import (
     RESHAPE,
     SLICE,
     cat_problem,
-    divides,
     pad_value_problem,
 )
 

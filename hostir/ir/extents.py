@@ -106,6 +106,20 @@ def times(a: Normal, b: Normal) -> Normal:
     return a[0] * b[0], tuple(sorted(a[1] + b[1], key=repr))
 
 
+def divides(a: Normal, b: Normal) -> Normal | None:
+    """``b / a`` if it is a whole product (an int coefficient, ``a``'s atoms among ``b``'s),
+    else None."""
+    atoms = list(b[1])
+    for atom in a[1]:
+        if atom not in atoms:
+            return None
+        atoms.remove(atom)
+    coefficient = b[0] / a[0] if a[0] else None
+    if coefficient is None or coefficient.denominator != 1:
+        return None
+    return coefficient, tuple(atoms)
+
+
 def scaled(a: Normal, factor: Fraction | int) -> Normal:
     """``a`` times a number."""
     return a[0] * factor, a[1]

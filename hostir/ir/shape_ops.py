@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from hostir.errors import HostIrError
 from hostir.ir.catalog import Kind, declare
 from hostir.ir.dtypes import python_type
-from hostir.ir.extents import Normal, differ, local_extents, normal_form, times
+from hostir.ir.extents import Normal, differ, divides, local_extents, normal_form, times
 from hostir.ir.opdecl import (
     AxisSource,
     OpArgs,
@@ -116,20 +116,6 @@ extent 1 alone)."""
 _ONE: Normal = (Fraction(1), ())
 
 
-def divides(a: Normal, b: Normal) -> Normal | None:
-    """``b / a`` if it is a whole product (an int coefficient, ``a``'s atoms among ``b``'s),
-    else None."""
-    atoms = list(b[1])
-    for atom in a[1]:
-        if atom not in atoms:
-            return None
-        atoms.remove(atom)
-    coefficient = b[0] / a[0] if a[0] else None
-    if coefficient is None or coefficient.denominator != 1:
-        return None
-    return coefficient, tuple(atoms)
-
-
 def reshape_groups(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> list[Group]:
     """The groups of a reshape from extents ``source`` to ``target`` (see the module
     docstring): dims of extent 1 stand alone (a 1 on both sides is one group), otherwise
@@ -215,9 +201,8 @@ def _axes(fields: tuple[str, ...], like: TensorValue, dim: int, extent: Scalar) 
 
 
 def _dim_problem(op: str, src: TensorValue, dim: int) -> str | None:
-    if not 0 <= dim < src.ndim:
-        return f"{op}: dim {dim} is out of range for {src.name} ({src.ndim} dims)"
-    return None
+    ok = 0 <= dim < src.ndim
+    return None if ok else f"{op}: dim {dim} is out of range for {src.name} ({src.ndim} dims)"
 
 
 def _dim_whole(*fields: str) -> Any:
