@@ -72,17 +72,17 @@ def _program(line: str, inputs: str = "input T0 : float32[4, 6]\n  input T1 : in
     ("line", "fragment"),
     [
         ("T9 : float32[4, 4] = index_select(T0, T1, dim=1)", "the op gives [4, 3]"),
-        ("T9 : float32[4, 3] = index_select(T0, T0, dim=1)", "indices are int64 or int32"),
+        ("T9 : float32[4, 3] = index_select(T0, T0, dim=1)", "indices are Int or Int32"),
         ("T9 : float32[4, 3] = index_select(T0, T1, dim=2)", "dim 2 is out of range"),
         ("T9 : float32[4, 3] = gather(T0, T1, dim=1)", "has 1 dims"),
         ("T9 : int32[4, 6] = cumsum(T0, dim=1)", "the op gives float32"),
         ("T9 : float32[4, 2] = topk(T0, k=2, dim=1, result=indices)", "the op gives int64"),
         ("T9 : int64[4, 3] = iota(0, 1)", "must be 1-d"),
         ("T9 : float32[4] = iota(0, 1)", "iota takes a float start"),
-        ("T9 : bool[4] = iota(0, 1)", "integer or floating-point"),
+        ("T9 : bool[4] = iota(0, 1)", "neither an integer nor a float dtype"),
         ("T9 : int64[4] = uniform(0.0, 1.0)", "floating-point tensors"),
         ("T9 : float32[4] = normal(0.0, 1.0, seed=3)", "together"),
-        ("T9 : float32[4] = full(T0)", "must be a scalar"),
+        ("T9 : float32[4] = full(T0)", "must be a number or a scalar"),
     ],
 )
 def test_verifier_refusals(line: str, fragment: str) -> None:
