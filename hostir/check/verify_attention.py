@@ -1,6 +1,11 @@
 """The verifier's rules for the attention and MoE instructions (``hostir.ir.attention``):
 operand ranks, dtypes and extents, and the result's, as the frontend infers them
 (docs/ops.md, "Attention and MoE ops"). Merged into ``verify_compute.COMPUTE_RULES``.
+
+Only the rules of ``sdpfa_fwd`` and ``sdpfa_bwd`` are still reached (their operand checks
+are ``hostir.ir.attention``'s, shared with ``fd.ops``): ``sdpfa_philox``, ``grouped_mm`` and
+``embedding_fwd`` are declared and checked by their declarations' ``infer``
+(``hostir.check.verify_ops``); their rules go when every family is declared.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ kernel does not take, among them) the same computation written with matmuls
 ``[H, L, E]`` are flattened into one, as nvFuser's ``SdpaFwdOp::evaluate`` does. Results
 take their reference input's layout (the output the query's, each gradient its input's),
 as nvFuser lays out ``sdpfa_fwd``'s output like the query.
+
+``grouped_mm`` and ``embedding_fwd`` are declared (``hostir.ir.attention``): their
+implementations are registered with ``hostir.run.implementations``, each a torch call that
+checks its offsets or indices first (``hostir.run.index_checks``), so a replay making the
+call directly checks them too. ``sdpfa_philox``'s is in ``hostir.run.attention_dropout``.
 """
 
 from __future__ import annotations
