@@ -156,8 +156,9 @@ def _infer_iota(args: OpArgs) -> tuple[ResultType, ...] | str:
                 f" {field} for it"
             )
         value = args[field]
-        if isinstance(value, Const) and not math.isfinite(value.value):
-            return f"iota: {field} must be finite, got {value.value}"
+        constant = value.value if isinstance(value, Const) else None
+        if isinstance(constant, float) and not math.isfinite(constant):
+            return f"iota: {field} must be finite, got {constant}"
     if args["step"] == Const(value=0):  # a scalar input is checked when it runs
         return "iota: step must not be 0"
     return (ResultType(dtype=out.dtype, axes=(ResultAxis(out.shape[0], AxisKind.ITERATION),)),)
