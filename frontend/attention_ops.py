@@ -4,9 +4,13 @@
 
 Each result of a multi-result op is its own expression naming the result it takes (a
 projection, ``hostir.ir.attention``); lowering drops a projection no output depends on
-(``lowering.snapshot``). Everything the ops refuse, they refuse here,
-when the fusion is defined: ranks, extents, dtypes, dropout, and scalars that are not
-constants. docs/ops.md ("Attention and MoE ops") says how each op shards.
+(``lowering.snapshot``). ``grouped_mm``, ``embedding_fwd`` and the philox projections
+(``sdpfa_philox``) are recorded from their declarations (``hostir.ir.attention``,
+``frontend.recording``; :class:`GroupedMmExpr`, :class:`EmbeddingFwdExpr` and
+:class:`SdpaPhiloxExpr` are no longer made). Everything the ops refuse, they refuse when
+the fusion is defined: ranks, extents, dtypes, dropout, and scalars that are not
+constants (the rules on operands in ``hostir.ir.attention``, which the verifier applies
+too; argument forms here). docs/ops.md ("Attention and MoE ops") says how each op shards.
 """
 
 from __future__ import annotations
@@ -16,18 +20,24 @@ from typing import Any
 
 from frontend.errors import OperandError
 from frontend.exprs import Expr, Operand, ScalarVal
-from frontend.iter_domain import IterDomain, IterType
+from frontend.iter_domain import IterDomain
+from frontend.recording import placeholder, record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const
-from hostir.ir.attention import PhiloxResult, SdpaBwdResult, SdpaFwdResult
+from hostir.ir.attention import (
+    EMBEDDING_FWD,
+    GROUPED_MM,
+    SDPA_PHILOX,
+    PhiloxResult,
+    SdpaBwdResult,
+    SdpaFwdResult,
+    attention_operands_problem,
+    qkv_problem,
+)
 from hostir.ir.scalars import print_scalar
 
 AxisPairs = list[tuple[IterDomain, IterDomain]]
-
-ATTENTION_DTYPES = (DataType.Half, DataType.BFloat16, DataType.Float)
-"""The dtypes torch's flash-attention and grouped-mm kernels compute in."""
-
 
 # ----- expressions -----------------------------------------------------------------------
 
@@ -218,37 +228,19 @@ def _same_extent(op: str, a: TensorView, a_dim: int, b: TensorView, b_dim: int) 
 
 
 def _attention_tensors(op: str, named: dict[str, TensorView]) -> None:
-    """One dtype (Half, BFloat16 or Float) and one rank (4 or more) for all of ``named``."""
-    (first_role, first), *_ = named.items()
-    for role, tv in named.items():
-        if tv.dtype is not first.dtype:
-            raise OperandError(
-                f"{op}: {role} {tv.name} is {tv.dtype.name} but {first_role} {first.name} is"
-                f" {first.dtype.name}; they must have one dtype"
-            )
-        if _rank(tv) < 4 or _rank(tv) != _rank(first):
-            raise OperandError(
-                f"{op}: {role} {tv.name} has {_rank(tv)} dims; expected [*N, H, L, E] with at"
-                f" least 4 dims, as many as {first_role} {first.name}"
-            )
-    if first.dtype not in ATTENTION_DTYPES:
-        raise OperandError(
-            f"{op}: {first_role} {first.name} is {first.dtype.name}; attention takes Half,"
-            " BFloat16 or Float"
-        )
+    """One dtype (Half, BFloat16 or Float) and one rank (4 or more) for all of ``named``
+    (``hostir.ir.attention``'s rule)."""
+    problem = attention_operands_problem(op, {r: placeholder(tv) for r, tv in named.items()})
+    if problem is not None:
+        raise OperandError(problem)
 
 
 def _check_qkv(op: str, query: TensorView, key: TensorView, value: TensorView) -> None:
-    """Query ``[*N, H, L, E]``, key ``[*N, H, S, E]``, value ``[*N, H, S, E]``: batch and
-    head extents agree, key and value have one sequence length, and the value's head size
-    is the query's (torch's flash kernels require it)."""
-    batch = _rank(query) - 2
-    for dim in range(batch):
-        _same_extent(op, query, dim, key, dim)
-        _same_extent(op, query, dim, value, dim)
-    _same_extent(op, key, batch, value, batch)
-    _same_extent(op, query, batch + 1, key, batch + 1)
-    _same_extent(op, query, batch + 1, value, batch + 1)
+    """Query ``[*N, H, L, E]``, key ``[*N, H, S, E]``, value ``[*N, H, S, E]``
+    (``hostir.ir.attention``'s rule)."""
+    problem = qkv_problem(op, placeholder(query), placeholder(key), placeholder(value))
+    if problem is not None:
+        raise OperandError(problem)
 
 
 def _fresh(axis: IterDomain) -> IterDomain:
@@ -312,11 +304,10 @@ def _fwd_result(
 
 
 def _philox(ops: Any, query: TensorView, result: PhiloxResult, dropout: bool) -> TensorView:
-    """A philox projection: an Int scalar tensor (nvFuser's form for torch before 2.7)."""
-    out = ops._fusion.new_tensor(DataType.Int, [])
-    expr = SdpaPhiloxExpr(out, axis_map={query: []}, query=query, result=result, dropout=dropout)
-    ops._fusion.add_expr(expr)
-    return out
+    """A philox projection: an Int scalar tensor (nvFuser's form for torch before 2.7),
+    placed on the query's mesh."""
+    operands = {"result": result, "dropout": dropout}
+    return record(ops._fusion, SDPA_PHILOX, operands, mesh_from=(query,))[0]
 
 
 def sdpfa_fwd(
@@ -489,46 +480,7 @@ def grouped_mm(self: Any, mat1: TensorView, mat2: TensorView, offsets: TensorVie
     op = "grouped_mm"
     a, b = _tensor(op, mat1, "mat1"), _tensor(op, mat2, "mat2")
     offs = _tensor(op, offsets, "offsets")
-    if _rank(offs) != 1 or offs.dtype is not DataType.Int32:
-        raise OperandError(
-            f"{op}: offsets {offs.name} must be a 1-d Int32 tensor of group ends, got"
-            f" {offs.dtype.name} with {_rank(offs)} dims"
-        )
-    if a.dtype is not b.dtype:
-        raise OperandError(
-            f"{op}: mat1 {a.name} is {a.dtype.name} but mat2 {b.name} is {b.dtype.name};"
-            " they must have one dtype"
-        )
-    if a.dtype not in ATTENTION_DTYPES:
-        raise OperandError(
-            f"{op}: mat1 {a.name} is {a.dtype.name}; expected Half, BFloat16 or Float"
-        )
-    ad, bd, od = a.shape_domain(), b.shape_domain(), offs.shape_domain()
-    ranks = (_rank(a), _rank(b))
-    if ranks not in ((2, 3), (3, 2), (2, 2)):
-        raise OperandError(
-            f"{op}: mat1 {a.name} has {ranks[0]} dims and mat2 {b.name} {ranks[1]}; expected"
-            " [M, K] x [G, K, N], [G, M, K] x [K, N] or [M, K] x [K, N] (two 3-d operands:"
-            " use matmul)"
-        )
-    _same_extent(op, a, _rank(a) - 1, b, _rank(b) - 2)
-    if ranks == (2, 3):
-        _same_extent(op, offs, 0, b, 0)
-        rows, columns, groups = _fresh(ad[0]), _fresh(bd[2]), []
-    elif ranks == (3, 2):
-        _same_extent(op, offs, 0, a, 0)
-        rows, columns, groups = _fresh(ad[1]), _fresh(bd[1]), []
-    else:
-        rows, columns, groups = _fresh(ad[0]), _fresh(bd[1]), [_fresh(od[0])]
-    k_axis = IterDomain(ad[-1].extent, IterType.REDUCTION)
-    axis_map: dict[TensorView, AxisPairs] = {
-        a: [(rows, ad[-2]), (k_axis, ad[-1])],
-        b: [(columns, bd[-1]), (k_axis, bd[-2])],
-        offs: [],  # the groups are read whole (lowering.attention)
-    }
-    out = self._fusion.new_tensor(a.dtype, [*groups, rows, columns, k_axis])
-    self._fusion.add_expr(GroupedMmExpr(out, axis_map=axis_map, mat1=a, mat2=b, offsets=offs))
-    return out
+    return record(self._fusion, GROUPED_MM, {"mat1": a, "mat2": b, "offsets": offs})[0]
 
 
 # ----- embedding_fwd ---------------------------------------------------------------------
@@ -552,19 +504,12 @@ def embedding_fwd(
     first (docs/ops.md)."""
     op = "embedding_fwd"
     indices, table = _tensor(op, input, "input"), _tensor(op, weight, "weight")
-    if indices.dtype not in (DataType.Int, DataType.Int32):
-        raise OperandError(
-            f"{op}: input {indices.name} is {indices.dtype.name}; expected Int or Int32"
-        )
-    if _rank(indices) < 1:
-        raise OperandError(f"{op}: input {indices.name} must have at least 1 dim")
-    if _rank(table) != 2:
-        raise OperandError(f"{op}: weight {table.name} has {_rank(table)} dims; expected [V, D]")
     if max_norm is not None:
         raise OperandError(f"{op}: max_norm is not supported (it renormalizes the weight in place)")
     if padding_idx is not None:
         index = _constant(op, "padding_idx", padding_idx, (int,))
-        rows = table.shape_domain()[0].extent
+        dims = table.shape_domain()
+        rows = dims[0].extent if len(dims) == 2 else None  # else the declaration refuses it
         if isinstance(rows, Const) and not -rows.value <= index < rows.value:
             raise OperandError(f"{op}: padding_idx {index} is out of range for {rows.value} rows")
     for role, flag in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
@@ -572,15 +517,7 @@ def embedding_fwd(
             _constant(op, role, flag, (bool,))
     if norm_type is not None:
         _constant(op, "norm_type", norm_type, (float, int))
-    dims = indices.shape_domain()
-    axes = [_fresh(axis) for axis in dims] + [_fresh(table.shape_domain()[1])]
-    axis_map: dict[TensorView, AxisPairs] = {
-        indices: list(zip(axes[:-1], dims, strict=True)),
-        table: [(axes[-1], table.shape_domain()[1])],
-    }
-    out = self._fusion.new_tensor(table.dtype, axes)
-    self._fusion.add_expr(EmbeddingFwdExpr(out, axis_map=axis_map, input=indices, weight=table))
-    return out
+    return record(self._fusion, EMBEDDING_FWD, {"input": indices, "weight": table})[0]
 
 
 ATTENTION_OPS = {

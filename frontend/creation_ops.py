@@ -2,9 +2,11 @@
 ``full``, ``iota``, ``uniform``, ``normal``, and the composite ``triu``.
 
 The factories read no tensor: their output's extents come from a ``shape`` (ints, or
-sizes of the fusion's tensors), its dtype from ``dtype``. Each is a frontend expression
-here (:class:`FullOp`, :class:`IotaOp`, :class:`RandomOp`) that lowering turns into its
-host IR instruction (``hostir.ir.creation``). ``triu`` is built from ``iota``,
+sizes of the fusion's tensors), its dtype from ``dtype``. Each is recorded from its
+declaration (``hostir.ir.creation``, ``frontend.recording``), which checks the scalars
+against the dtype; the methods here check the form of their arguments and translate
+``shape`` to extents. (:class:`FullOp`, :class:`IotaOp` and :class:`RandomOp`, the
+expressions they were before, are no longer made.) ``triu`` is built from ``iota``,
 ``broadcast``, ``le`` and ``where``, as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
 The methods are joined to ``frontend.ops.Ops`` by :data:`CREATION_METHODS`; their ``self`` is
 that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
@@ -12,7 +14,6 @@ that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,15 +21,14 @@ from typing import Any
 from frontend.arguments import MAX_EXTENT, check_fits, is_int, shown
 from frontend.errors import DefinitionError, OperandError
 from frontend.exprs import Expr, Operand, ScalarVal
-from frontend.iter_domain import IterDomain, IterType
+from frontend.recording import record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
-from hostir import Const, Scalar
-from hostir.ir.creation import Distribution
+from hostir import Const, Scalar, TensorValue
+from hostir.ir.creation import FULL, IOTA, RANDOM_DECLS, Distribution
 
 _FLOATS = (DataType.Float, DataType.Double, DataType.Half, DataType.BFloat16)
 _INTEGERS = (DataType.Int, DataType.Int32)
-_ARTICLED = {int: "an int", float: "a float"}
 
 
 # ----- expressions ------------------------------------------------------------------------
@@ -125,17 +125,16 @@ def _extent(op: str, what: str, entry: Any) -> Scalar:
     return Const(value=int(entry))
 
 
-def _axes(op: str, shape: Any) -> list[IterDomain]:
-    """The output axes of a factory of ``shape``; a constant extent of 1 is a broadcast
-    (nvFuser's ``factoryOutput``)."""
+def _extents(op: str, shape: Any) -> tuple[Scalar, ...]:
+    """The extents of a factory's output of ``shape``."""
     if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
         raise OperandError(f"{op}: shape must be a list of extents, got {shown(shape)}")
-    axes = []
-    for position, entry in enumerate(shape):
-        extent = _extent(op, f"shape[{position}]", entry)
-        one = extent == Const(value=1)
-        axes.append(IterDomain(extent, IterType.BROADCAST if one else IterType.ITERATION))
-    return axes
+    return tuple(_extent(op, f"shape[{position}]", entry) for position, entry in enumerate(shape))
+
+
+def _made(dtype: DataType, extents: tuple[Scalar, ...]) -> dict[str, TensorValue]:
+    """What a creation op is given of its result: the dtype and the extents."""
+    return {"out": TensorValue(name="out", dtype=dtype.to_hostir(), shape=extents)}
 
 
 def _dtype(op: str, dtype: Any) -> DataType:
@@ -145,16 +144,14 @@ def _dtype(op: str, dtype: Any) -> DataType:
         raise OperandError(f"{op}: {error}") from None
 
 
-def _seed(op: str, rng_seed: Any, rng_offset: Any) -> tuple[Operand | None, Operand | None]:
-    """nvFuser's rule: a seed and an offset together or neither; each an integer."""
-    if (rng_seed is None) != (rng_offset is None):
-        raise OperandError(f"{op}: rng_seed and rng_offset must be provided together")
-    for what, value in (("rng_seed", rng_seed), ("rng_offset", rng_offset)):
-        if value is not None and _scalar_kind(value) is not int:
-            raise OperandError(f"{op}: {what} must be an integer, got {shown(value)}")
-        if is_int(value):
-            check_fits(OperandError, op, what, value, DataType.Int)
-    return rng_seed, rng_offset
+def _seed(op: str, what: str, value: Any) -> Operand | None:
+    """A seed or an offset: None, or a scalar (an int that fits Int; the declaration
+    checks that it is an integer, and that seed and offset come together)."""
+    if value is not None and _scalar_kind(value) is None:
+        raise OperandError(f"{op}: {what} must be an integer, got {shown(value)}")
+    if is_int(value):
+        check_fits(OperandError, op, what, value, DataType.Int)
+    return value
 
 
 # ----- the methods ------------------------------------------------------------------------
@@ -168,9 +165,8 @@ def full(self, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tensor
     fill_value = _number("full", "fill_value", fill_value)
     if is_int(fill_value) and dtype in _INTEGERS:
         check_fits(OperandError, "full", "fill_value", fill_value, dtype)
-    out = self._new(dtype, _axes("full", shape))
-    self._fusion.add_expr(FullOp(out, fill_value=fill_value))
-    return out
+    given = _made(dtype, _extents("full", shape))
+    return record(self._fusion, FULL, {"fill_value": fill_value}, given=given)[0]
 
 
 def iota(
@@ -182,27 +178,11 @@ def iota(
     floating-point one, as nvFuser requires; a constant step is not 0. Each rank makes its
     own shard (its elements' global indices); it communicates nothing."""
     dtype = _dtype("iota", dtype)
-    if dtype not in _INTEGERS + _FLOATS:
-        raise OperandError(f"iota: dtype {dtype.name} is neither an integer nor a float dtype")
     wanted = float if dtype in _FLOATS else int
-    zero, one = wanted(0), wanted(1)
-    start = zero if start is None else _number("iota", "start", start)
-    step = one if step is None else _number("iota", "step", step)
-    for what, value in (("start", start), ("step", step)):
-        if _scalar_kind(value) is not wanted:
-            raise OperandError(
-                f"iota: {what} {shown(value)} is a {_scalar_kind(value).__name__}, but dtype is"
-                f" {dtype.name}: nvFuser's iota takes {_ARTICLED[wanted]} {what} for it"
-            )
-        constant = value.value if isinstance(value, ScalarVal) else value
-        if isinstance(constant, float) and not math.isfinite(constant):
-            raise OperandError(f"iota: {what} must be finite, got {constant}")
-    if (step.value if isinstance(step, ScalarVal) else step) == 0:
-        raise OperandError("iota: step must not be 0")
-    extent = _extent("iota", "length", length)
-    out = self._new(dtype, [IterDomain(extent, IterType.ITERATION)])
-    self._fusion.add_expr(IotaOp(out, start=start, step=step))
-    return out
+    start = wanted(0) if start is None else _number("iota", "start", start)
+    step = wanted(1) if step is None else _number("iota", "step", step)
+    given = _made(dtype, (_extent("iota", "length", length),))
+    return record(self._fusion, IOTA, {"start": start, "step": step}, given=given)[0]
 
 
 def _random(
@@ -216,19 +196,15 @@ def _random(
 ) -> TensorView:
     op = distribution.value
     dtype = _dtype(op, dtype)
-    if dtype not in _FLOATS:
-        raise OperandError(
-            f"{op}: dtype {dtype.name} is not a floating-point dtype; random"
-            " distributions only create floating-point tensors"
-        )
     (name_a, a), (name_b, b) = params
-    a, b = _number(op, name_a, a), _number(op, name_b, b)
-    seed, offset = _seed(op, rng_seed, rng_offset)
-    out = self._new(dtype, _axes(op, shape))
-    self._fusion.add_expr(
-        RandomOp(out, distribution=distribution, a=a, b=b, seed=seed, offset=offset)
-    )
-    return out
+    operands = {
+        "a": _number(op, name_a, a),
+        "b": _number(op, name_b, b),
+        "seed": _seed(op, "rng_seed", rng_seed),
+        "offset": _seed(op, "rng_offset", rng_offset),
+    }
+    given = _made(dtype, _extents(op, shape))
+    return record(self._fusion, RANDOM_DECLS[distribution], operands, given=given)[0]
 
 
 def uniform(

@@ -1,11 +1,14 @@
 """``fd.ops`` indexing and scan ops, as nvFuser's Python frontend names and defines them:
 ``index_select``, ``gather``, ``take_along_axis``, ``cumsum`` and ``topk``.
 
-Each is a frontend expression here that lowering turns into its host IR instruction
-(``hostir.ir.indexing``). Their axis maps say how they shard: a dim that is indexed or
-scanned is computed whole (lowering gathers it first where it is sharded, see
-``lowering.indexing``); the other dims map to the output's and compute locally.
-``topk`` returns two tensors, each its own expression naming its result (a projection):
+All but ``topk`` are recorded from their declarations (``hostir.ir.indexing``,
+``frontend.recording``); the methods here check the form of their arguments and wrap a
+negative ``dim``. (:class:`IndexSelectOp`, :class:`GatherOp` and :class:`CumsumOp`, the
+expressions they were before, are no longer made.) Their axis maps say how they shard: a
+dim that is indexed or scanned is computed whole (lowering gathers it first where it is
+sharded, see ``lowering.op_layouts``); the other dims map to the output's and compute
+locally. ``topk`` is a frontend expression here that lowering turns into its host IR
+instruction; it returns two tensors, each its own expression naming its result (a projection):
 each used result computes the op, and a result nothing uses is not computed. The methods
 are joined to ``frontend.ops.Ops`` by :data:`INDEXING_METHODS`; their ``self`` is that ``Ops``
 (not imported here: ``frontend.ops`` imports this module).
@@ -20,12 +23,19 @@ from frontend.arguments import MAX_EXTENT, check_bool, is_int, shown
 from frontend.errors import OperandError
 from frontend.exprs import Expr, Operand, ScalarVal
 from frontend.iter_domain import IterDomain, IterType
+from frontend.recording import record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
-from hostir.ir.indexing import GatherKind, TopKResult
-from hostir.ir.requirements import gather_requirement, topk_requirements
-from hostir.ir.scalars import print_scalar
+from hostir.ir.indexing import (
+    CUMSUM,
+    GATHER_DECLS,
+    INDEX_SELECT,
+    GatherKind,
+    TopKResult,
+    index_problem,
+)
+from hostir.ir.requirements import topk_requirements
 
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
 
@@ -133,11 +143,11 @@ def _dim(op: str, tv: TensorView, dim: Any) -> int:
 
 
 def _index(op: str, index: Any) -> TensorView:
+    """An index tensor (its dtype checked before ``fd.ops`` translates it further)."""
     index = _tensor(op, "index", index)
-    if index.dtype not in _INDEX_DTYPES:
-        raise OperandError(
-            f"{op}: the index {index.name} is {index.dtype.name}; indices are Int or Int32"
-        )
+    problem = index_problem(op, index.name, index.dtype.to_hostir())
+    if problem is not None:
+        raise OperandError(problem)
     return index
 
 
@@ -145,10 +155,6 @@ def _copy(axis: IterDomain, extent: Scalar | None = None) -> IterDomain:
     extent = axis.extent if extent is None else extent
     one = extent == Const(value=1)
     return IterDomain(extent, IterType.BROADCAST if one else IterType.ITERATION)
-
-
-def _shown_extent(axis: IterDomain) -> str:
-    return print_scalar(axis.extent)
 
 
 # ----- the methods ------------------------------------------------------------------------
@@ -169,57 +175,16 @@ def index_select(self, arg: TensorView, index: TensorView, dim: int) -> TensorVi
             f"index_select: the index {index.name} has {len(index.shape_domain())} dims;"
             " it must be 1-d (or 0-d)"
         )
-    source, (index_axis,) = arg.shape_domain(), index.shape_domain()
-    axes = [_copy(index_axis) if d == dim else _copy(axis) for d, axis in enumerate(source)]
-    out = self._new(arg.dtype, axes)
-    arg_pairs = [(axes[d], axis) for d, axis in enumerate(source) if d != dim]
-    axis_map = {arg: arg_pairs, index: [(axes[dim], index_axis)]}
-    self._fusion.add_expr(IndexSelectOp(out, axis_map=axis_map, src=arg, index=index, dim=dim))
-    return out
+    operands = {"src": arg, "index": index, "dim": dim}
+    return record(self._fusion, INDEX_SELECT, operands)[0]
 
 
 def _gather(self, kind: GatherKind, arg: Any, index: Any, dim: Any) -> TensorView:
     op = kind.value
     arg, index = _tensor(op, "arg", arg), _index(op, index)
     dim = _dim(op, arg, dim)
-    source, indices = arg.shape_domain(), index.shape_domain()
-    if len(indices) != len(source):
-        raise OperandError(
-            f"{op}: the index {index.name} has {len(indices)} dims and {arg.name}"
-            f" {len(source)}; they must have the same number of dims"
-        )
-    axes, arg_pairs, index_pairs = [], [], []
-    one = Const(value=1)
-    for d, (a, i) in enumerate(zip(source, indices, strict=True)):
-        both_constant = isinstance(a.extent, Const) and isinstance(i.extent, Const)
-        if d == dim:
-            new = _copy(i)
-        elif kind is GatherKind.GATHER:
-            # Now where both are constants, else on the bound values (value_rules).
-            self._fusion.require((gather_requirement(arg.name, index.name, d, i.extent, a.extent),))
-            new = _copy(i)
-        else:
-            if both_constant and a.extent != i.extent and one not in (a.extent, i.extent):
-                raise OperandError(
-                    f"take_along_axis: dim {d} of {arg.name} ({_shown_extent(a)}) and of the"
-                    f" index {index.name} ({_shown_extent(i)}) differ; they must be equal"
-                    " (or one of them 1)"
-                )
-            new = _copy(a if i.extent == one else i)
-        axes.append(new)
-        # take_along_axis: off ``dim`` the two extents are equal unless one is 1 (which
-        # broadcasts), also when they are written differently (4 and a symbolic i1): the
-        # output's dim is arg's too, computed locally (and chunked) alike.
-        same = kind is GatherKind.TAKE_ALONG_AXIS and one not in (a.extent, i.extent)
-        if d != dim and (a.extent == new.extent or same):
-            arg_pairs.append((new, a))
-        if i.extent == new.extent:
-            index_pairs.append((new, i))
-    out = self._new(arg.dtype, axes)
-    axis_map = {arg: arg_pairs, index: index_pairs}
-    expr = GatherOp(out, axis_map=axis_map, kind=kind, src=arg, index=index, dim=dim)
-    self._fusion.add_expr(expr)
-    return out
+    operands = {"src": arg, "index": index, "dim": dim}
+    return record(self._fusion, GATHER_DECLS[kind], operands)[0]
 
 
 def gather(self, arg: TensorView, index: TensorView, dim: int) -> TensorView:
@@ -250,12 +215,7 @@ def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
             f"cumsum: init={shown(init)} is not supported; only the default (None: the sum"
             " starts at 0) is, and nvFuser's evaluator ignores init too (ScanOp::evaluate)"
         )
-    if arg.dtype in (DataType.Bool, DataType.UInt64):
-        raise OperandError(f"cumsum: {arg.name} is {arg.dtype.name}; cumsum takes numbers")
-    axes, pairs = self._copy_axes(arg)
-    out = self._new(arg.dtype, axes)
-    self._fusion.add_expr(CumsumOp(out, axis_map={arg: pairs}, src=arg, dim=dim))
-    return out
+    return record(self._fusion, CUMSUM, {"src": arg, "dim": dim})[0]
 
 
 def _k_extent(fusion: Any, arg: TensorView, dim: int, k: Any) -> Scalar:

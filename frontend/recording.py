@@ -12,7 +12,7 @@ translates nvFuser's to the declaration's) before it records.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from frontend.errors import OperandError
@@ -47,11 +47,14 @@ def record(
     decl: OpDecl,
     operands: Mapping[str, Any],
     given: Mapping[str, TensorValue] | None = None,
+    mesh_from: Sequence[TensorView] = (),
 ) -> tuple[TensorView, ...]:
     """Records op ``decl`` on ``operands`` (by param field: TensorViews, ScalarVals,
     Python numbers, host IR scalar expressions, attribute values; a missing one takes its
     default) in ``fusion``, and returns its results. ``given``: the results' dtype or
-    extents the caller chooses."""
+    extents the caller chooses. ``mesh_from``: tensors the op reads nothing of but takes its
+    mesh from (an op that reads no tensor, ``sdpfa_philox``): inputs of the expression, none
+    of their axes mapped."""
     values, types, names, users = {}, {}, {}, []
     for param in decl.params:
         value = operands.get(param.field, param.default)
@@ -85,8 +88,11 @@ def record(
     outs = {r.field: placeholder(tv) for r, tv in zip(decl.results, results, strict=True)}
     instruction = decl.cls(**decl.fixed, **outs, **values)
     fusion.require(decl.requirements(instruction) if decl.requirements is not None else ())
+    users += [tv for tv in mesh_from if tv not in users]
     for tv, result_type in zip(results, inferred, strict=True):
         axis_map = _axis_map(decl, tensors, tv, result_type.axes)
+        for tensor in mesh_from:
+            axis_map.setdefault(tensor, [])
         fusion.add_expr(
             FusionOp(
                 tv, axis_map=axis_map, instruction=instruction, decl=decl, operands=tuple(users)

@@ -2,6 +2,11 @@
 builders. A result of ``sdpfa_fwd`` / ``sdpfa_bwd`` that no output depends on is not
 lowered (``lowering.snapshot`` keeps only what the outputs need). How they shard is
 ``lowering.op_layouts``'s.
+
+Only the builders of ``sdpfa_fwd`` and ``sdpfa_bwd`` are still reached: ``sdpfa_philox``,
+``grouped_mm`` and ``embedding_fwd`` are declared (``hostir.ir.attention``) and ``fd.ops``
+records their instructions itself; their entries go with the expression classes when every
+family is declared.
 """
 
 from __future__ import annotations

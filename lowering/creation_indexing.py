@@ -2,6 +2,10 @@
 ``frontend.indexing_ops``): :data:`BUILDERS`, one host IR instruction per frontend
 expression (joined to ``lowering.snapshot``'s table). A ``topk`` result nothing uses is
 not lowered: ``lowering.snapshot`` keeps only what the fusion's outputs depend on.
+
+Only ``topk``'s builder is still reached: the other ops are declared
+(``hostir.ir.creation``, ``hostir.ir.indexing``) and ``fd.ops`` records their instructions
+itself; their entries go with the expression classes when every family is declared.
 """
 
 from __future__ import annotations

@@ -6,14 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from hostir.ir.dtypes import DType
-from hostir.ir.extents import differ
-from hostir.ir.scalars import Scalar, print_scalar
+from hostir.ir.extents import differ, extents_text
+from hostir.ir.scalars import Scalar
 from hostir.ir.values import TensorValue
-
-
-def extents_text(extents: tuple[Scalar, ...]) -> str:
-    """``[i0, 4]``: extents as the text form prints them."""
-    return "[" + ", ".join(print_scalar(e) for e in extents) + "]"
 
 
 def shape_text(value: TensorValue) -> str:

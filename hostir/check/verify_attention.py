@@ -1,6 +1,11 @@
 """The verifier's rules for the attention and MoE instructions (``hostir.ir.attention``):
 operand ranks, dtypes and extents, and the result's, as the frontend infers them
 (docs/ops.md, "Attention and MoE ops"). Merged into ``verify_compute.COMPUTE_RULES``.
+
+Only the rules of ``sdpfa_fwd`` and ``sdpfa_bwd`` are still reached (their operand checks
+are ``hostir.ir.attention``'s, shared with ``fd.ops``): ``sdpfa_philox``, ``grouped_mm`` and
+``embedding_fwd`` are declared and checked by their declarations' ``infer``
+(``hostir.check.verify_ops``); their rules go when every family is declared.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from typing import Any
 
 from hostir.check.result_checks import result_problem, shape_text
 from hostir.ir.attention import (
+    ATTENTION_DTYPES,
     EmbeddingFwd,
     GroupedMm,
     SdpaBwd,
@@ -17,14 +23,13 @@ from hostir.ir.attention import (
     SdpaFwd,
     SdpaFwdResult,
     SdpaPhilox,
+    attention_operands_problem,
+    qkv_problem,
 )
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ
 from hostir.ir.scalars import Const, print_scalar
 from hostir.ir.values import TensorValue
-
-ATTENTION_DTYPES = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32)
-"""The dtypes attention and grouped_mm compute in (torch's flash and grouped kernels)."""
 
 
 def _same(what: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> str | None:
@@ -33,22 +38,6 @@ def _same(what: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> 
             f"{what}: {a.name} dim {a_dim} {shape_text(a)} and {b.name} dim {b_dim}"
             f" {shape_text(b)} differ"
         )
-    return None
-
-
-def _attention_operands(keyword: str, tensors: list[TensorValue]) -> str | None:
-    """One dtype (Half, BFloat16 or Float) and one rank (at least 4) for every operand."""
-    first = tensors[0]
-    for tensor in tensors:
-        if tensor.dtype is not first.dtype:
-            return (
-                f"{keyword}: {tensor.name} is {tensor.dtype.value},"
-                f" {first.name} {first.dtype.value}"
-            )
-        if tensor.ndim != first.ndim or tensor.ndim < 4:
-            return f"{keyword}: {tensor.name} {shape_text(tensor)} must be [*N, H, L, E]"
-    if first.dtype not in ATTENTION_DTYPES:
-        return f"{keyword}: operands are {first.dtype.value}; expected float16, bfloat16 or float32"
     return None
 
 
@@ -76,25 +65,11 @@ def _dropout_problem(instruction: SdpaFwd | SdpaBwd) -> str | None:
     return None
 
 
-def _qkv_problem(keyword: str, q: TensorValue, k: TensorValue, v: TensorValue) -> str | None:
-    """Query ``[*N, H, L, E]``, key ``[*N, H, S, E]``, value ``[*N, H, S, E]``."""
-    batch = q.ndim - 2
-    for dim in range(batch):
-        problem = _same(keyword, q, dim, k, dim) or _same(keyword, q, dim, v, dim)
-        if problem:
-            return problem
-    return (
-        _same(keyword, k, batch, v, batch)
-        or _same(keyword, q, batch + 1, k, batch + 1)
-        or _same(keyword, q, batch + 1, v, batch + 1)
-    )
-
-
 def _rule_sdpa_fwd(instruction: SdpaFwd, scalars: Any) -> str | None:
     q, k, v = instruction.query, instruction.key, instruction.value
     problem = (
-        _attention_operands("sdpfa_fwd", [q, k, v])
-        or _qkv_problem("sdpfa_fwd", q, k, v)
+        attention_operands_problem("sdpfa_fwd", {"query": q, "key": k, "value": v})
+        or qkv_problem("sdpfa_fwd", q, k, v)
         or _scale_problem(instruction)
         or _dropout_problem(instruction)
     )
@@ -113,8 +88,10 @@ def _rule_sdpa_bwd(instruction: SdpaBwd, scalars: Any) -> str | None:
     i = instruction
     q, k, v, out, grad = i.query, i.key, i.value, i.output, i.grad_output
     problem = (
-        _attention_operands("sdpfa_bwd", [grad, q, k, v, out])
-        or _qkv_problem("sdpfa_bwd", q, k, v)
+        attention_operands_problem(
+            "sdpfa_bwd", {"grad_output": grad, "query": q, "key": k, "value": v, "output": out}
+        )
+        or qkv_problem("sdpfa_bwd", q, k, v)
         or _scale_problem(instruction)
         or _dropout_problem(instruction)
     )

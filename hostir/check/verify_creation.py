@@ -4,6 +4,10 @@
 A rule returns the problem as a sentence, or None; extents are global and compared
 symbolically (``hostir.ir.extents``). Merged into ``COMPUTE_RULES``
 (``hostir.check.verify_compute``).
+
+Only ``topk``'s rule is still reached: the other ops are declared (``hostir.ir.creation``,
+``hostir.ir.indexing``) and checked by their declarations' ``infer``
+(``hostir.check.verify_ops``); their rules go when every family is declared.
 """
 
 from __future__ import annotations

@@ -45,6 +45,20 @@ def python_type(dtype: DType) -> type:
     return int if dtype in (DType.INT64, DType.INT32) else float
 
 
+NVFUSER_NAMES: dict[DType, str] = {
+    DType.FLOAT32: "Float",
+    DType.FLOAT64: "Double",
+    DType.FLOAT16: "Half",
+    DType.BFLOAT16: "BFloat16",
+    DType.INT64: "Int",
+    DType.INT32: "Int32",
+    DType.BOOL: "Bool",
+    DType.UINT64: "UInt64",
+}
+"""nvFuser's name of each dtype (its ``DataType``, as ``frontend.types.DataType`` names its
+members): what an op's refusal calls an operand's dtype, in the words ``fd.ops`` takes."""
+
+
 _TO_TORCH = {
     DType.FLOAT32: torch.float32,
     DType.FLOAT64: torch.float64,

@@ -86,6 +86,11 @@ def extent_problem(extent: object) -> str | None:
     return None
 
 
+def extents_text(extents: tuple[Scalar, ...]) -> str:
+    """``[i0, 4]``: extents as the text form prints them."""
+    return "[" + ", ".join(print_scalar(e) for e in extents) + "]"
+
+
 def same_extent(a: Scalar, b: Scalar) -> bool:
     """Whether ``a`` and ``b`` are the same extent (equal normal forms)."""
     return a == b or normal_form(a) == normal_form(b)

@@ -30,7 +30,6 @@ from typing import Any
 from hostir.errors import EvaluationError
 from hostir.ir.catalog import Kind, kind_of
 from hostir.ir.dtypes import python_type
-from hostir.ir.indexing import GatherAlong, GatherKind, TopK
 from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import (
     Const,
@@ -198,29 +197,9 @@ def gather_requirement(
     )
 
 
-def _topk(instruction: TopK) -> tuple[Requirement, ...]:
-    src = instruction.src
-    if not 0 <= instruction.dim < src.ndim:
-        return ()
-    return topk_requirements(src.name, instruction.dim, src.shape[instruction.dim], instruction.k)
-
-
-def _gather(instruction: GatherAlong) -> tuple[Requirement, ...]:
-    src, index = instruction.src, instruction.index
-    if instruction.kind is not GatherKind.GATHER or src.ndim != index.ndim:
-        return ()
-    return tuple(
-        gather_requirement(src.name, index.name, d, index.shape[d], src.shape[d])
-        for d in range(src.ndim)
-        if d != instruction.dim
-    )
-
-
-INSTRUCTION_REQUIREMENTS: dict[type, Callable[[Any], tuple[Requirement, ...]]] = {
-    TopK: _topk,
-    GatherAlong: _gather,
-}
-"""The requirements each instruction class shows in its fields."""
+INSTRUCTION_REQUIREMENTS: dict[type, Callable[[Any], tuple[Requirement, ...]]] = {}
+"""The requirements each instruction class shows in its fields, of the ops not declared
+(``topk``'s is added by ``hostir.ir.indexing``, which imports this module)."""
 
 
 def instruction_requirements(instruction: object) -> tuple[Requirement, ...]:

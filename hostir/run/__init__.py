@@ -6,7 +6,16 @@ Importing it registers every declared op's torch implementation
 (``hostir.run.implementations``) and checks that none is missing.
 """
 
-from hostir.run import contraction, layout_ops, pointwise, reductions, shape_ops  # noqa: F401
+from hostir.run import (  # noqa: F401 - implementations
+    attention_dropout,
+    contraction,
+    creation,
+    indexing,
+    layout_ops,
+    pointwise,
+    reductions,
+    shape_ops,
+)
 from hostir.run.implementations import check_complete
 
 check_complete()

@@ -10,6 +10,11 @@ kernel does not take, among them) the same computation written with matmuls
 ``[H, L, E]`` are flattened into one, as nvFuser's ``SdpaFwdOp::evaluate`` does. Results
 take their reference input's layout (the output the query's, each gradient its input's),
 as nvFuser lays out ``sdpfa_fwd``'s output like the query.
+
+``grouped_mm`` and ``embedding_fwd`` are declared (``hostir.ir.attention``): their
+implementations are registered with ``hostir.run.implementations``, each a torch call that
+checks its offsets or indices first (``hostir.run.index_checks``), so a replay making the
+call directly checks them too. ``sdpfa_philox``'s is in ``hostir.run.attention_dropout``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from hostir.ir.attention import (
     SdpaPhilox,
 )
 from hostir.run.handler_common import into_out
+from hostir.run.implementations import TorchCall, implements, run_declared
 from hostir.run.index_checks import check_indices, check_offsets
 
 Operands = dict[str, Any]
@@ -284,41 +290,44 @@ def _grouped_mm_loop(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tens
     return torch.stack([mat1[:, s:e] @ mat2[s:e] for s, e in groups])  # groups of K
 
 
-def run_grouped_mm(
-    instruction: GroupedMm, operands: Operands, out_shape: list[int]
-) -> torch.Tensor:
-    """``grouped_mm`` on the local operands, its offsets checked against the dim they
-    split (whole on every rank)."""
-    mat1, mat2 = operands["mat1"], operands["mat2"]
-    role, dim = _GROUPED_DIM[(mat1.dim(), mat2.dim())]
-    extent = operands[role].shape[dim]
-    name = getattr(instruction, role).name
-    check_offsets(instruction, "offsets", operands["offsets"], name, dim, extent)
-    result = grouped_mm(mat1, mat2, operands["offsets"])
-    return into_out(instruction, operands, result)
-
-
 _GROUPED_DIM = {(2, 3): ("mat1", 0), (3, 2): ("mat2", 1), (2, 2): ("mat1", 1)}
 """The operand and dim whose extent ``grouped_mm``'s offsets split, by the operands'
 ranks: mat1's rows, mat2's columns, or the contraction."""
 
 
-def run_embedding_fwd(
-    instruction: EmbeddingFwd, operands: Operands, out_shape: list[int]
-) -> torch.Tensor:
+@implements("grouped_mm", fresh=True)
+def prepare_grouped_mm(instruction: GroupedMm) -> TorchCall:
+    """``grouped_mm`` on the local operands, its offsets checked against the dim they
+    split (whole on every rank)."""
+    role, dim = _GROUPED_DIM[(instruction.mat1.ndim, instruction.mat2.ndim)]
+    name = getattr(instruction, role).name
+
+    def grouped(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        extent = (mat1, mat2)[role == "mat2"].shape[dim]
+        check_offsets(instruction, "offsets", offsets, name, dim, extent)
+        return grouped_mm(mat1, mat2, offsets)
+
+    return grouped
+
+
+@implements("embedding_fwd", fresh=True)
+def prepare_embedding_fwd(instruction: EmbeddingFwd) -> TorchCall:
     """``embedding_fwd``: rows of the weight picked by the indices, which must be rows of
     it (``padding_idx`` changes only the gradient: its index is a row like the others)."""
-    weight = operands["weight"]
-    check_indices(instruction, "input", operands["input"], instruction.weight.name, 0, len(weight))
-    result = torch.nn.functional.embedding(operands["input"], operands["weight"])
-    return into_out(instruction, operands, result)
+    weight_name = instruction.weight.name
+
+    def embedding(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        check_indices(instruction, "input", input, weight_name, 0, len(weight))
+        return torch.nn.functional.embedding(input, weight)
+
+    return embedding
 
 
 ATTENTION_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {
     SdpaFwd: run_sdpa_fwd,
     SdpaPhilox: run_sdpa_philox,
     SdpaBwd: run_sdpa_bwd,
-    GroupedMm: run_grouped_mm,
-    EmbeddingFwd: run_embedding_fwd,
+    GroupedMm: run_declared,
+    EmbeddingFwd: run_declared,
 }
 """One handler per attention or MoE instruction (merged into ``COMPUTE_HANDLERS``)."""

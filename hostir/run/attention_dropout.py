@@ -1,7 +1,8 @@
 """Attention with dropout: the handlers of ``sdpfa_fwd`` (output), ``sdpfa_bwd`` and
 ``sdpfa_philox`` that take the run context, because a dropout mask depends on where this
 rank's shard lies in the global tensor. Instructions without ``dropout_p`` go to the
-plain handlers (``hostir.run.attention``) unchanged.
+plain handlers (``hostir.run.attention``) unchanged. ``sdpfa_philox``'s handler is its
+implementation (the op is declared: ``hostir.ir.attention``), dropout or not.
 
 The mask. For attention weights of global shape ``[*N, H, L, S]`` (the query's batch,
 head and sequence extents, the key's sequence extent)::
@@ -39,12 +40,12 @@ from hostir.run.attention import (
     laid_out_gradients,
     run_sdpa_bwd,
     run_sdpa_fwd,
-    run_sdpa_philox,
     sdpa_bwd_results,
     sdpa_fwd_results,
 )
 from hostir.run.creation import generator_seed
 from hostir.run.handler_common import checked_result, compute_handler, into_out
+from hostir.run.implementations import implements
 from hostir.run.shared_results import shared, sharing
 
 Operands = dict[str, Any]
@@ -138,7 +139,6 @@ def _checked(context: Any, instruction: Any, operands: Operands, result: torch.T
 _run_fwd_plain = compute_handler(run_sdpa_fwd, sdpa_fwd_results)
 _run_fwd_alone = compute_handler(run_sdpa_fwd)
 _run_bwd_plain = compute_handler(run_sdpa_bwd, sdpa_bwd_results)
-_run_philox_plain = compute_handler(run_sdpa_philox)
 
 
 def run_sdpa_fwd_dropout(context: Any, instruction: SdpaFwd, operands: Operands) -> list:
@@ -176,13 +176,16 @@ def run_sdpa_bwd_dropout(context: Any, instruction: SdpaBwd, operands: Operands)
     return _checked(context, instruction, operands, result)
 
 
+@implements("sdpfa_philox", handler=True)
 def run_sdpa_philox_dropout(context: Any, instruction: SdpaPhilox, operands: Operands) -> list:
     """``sdpfa_philox``: with dropout, a seed drawn from torch's default CPU generator (as
-    the unseeded random ops draw theirs, ``hostir.run.creation``) and offset 0."""
-    if not instruction.dropout or instruction.result is PhiloxResult.OFFSET:
-        return _run_philox_plain(context, instruction, operands)
-    seed = torch.randint(0, 2**62, (), dtype=torch.int64)
-    return _checked(context, instruction, operands, seed)
+    the unseeded random ops draw theirs, ``hostir.run.creation``) and offset 0; without
+    it (no dropout runs) 0 for both."""
+    if instruction.dropout and instruction.result is PhiloxResult.SEED:
+        value = torch.randint(0, 2**62, (), dtype=torch.int64)
+    else:
+        value = torch.zeros(context.local_shape(instruction.out), dtype=torch.int64)
+    return _checked(context, instruction, operands, value)
 
 
 sharing(SdpaFwd)

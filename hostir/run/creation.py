@@ -1,5 +1,6 @@
-"""Evaluator handlers for the creation instructions (``hostir.ir.creation``): ``full``,
-``iota``, ``uniform`` and ``normal``.
+"""The implementations of the creation ops (declared in ``hostir.ir.creation``, registered
+with ``hostir.run.implementations``): ``full``, ``iota``, ``uniform`` and ``normal``, each a
+handler taking the run context.
 
 They read no tensor; where ``out`` is sharded, a rank makes its own slice. ``full``
 fills its local shape. ``iota`` and the random ops compute the global tensor and keep
@@ -30,6 +31,7 @@ from hostir.ir.scalars import evaluate_scalar
 from hostir.ir.sharding import slice_global_tensor
 from hostir.ir.values import TensorValue
 from hostir.run.handler_common import checked_result, into_out
+from hostir.run.implementations import implements
 
 _MIX = (6364136223846793005, 1442695040888963407)
 """Odd multipliers (Knuth's MMIX LCG) mixing a seed and an offset into one generator
@@ -109,13 +111,14 @@ def run_random(context: Any, instruction: Random, operands: dict) -> torch.Tenso
 
 
 def _handler(run: Callable[[Any, Any, dict], torch.Tensor]) -> Callable[..., list]:
-    """The evaluator handler of ``run``: checks the local shape and writes into a
-    preallocated ``out``."""
+    """The handler of ``run``: checks the local shape and writes into a preallocated
+    ``out``."""
 
     def handle(context: Any, instruction: Any, operands: dict) -> list:
         result = checked_result(context, instruction, run(context, instruction, operands))
         return [into_out(instruction, operands, result)]
 
+    handle.__name__ = handle.__qualname__ = f"{run.__name__}_handler"
     return handle
 
 
@@ -125,3 +128,8 @@ CREATION_HANDLERS: dict[type, Callable[..., list]] = {
     Random: _handler(run_random),
 }
 """The handlers, taking the run context (a rank's slice depends on its rank)."""
+
+# The ops' implementations (their declarations: hostir.ir.creation) are these handlers.
+implements("full", handler=True)(CREATION_HANDLERS[Full])
+implements("iota", handler=True)(CREATION_HANDLERS[Iota])
+implements("uniform", "normal", handler=True)(CREATION_HANDLERS[Random])

@@ -128,6 +128,19 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
     return _named(handle, implementation.prepare)
 
 
+def run_declared(instruction: Any, operands: dict, out_shape: list[int]) -> torch.Tensor:
+    """A declared op's call on resolved ``operands``, written into a preallocated ``out``:
+    the entry of a class table of the ops not declared yet (``hostir.run.compute``'s
+    ``COMPUTE_HANDLERS``) for a class whose ops are declared, which the evaluator no longer
+    reaches (it runs :func:`handler_for`'s) but the tables' completeness asks for."""
+    implementation = implementation_of(instruction)
+    call = implementation.prepare(instruction)
+    result = call(*[operands.get(name) for name in type(instruction).INS])
+    if instruction.preallocated:
+        return operands["out"].copy_(result)
+    return result
+
+
 def _copy_into(call: TorchCall, fields: tuple[str, ...]) -> Callable:
     """Writes ``call``'s result into the preallocated ``out`` (a copy)."""
 

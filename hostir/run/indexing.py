@@ -1,12 +1,18 @@
-"""Evaluator handlers for the indexing and scan instructions (``hostir.ir.indexing``): one
-torch call each on local data (lowering makes the indexed or scanned dim whole first).
+"""The implementations of the indexing and scan ops (``hostir.ir.indexing``): one torch
+call each on local data (lowering makes the indexed or scanned dim whole first).
 
-A handler takes the instruction, its resolved operands and the local shape of ``out``
-(as ``hostir.run.compute``'s), and writes into a preallocated ``out`` with ``copy_``.
+``index_select``, ``gather``, ``take_along_axis`` and ``cumsum`` are declared: their
+implementations are registered with ``hostir.run.implementations`` (an indexing op's call
+checks its indices first, so a replay that makes the call directly checks them too).
+``topk`` keeps its handler here (one result per instruction, computed once for both:
+``hostir.run.shared_results``), which takes the instruction, its resolved operands and the
+local shape of ``out`` (as ``hostir.run.compute``'s), and writes into a preallocated
+``out`` with ``copy_``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,43 +20,55 @@ import torch
 
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
 from hostir.run.handler_common import into_out
+from hostir.run.implementations import TorchCall, implements, run_declared
 from hostir.run.index_checks import check_indices
 from hostir.run.shared_results import sharing
 
 
-def run_index_select(instruction: IndexSelect, operands: dict, out_shape: list[int]) -> Any:
-    """``torch.index_select`` (int32 indices are taken as they are), its indices checked."""
-    _check_along(instruction, operands)
-    result = torch.index_select(operands["src"], instruction.dim, operands["index"])
-    return into_out(instruction, operands, result)
-
-
-def run_gather(instruction: GatherAlong, operands: dict, out_shape: list[int]) -> Any:
-    """``torch.gather`` or ``torch.take_along_dim`` (which broadcasts dims of extent 1),
-    with the indices as int64 (both take no other), checked first (``take_along_dim``
-    would wrap a bad one around)."""
-    _check_along(instruction, operands)
-    src, index = operands["src"], operands["index"].to(torch.int64)
-    if instruction.kind is GatherKind.GATHER:
-        result = torch.gather(src, instruction.dim, index)
-    else:
-        result = torch.take_along_dim(src, index, instruction.dim)
-    return into_out(instruction, operands, result)
-
-
-def _check_along(instruction: IndexSelect | GatherAlong, operands: dict) -> None:
+def _check_along(
+    instruction: IndexSelect | GatherAlong, src: torch.Tensor, index: torch.Tensor
+) -> None:
     """The indices of an op that indexes ``src`` along ``dim`` (whole on every rank), checked
     against its extent."""
     dim = instruction.dim
-    extent = operands["src"].shape[dim]
-    check_indices(instruction, "index", operands["index"], instruction.src.name, dim, extent)
+    check_indices(instruction, "index", index, instruction.src.name, dim, src.shape[dim])
 
 
-def run_cumsum(instruction: Cumsum, operands: dict, out_shape: list[int]) -> Any:
+@implements("index_select", fresh=True)
+def prepare_index_select(instruction: IndexSelect) -> TorchCall:
+    """``torch.index_select`` (int32 indices are taken as they are), its indices checked."""
+    dim = instruction.dim
+
+    def index_select(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        _check_along(instruction, src, index)
+        return torch.index_select(src, dim, index)
+
+    return index_select
+
+
+@implements("gather", "take_along_axis", fresh=True)
+def prepare_gather(instruction: GatherAlong) -> TorchCall:
+    """``torch.gather`` or ``torch.take_along_dim`` (which broadcasts dims of extent 1),
+    with the indices as int64 (both take no other), checked first (``take_along_dim``
+    would wrap a bad one around)."""
+    dim, gather = instruction.dim, instruction.kind is GatherKind.GATHER
+
+    def gather_along(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        _check_along(instruction, src, index)
+        index = index.to(torch.int64)
+        if gather:
+            return torch.gather(src, dim, index)
+        return torch.take_along_dim(src, index, dim)
+
+    return gather_along
+
+
+@implements("cumsum", fresh=True)
+def prepare_cumsum(instruction: Cumsum) -> TorchCall:
     """``torch.cumsum`` in the output's dtype (torch would widen int32 to int64)."""
-    dtype = instruction.out.dtype.to_torch()
-    result = torch.cumsum(operands["src"], instruction.dim, dtype=dtype)
-    return into_out(instruction, operands, result)
+    return functools.partial(
+        torch.cumsum, dim=instruction.dim, dtype=instruction.out.dtype.to_torch()
+    )
 
 
 def topk_results(instruction: TopK, operands: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,9 +99,9 @@ def run_topk(
 sharing(TopK)  # its evaluator handler computes values and indices once (hostir.run.evaluator)
 
 INDEXING_HANDLERS: dict[type, Callable[[Any, dict, list[int]], torch.Tensor]] = {
-    IndexSelect: run_index_select,
-    GatherAlong: run_gather,
-    Cumsum: run_cumsum,
+    IndexSelect: run_declared,
+    GatherAlong: run_declared,
+    Cumsum: run_declared,
     TopK: run_topk,
 }
 """One handler per indexing instruction class (merged into ``COMPUTE_HANDLERS``)."""

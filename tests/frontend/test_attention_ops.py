@@ -564,7 +564,7 @@ def test_a_stream_split_sequence_is_refused_by_name() -> None:
         ),
         (
             "T3 : bfloat16[1, 2, 4, 8] = grouped_mm(T0, T1, T2)",
-            "grouped_mm: offsets T2 must be int32 [G]",
+            "grouped_mm: offsets T2 must be a 1-d Int32 tensor of group ends",
         ),
     ],
 )

@@ -64,7 +64,10 @@ def test_text_json_and_run() -> None:
     assert outs[8].dtype == torch.float16 and outs[8].shape == (4, 3)
 
 
-def _program(line: str, inputs: str = "input T0 : float32[4, 6]\n  input T1 : int64[3]") -> str:
+INPUTS = "input T0 : float32[4, 6]\n  input T1 : int64[3]\n  input T2 : int64[5, 2]"
+
+
+def _program(line: str, inputs: str = INPUTS) -> str:
     return f"%HostIrContainer {{\n  {inputs}\n  {line}\n  output T9\n}}\n"
 
 
@@ -72,17 +75,21 @@ def _program(line: str, inputs: str = "input T0 : float32[4, 6]\n  input T1 : in
     ("line", "fragment"),
     [
         ("T9 : float32[4, 4] = index_select(T0, T1, dim=1)", "the op gives [4, 3]"),
-        ("T9 : float32[4, 3] = index_select(T0, T0, dim=1)", "indices are int64 or int32"),
+        ("T9 : float32[4, 3] = index_select(T0, T0, dim=1)", "indices are Int or Int32"),
         ("T9 : float32[4, 3] = index_select(T0, T1, dim=2)", "dim 2 is out of range"),
         ("T9 : float32[4, 3] = gather(T0, T1, dim=1)", "has 1 dims"),
         ("T9 : int32[4, 6] = cumsum(T0, dim=1)", "the op gives float32"),
         ("T9 : float32[4, 2] = topk(T0, k=2, dim=1, result=indices)", "the op gives int64"),
         ("T9 : int64[4, 3] = iota(0, 1)", "must be 1-d"),
         ("T9 : float32[4] = iota(0, 1)", "iota takes a float start"),
-        ("T9 : bool[4] = iota(0, 1)", "integer or floating-point"),
+        ("T9 : bool[4] = iota(0, 1)", "neither an integer nor a float dtype"),
         ("T9 : int64[4] = uniform(0.0, 1.0)", "floating-point tensors"),
         ("T9 : float32[4] = normal(0.0, 1.0, seed=3)", "together"),
-        ("T9 : float32[4] = full(T0)", "must be a scalar"),
+        ("T9 : float32[4] = full(T0)", "must be a number or a scalar"),
+        # the frontend's rules, now the verifier's too (one declaration)
+        ("T9 : int64[4] = iota(0, 0)", "iota: step must not be 0"),
+        ("T9 : float32[4] = iota(inf, 1.0)", "iota: start must be finite, got inf"),
+        ("T9 : float32[5, 2] = gather(T0, T2, dim=1)", "dim 0 of the index T2 (5) is larger"),
     ],
 )
 def test_verifier_refusals(line: str, fragment: str) -> None:
