@@ -89,13 +89,14 @@ def capture_problems(
     """What stops ``evaluator``'s run on ``inputs`` from being captured, one phrase per
     reason (empty if nothing does), whether or not this machine has CUDA.
 
-    ``evaluator`` is a HostIrEvaluator (read for its program, listeners, device and the
-    handlers it would call). The program itself never reads a tensor's values on the host:
-    extents, loop bounds, roots and AllToAllV's split sizes all come from the input
-    signature and scalar inputs, so there is no data-dependent extent to refuse."""
+    ``evaluator`` is a HostIrEvaluator (read for its program, the listeners of its runs,
+    its self-checks' race checker included, its device and the handlers it would call).
+    The program itself never reads a tensor's values on the host: extents, loop bounds,
+    roots and AllToAllV's split sizes all come from the input signature and scalar
+    inputs, so there is no data-dependent extent to refuse."""
     program: HostIrContainer = evaluator.program
     return [
-        *_listener_problems(evaluator.listeners),
+        *_listener_problems(evaluator.run_listeners),
         *_device_problems(program, inputs, evaluator.device),
         *_handler_problems(evaluator),
         *_backend_problems(program, communicator),
