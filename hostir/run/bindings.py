@@ -44,27 +44,37 @@ Entry = TypeVar("Entry")
 class RecentlyUsed(Generic[Entry]):
     """A mapping that keeps its ``size`` (default :data:`MAX_SIGNATURES`, read when it is
     made) most recently used entries: a lookup that finds an entry, or a store, makes it the
-    most recent; a store past ``size`` drops the least recently used one."""
+    most recent; a store past ``size`` drops the least recently used one. The most recent
+    key is compared before anything is hashed (a call repeating the last signature, the
+    common case, costs one tuple comparison)."""
 
     def __init__(self, size: int | None = None) -> None:
         self.size = MAX_SIGNATURES if size is None else size
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._last: tuple[Hashable, Entry] | None = None  # the most recent key and entry
 
     def get(self, key: Hashable) -> Entry | None:
         """The entry for ``key`` (now the most recent), or None."""
+        last = self._last
+        if last is not None and last[0] == key:
+            return last[1]
         found = self._entries.get(key)
         if found is not None:
             try:
                 self._entries.move_to_end(key)
             except KeyError:  # another thread's store dropped it meanwhile: found stands
                 pass
+            self._last = (key, found)
         return found
 
     def __setitem__(self, key: Hashable, entry: Entry) -> None:
         self._entries[key] = entry
         self._entries.move_to_end(key)
+        self._last = (key, entry)
         if len(self._entries) > self.size:
             self._entries.popitem(last=False)
+            if not self._entries:  # a size of 0 keeps nothing
+                self._last = None
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -16,8 +16,9 @@ torch.compile's ``mode="reduce-overhead"`` (docs/cuda_graphs.md has the whole st
 
 :func:`check_capturable` refuses, with a :class:`~hostir.errors.CudaGraphError` naming
 each reason, a run that cannot be captured; :class:`GraphedProgram` warms a run up on a
-side stream, captures it and replays it. The caller (the frontend's ``execute``) keeps
-one GraphedProgram per input signature.
+side stream, captures it and replays it. The executable prepared for an input
+signature (hostir.run.executable: ``execute`` and ``HostIrEvaluator.run`` alike) keeps
+one GraphedProgram.
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ class GraphedProgram:
 
     def replay_known(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """:meth:`replay` for inputs the caller has matched against the capture's
-        signature (``FusionDefinition.execute``'s prepared call: every input a tensor of
+        signature (an executable's call, hostir.run.executable: every input a tensor of
         the captured shape, dtype and device, compared in its key): no per-input checks."""
         if len(inputs) != len(self._buffers):
             raise CudaGraphError(

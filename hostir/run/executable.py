@@ -74,20 +74,24 @@ class Executable:
         self.timeout = timeout
         self.limit = collective_timeout(timeout)
         self.graph: GraphedProgram | None = None
+        self.ran = False  # a run of the signature succeeded: later runs may replay
         self.call: Call = self._run_again
 
     def run(self, inputs: Sequence[Any], *, compiled: bool) -> list:
         """A run of this signature's ``inputs``, compiled or interpreted (then the
-        evaluator's listeners observe it), with the binding applied: nothing is checked,
-        bound or agreed again."""
+        evaluator's listeners observe it), with the binding applied: nothing is bound or
+        agreed again, and once a run succeeded, nothing checked again (a compiled run
+        replays)."""
         evaluator = self.evaluator
         alone = evaluator.listening if evaluator.run_listeners else None
         with occupying_world(self.communicator, evaluator.digest, alone):
             self.communicator.set_timeout(self.limit)
             context = evaluator.new_context(self.communicator, self.device)
             self.binding.apply(context, self.program.inputs, inputs)
-            context.replays = True  # this signature ran before: nothing left to check
-            return self.guarded(context, lambda: self.body(context, inputs, compiled))
+            context.replays = self.ran  # the signature ran before: nothing left to check
+            outputs = self.guarded(context, lambda: self.body(context, inputs, compiled))
+        self.ran = True
+        return outputs
 
     def _run_again(self, inputs: Sequence[Any]) -> list:
         """:meth:`run`, the way the evaluator runs now (interpreted under a profiler)."""
@@ -211,9 +215,10 @@ class Executable:
         return run_replay
 
     def capture(self, inputs: list[Any]) -> list:
-        """Captures the signature's run as a CUDA graph (warm-up runs, then the capture of
-        a compiled run: hostir.run.cuda_graphs) and replays it on ``inputs``; later calls
-        replay the graph."""
+        """Captures the signature's run as a CUDA graph (warm-up runs, the first of them
+        the compiled program checking every result's shape, then the capture of a
+        compiled run, a replay: hostir.run.cuda_graphs) and replays it on ``inputs``;
+        later calls replay the graph."""
         names = [value.name for value in self.program.inputs]
         graph = GraphedProgram(
             lambda given: self.run(given, compiled=True), inputs, self.device, names=names
@@ -266,6 +271,7 @@ def prepare(
         if not graphed:
             body = executable.body
             outputs = executable.guarded(context, lambda: body(context, inputs, compiled))
+            executable.ran = True
     if graphed:
         return executable, executable.capture(inputs)
     check_run(executable, inputs, outputs, draws, compiled)
