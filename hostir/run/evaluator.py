@@ -1,12 +1,19 @@
 """``HostIrEvaluator``: runs a host IR program on this rank.
 
+``run`` is the entry point of the one run path (``hostir.run.executable``): the first
+call of an input signature prepares an executable (binding, the ranks' agreement, the
+run, a CUDA graph, the self-checks of ``hostir.run.self_checks``), kept for the
+signature's later calls. The evaluator holds what its runs share: the program (checked
+when it is taken in), the handlers, each instruction's prepared step, the program
+compiled and its replay per rank, the stream pools, the process groups.
+
 The interpreter resolves an instruction's operands, calls the instruction's handler
-from a dispatch table, and binds the results; handlers never touch the
-environment. While a torch profiler records, every instruction runs inside a
-``hir::<keyword>`` range. Listeners (tracing, race checking, ...) observe each
-instruction before and after it runs. By default a run runs the program compiled
-for its rank instead (``hostir.run.compiled``: the same handlers, called from
-generated straight-line code), unless listeners observe it, a profiler records, or
+from a dispatch table, and binds the results (``hostir.run.interpreter``); handlers
+never touch the environment. While a torch profiler records, every instruction runs
+inside a ``hir::<keyword>`` range. Listeners (tracing, race checking, ...) observe each
+instruction before and after it runs. By default a run runs the program compiled for its
+rank instead (``hostir.run.compiled``: the same handlers, called from generated
+straight-line code), unless listeners observe it, a profiler records, or
 ``HOSTIR_INTERPRET=1`` (``hostir.run.compiled_runs``).
 
 An instruction whose output lives on a mesh runs only on that mesh's devices (a

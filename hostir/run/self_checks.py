@@ -35,13 +35,10 @@ import torch.autograd.profiler as _profiler
 
 from hostir.errors import SettingError
 from hostir.ir.container import HostIrContainer
-from hostir.run.compiled_runs import CHECK_VARIABLE as COMPILED_VARIABLE
-from hostir.run.compiled_runs import check_compiled_outputs
+from hostir.run.compiled_runs import check_compiled_outputs, compiled_checking_enabled
 from hostir.run.context import Listener
-from hostir.run.pipelined_loops import CHECK_VARIABLE as PIPELINE_VARIABLE
-from hostir.run.pipelined_loops import check_same_outputs
+from hostir.run.pipelined_loops import check_same_outputs, pipeline_checking_enabled
 from hostir.run.race_checker import RaceChecker, race_checking_enabled
-from hostir.settings import flag_setting
 from hostir.text.round_trip import check_round_trip, round_trip_checking_enabled
 
 
@@ -58,8 +55,8 @@ class SelfChecks:
     def from_settings() -> SelfChecks:
         """The checks the environment asks for (SettingError for a value other than 0 or 1)."""
         return SelfChecks(
-            pipeline=flag_setting(PIPELINE_VARIABLE),
-            compiled=flag_setting(COMPILED_VARIABLE),
+            pipeline=pipeline_checking_enabled(),
+            compiled=compiled_checking_enabled(),
             races=race_checking_enabled(),
             round_trip=round_trip_checking_enabled(),
         )
