@@ -19,10 +19,14 @@ from frontend.arguments import INT_RANGES, as_list, check_fits, is_int, shown
 from frontend.errors import DefinitionError, InputError
 from frontend.exprs import ScalarVal
 from frontend.fusion import Fusion
+from frontend.sharding import validate_schedule
+from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import SettingError
+from hostir.ir.container import HostIrContainer
 from hostir.run.arguments import checked_device
+from hostir.run.inputs import bind_input_tensor
 
 ENABLE_OPTIONS = {
     "host_ir_lowering": "always on: every fusion is lowered to a host IR program",
@@ -64,9 +68,9 @@ def nvfuser_keywords(execute: Callable[..., Any]) -> Callable[..., Any]:
     ]
 
     @functools.wraps(execute)
-    def checked(self: Any, inputs: Any, **keywords: Any) -> Any:
+    def checked(self: Any, *arguments: Any, **keywords: Any) -> Any:
         if not keywords:
-            return execute(self, inputs)
+            return execute(self, *arguments)
         for name in [name for name in keywords if name not in known]:
             if name not in NVFUSER_FLAGS:
                 raise DefinitionError(
@@ -79,7 +83,7 @@ def nvfuser_keywords(execute: Callable[..., Any]) -> Callable[..., Any]:
                     f"execute: {name}={shown(flag)} is not supported (only False, the default):"
                     f" in nvFuser it {NVFUSER_FLAGS[name]}"
                 )
-        return execute(self, inputs, **keywords)
+        return execute(self, *arguments, **keywords)
 
     return checked
 
@@ -169,3 +173,36 @@ def check_scalar_inputs(
             continue
         for dtype, why in limits.get(value.name, []):
             check_fits(InputError, f"input {value.name}", "the value", given, dtype, f", {why}")
+
+
+def check_input_count(fusion: Fusion, inputs: list[Any]) -> None:
+    """InputError unless ``inputs`` has one value per fusion input."""
+    expected = fusion.inputs()
+    if len(inputs) != len(expected):
+        names = ", ".join(v.name for v in expected)
+        raise InputError(f"execute: expected {len(expected)} inputs ({names}), got {len(inputs)}")
+
+
+def validate_inputs(fusion: Fusion, inputs: list[Any], rank: int, program: HostIrContainer) -> None:
+    """Checks inputs against ``program``'s inputs (the user's schedule, or for an input left
+    unscheduled the sharding propagated to it) and the schedule against the extents.
+
+    Inputs of tensors whose mesh does not hold ``rank`` are ignored, as SPEC says.
+    """
+    env: dict = {}
+    input_errors = []
+    for value, declared, given in zip(fusion.inputs(), program.inputs, inputs, strict=True):
+        if not isinstance(value, TensorView):
+            continue
+        mesh = declared.sharding.mesh if declared.sharding is not None else None
+        if mesh is None or rank in mesh.devices:
+            try:
+                bind_input_tensor(declared, given, env)
+            except InputError as error:
+                # Symbols bind before the checks fail; a schedule error found with them
+                # says more (which split does not divide) than the input error.
+                input_errors.append(error)
+    for tv in fusion.tensors():
+        validate_schedule(tv, env)
+    if input_errors:
+        raise input_errors[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from frontend.arguments import int_list
+from frontend.arguments import int_list, shown
 from frontend.errors import DefinitionError
 
 
@@ -71,3 +71,41 @@ def builder_sizes(sizes: list[int], static_sizes: bool) -> list[int]:
         if size < 0:
             raise DefinitionError(f"define_tensor: sizes[{dim}] = {size} must be >= 0")
     return list(sizes) if static_sizes else [1 if size == 1 else -1 for size in sizes]
+
+
+def layout_from_strides(
+    shape: Any, contiguity: Any, stride_order: Any, sizes: Any, strides: Any, static_sizes: bool
+) -> tuple[list[int], list[bool | None], list[int]]:
+    """``define_tensor``'s shape, contiguity and stride order from its ``sizes`` and
+    ``strides`` form (nvFuser's), refusing a mix of the two forms (DefinitionError)."""
+    mixed = [
+        name
+        for name, given in (
+            ("shape", shape),
+            ("contiguity", contiguity),
+            ("stride_order", stride_order),
+        )
+        if given is not None
+    ]
+    if mixed:
+        raise DefinitionError(
+            f"define_tensor: give either shape (with contiguity and stride_order) or sizes and"
+            f" strides, not both: got sizes/strides with {', '.join(mixed)}"
+        )
+    if sizes is None or strides is None:
+        missing = "sizes" if sizes is None else "strides"
+        raise DefinitionError(f"define_tensor: sizes and strides go together; {missing} is missing")
+    sizes = int_list(DefinitionError, "define_tensor", "sizes", sizes)
+    strides = int_list(DefinitionError, "define_tensor", "strides", strides)
+    if len(sizes) != len(strides):
+        raise DefinitionError(
+            f"define_tensor: {len(sizes)} sizes {shown(sizes)} but {len(strides)} strides"
+            f" {shown(strides)}"
+        )
+    for dim, stride in enumerate(strides):
+        if stride < 0:
+            raise DefinitionError(
+                f"define_tensor: strides[{dim}] = {stride}: a negative stride is not supported"
+            )
+    flags, order = tensor_descriptor(sizes, strides)
+    return builder_sizes(sizes, static_sizes), flags, order

@@ -85,6 +85,7 @@ from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.run.context import Listener, RunContext
 from hostir.run.evaluator import HostIrEvaluator
 from hostir.run.race_checker import RaceChecker
+from hostir.run.self_checks import SelfChecks
 from hostir.text.parser import parse
 from hostir.text.printer import print_program
 from hostir.viz.dot import to_dot
@@ -159,6 +160,7 @@ __all__ = [
     "ParseError",
     "PartialAxis",
     "RaceChecker",
+    "SelfChecks",
     "RaceError",
     "RequirementError",
     "Permute",

@@ -128,7 +128,7 @@ def world_token() -> object:
     """What :func:`default_communicator`'s answer depends on, found cheaply: the default
     process group, None where there is none (this process alone). A caller that kept
     work for a communicator compares tokens to know it still applies."""
-    return dist.group.WORLD if _DISTRIBUTED and dist.is_initialized() else None
+    return dist.group.WORLD if _DISTRIBUTED else None  # None until a default group exists
 
 
 def default_communicator(use_cuda: bool = False) -> Communicator:

@@ -1,12 +1,15 @@
-"""Input bindings prepared once per input signature.
+"""Binding a run's inputs, and what a binding gives, kept per input signature.
 
 Binding a run's inputs checks every tensor against its declared type and sharding,
-binds the symbolic extents, and checks the extents (``hostir.check.extent_checks``):
-the same work, with the same outcome, for every run whose inputs have the same local
-shapes, dtypes and devices (and scalar inputs the same values) on the same rank of the
-same world. A :class:`Bindings` keeps what a successful binding gave, by that signature,
-so a later run with the signature only looks it up (one dictionary lookup) and applies
-it. A binding that fails is never kept: its run raises, and the next one checks again.
+binds the symbolic extents, and checks the extents and loop trip counts
+(``hostir.check.extent_checks``, ``hostir.check.loop_counts``): the same work, with the
+same outcome, for every run whose inputs have the same exact signature
+(``hostir.run.signature.call_key``) on the same rank of the same world. A
+:class:`Binding` keeps what a successful binding gave; the executable prepared for the
+signature (``hostir.run.executable``) applies it to every later run of the signature. A
+binding that fails is never kept: its run raises, and the next one checks again.
+
+:class:`RecentlyUsed` bounds what the runtime and the frontend keep per signature.
 """
 
 from __future__ import annotations
@@ -17,35 +20,22 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from hostir.comm.communicator import Communicator
-from hostir.comm.world import world_token
-from hostir.ir.container import ScalarInput
+from hostir.check.extent_checks import ExtentChecks
+from hostir.check.loop_counts import LoopCounts
+from hostir.errors import HostIrError, InputError
+from hostir.ir.container import HostIrContainer, ScalarInput
+from hostir.ir.dtypes import INT_RANGES, DType
 from hostir.ir.values import TensorValue
 from hostir.run.context import RunContext
+from hostir.run.inputs import bind_input_tensor
 
 MAX_SIGNATURES = 64
-"""How many signatures an evaluator keeps bindings for, and ``HostIrEvaluator.run`` and
-``FusionDefinition.execute`` prepared calls for; past that, a new signature is bound every
-run (a float scalar input that changes every call must not grow the cache without
-bound). ``FusionDefinition`` also keeps its lowered programs, its evaluators and its CUDA
-graphs for at most this many signatures, the most recently used (a :class:`RecentlyUsed`
-each): a signature dropped is lowered and prepared again when it comes back (a definition
-run with 3,000 shapes used to keep 3,000 of each, 55 MB)."""
-
-
-def call_key(inputs: Any, *fixed: Any) -> tuple | None:
-    """What a prepared call (``HostIrEvaluator.prepared_call``) depends on: the caller's
-    ``fixed`` values (its own settings), the default process group
-    (hostir.comm.world.world_token) and each input tensor's type, shape, dtype and device;
-    None for inputs that are not a list or tuple of tensors (scalars are checked every
-    call). ``HostIrEvaluator.run`` and ``FusionDefinition.execute`` key theirs with it."""
-    if type(inputs) is not list and type(inputs) is not tuple:
-        return None
-    try:  # a scalar has no shape: it is checked every call
-        signature = [(x.__class__, x.shape, x.dtype, x.device) for x in inputs]
-    except AttributeError:
-        return None
-    return (*fixed, world_token(), *signature)
+"""How many signatures an evaluator keeps executables (so bindings) for, and
+``FusionDefinition`` its executables, lowered programs and evaluators, the most recently
+used (a :class:`RecentlyUsed` each): a signature dropped is bound (or lowered) and
+prepared again when it comes back. A float scalar input that changes every call must not
+grow the caches without bound (a definition run with 3,000 shapes used to keep 3,000 of
+each, 55 MB)."""
 
 
 Entry = TypeVar("Entry")
@@ -54,24 +44,37 @@ Entry = TypeVar("Entry")
 class RecentlyUsed(Generic[Entry]):
     """A mapping that keeps its ``size`` (default :data:`MAX_SIGNATURES`, read when it is
     made) most recently used entries: a lookup that finds an entry, or a store, makes it the
-    most recent; a store past ``size`` drops the least recently used one."""
+    most recent; a store past ``size`` drops the least recently used one. The most recent
+    key is compared before anything is hashed (a call repeating the last signature, the
+    common case, costs one tuple comparison)."""
 
     def __init__(self, size: int | None = None) -> None:
         self.size = MAX_SIGNATURES if size is None else size
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._last: tuple[Hashable, Entry] | None = None  # the most recent key and entry
 
     def get(self, key: Hashable) -> Entry | None:
         """The entry for ``key`` (now the most recent), or None."""
+        last = self._last
+        if last is not None and last[0] == key:
+            return last[1]
         found = self._entries.get(key)
         if found is not None:
-            self._entries.move_to_end(key)
+            try:
+                self._entries.move_to_end(key)
+            except KeyError:  # another thread's store dropped it meanwhile: found stands
+                pass
+            self._last = (key, found)
         return found
 
     def __setitem__(self, key: Hashable, entry: Entry) -> None:
         self._entries[key] = entry
         self._entries.move_to_end(key)
+        self._last = (key, entry)
         if len(self._entries) > self.size:
             self._entries.popitem(last=False)
+            if not self._entries:  # a size of 0 keeps nothing
+                self._last = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -113,42 +116,103 @@ class Binding:
         context.shape_cache = self.shapes
 
 
-class Bindings:
-    """An evaluator's bindings, by signature (see the module docstring)."""
+class InputChecks:
+    """Binds and checks a program's inputs in a run's context (see the module docstring);
+    the loop and extent checks are built at the first binding."""
 
-    def __init__(self) -> None:
-        self._by_signature: dict[tuple, Binding] = {}
+    def __init__(self, program: HostIrContainer) -> None:
+        self.program = program
+        self._loop_counts: LoopCounts | None = None
+        self._extent_checks: ExtentChecks | None = None
 
-    @staticmethod
-    def signature(
-        inputs: Sequence[Any], device: torch.device, communicator: Communicator
-    ) -> tuple | None:
-        """What a binding depends on: the run's device, the rank and world size, each
-        tensor's local shape, dtype and device, each scalar's type and value, None for an
-        input passed as None. None for inputs of other kinds (the full binding names what
-        is wrong with them)."""
-        found: list[Any] = [device, communicator.rank, communicator.world_size]
-        for given in inputs:
-            if isinstance(given, torch.Tensor):
-                found.append((tuple(given.shape), given.dtype, given.device))
-            elif isinstance(given, bool | int | float):
-                found.append((type(given), given))
-            elif given is None:  # an input this rank does not hold (else binding refuses it)
-                found.append(None)
-            else:
-                return None
-        return tuple(found)
+    def bind(self, context: RunContext, inputs: list[Any]) -> HostIrError | None:
+        """Binds every input and checks the extents; the first error instead of raising
+        it (the agreement tells the other ranks about it before this rank raises it)."""
+        return self._bind_inputs(context, inputs) or self._check_extents(context)
 
-    def get(self, signature: tuple | None) -> Binding | None:
-        """The binding kept for ``signature``, if any."""
-        return None if signature is None else self._by_signature.get(signature)
+    def _bind_inputs(self, context: RunContext, inputs: list[Any]) -> HostIrError | None:
+        values = self.program.inputs
+        if len(inputs) != len(values):
+            names = ", ".join(v.name for v in values)
+            return InputError(f"expected {len(values)} inputs ({names}), got {len(inputs)}")
+        try:
+            for value, given in zip(values, inputs, strict=True):
+                _bind_input(context, value, given)
+        except HostIrError as error:
+            return error
+        for value in values:
+            tensor = context.tensors.get(value.name)
+            if isinstance(tensor, torch.Tensor) and not same_device(tensor.device, context.device):
+                return InputError(
+                    f"input {value.name} is on {tensor.device}, but this run is on"
+                    f" {context.device} (the device of the first tensor input, or the"
+                    " evaluator's device): pass every tensor on one device"
+                )
+        return None
 
-    def keep(
-        self,
-        signature: tuple | None,
-        context: RunContext,
-        values: Sequence[TensorValue | ScalarInput],
-    ) -> None:
-        """Keeps what binding ``context``'s inputs gave (call only after it succeeded)."""
-        if signature is not None and len(self._by_signature) < MAX_SIGNATURES:
-            self._by_signature[signature] = Binding(context, values)
+    def _check_extents(self, context: RunContext) -> HostIrError | None:
+        """Checks the loops' trip counts and the extents the inputs bound; the error
+        instead of raising it."""
+        if self._loop_counts is None:
+            self._loop_counts = LoopCounts(self.program)
+        if self._extent_checks is None:
+            self._extent_checks = ExtentChecks(self.program)
+        try:
+            self._loop_counts.check(context.scalars, context.rank)
+            self._extent_checks.check(context.scalars, context.rank)
+        except HostIrError as error:
+            return error
+        return None
+
+
+def _bind_input(context: RunContext, value: Any, given: Any) -> None:
+    if isinstance(value, ScalarInput):
+        if isinstance(given, torch.Tensor) or not isinstance(given, int | float | bool):
+            raise InputError(
+                f"input {value.name} is a {value.dtype.value} scalar, got {type(given).__name__}"
+            )
+        context.scalars[value.name] = coerce_scalar(value, given)
+        return
+    if not context.participates(value):
+        context.tensors[value.name] = None
+        return
+    context.tensors[value.name] = bind_input_tensor(value, given, context.scalars)
+
+
+def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float | bool:
+    """``given`` as a Python value of ``value``'s declared dtype (an int passed for a
+    float input becomes a float, so results have the declared dtype)."""
+    if value.dtype is DType.BOOL:
+        if not isinstance(given, bool):
+            raise InputError(f"input {value.name} is a bool scalar, got {given!r}")
+        return given
+    if value.dtype in (DType.INT64, DType.INT32):
+        if isinstance(given, float) and not given.is_integer():
+            raise InputError(f"input {value.name} is an {value.dtype.value} scalar, got {given!r}")
+        low, high = INT_RANGES[value.dtype]
+        if not low <= int(given) <= high:
+            raise InputError(
+                f"input {value.name} is an {value.dtype.value} scalar, got {given!r}, outside"
+                f" its range [{low}, {high}]"
+            )
+        return int(given)
+    try:
+        return float(given)
+    except OverflowError:  # an int beyond a float's range
+        raise InputError(
+            f"input {value.name} is a {value.dtype.value} scalar, got an int too large for it"
+        ) from None
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device (``cuda`` without an index is the current one)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def device_of(inputs: Sequence[Any]) -> torch.device:
+    """The device of the first tensor input (CPU if there is none): a run's device when
+    neither the caller nor the evaluator names one."""
+    for given in inputs:
+        if isinstance(given, torch.Tensor):
+            return given.device
+    return torch.device("cpu")

@@ -16,8 +16,9 @@ torch.compile's ``mode="reduce-overhead"`` (docs/cuda_graphs.md has the whole st
 
 :func:`check_capturable` refuses, with a :class:`~hostir.errors.CudaGraphError` naming
 each reason, a run that cannot be captured; :class:`GraphedProgram` warms a run up on a
-side stream, captures it and replays it. The caller (the frontend's ``execute``) keeps
-one GraphedProgram per input signature.
+side stream, captures it and replays it. The executable prepared for an input
+signature (hostir.run.executable: ``execute`` and ``HostIrEvaluator.run`` alike) keeps
+one GraphedProgram.
 """
 
 from __future__ import annotations
@@ -89,13 +90,14 @@ def capture_problems(
     """What stops ``evaluator``'s run on ``inputs`` from being captured, one phrase per
     reason (empty if nothing does), whether or not this machine has CUDA.
 
-    ``evaluator`` is a HostIrEvaluator (read for its program, listeners, device and the
-    handlers it would call). The program itself never reads a tensor's values on the host:
-    extents, loop bounds, roots and AllToAllV's split sizes all come from the input
-    signature and scalar inputs, so there is no data-dependent extent to refuse."""
+    ``evaluator`` is a HostIrEvaluator (read for its program, the listeners of its runs,
+    its self-checks' race checker included, its device and the handlers it would call).
+    The program itself never reads a tensor's values on the host: extents, loop bounds,
+    roots and AllToAllV's split sizes all come from the input signature and scalar
+    inputs, so there is no data-dependent extent to refuse."""
     program: HostIrContainer = evaluator.program
     return [
-        *_listener_problems(evaluator.listeners),
+        *_listener_problems(evaluator.run_listeners),
         *_device_problems(program, inputs, evaluator.device),
         *_handler_problems(evaluator),
         *_backend_problems(program, communicator),
@@ -271,7 +273,7 @@ class GraphedProgram:
 
     def replay_known(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """:meth:`replay` for inputs the caller has matched against the capture's
-        signature (``FusionDefinition.execute``'s prepared call: every input a tensor of
+        signature (an executable's call, hostir.run.executable: every input a tensor of
         the captured shape, dtype and device, compared in its key): no per-input checks."""
         if len(inputs) != len(self._buffers):
             raise CudaGraphError(

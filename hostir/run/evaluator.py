@@ -1,12 +1,19 @@
 """``HostIrEvaluator``: runs a host IR program on this rank.
 
+``run`` is the entry point of the one run path (``hostir.run.executable``): the first
+call of an input signature prepares an executable (binding, the ranks' agreement, the
+run, a CUDA graph, the self-checks of ``hostir.run.self_checks``), kept for the
+signature's later calls. The evaluator holds what its runs share: the program (checked
+when it is taken in), the handlers, each instruction's prepared step, the program
+compiled and its replay per rank, the stream pools, the process groups.
+
 The interpreter resolves an instruction's operands, calls the instruction's handler
-from a dispatch table, and binds the results; handlers never touch the
-environment. While a torch profiler records, every instruction runs inside a
-``hir::<keyword>`` range. Listeners (tracing, race checking, ...) observe each
-instruction before and after it runs. By default a run runs the program compiled
-for its rank instead (``hostir.run.compiled``: the same handlers, called from
-generated straight-line code), unless listeners observe it, a profiler records, or
+from a dispatch table, and binds the results (``hostir.run.interpreter``); handlers
+never touch the environment. While a torch profiler records, every instruction runs
+inside a ``hir::<keyword>`` range. Listeners (tracing, race checking, ...) observe each
+instruction before and after it runs. By default a run runs the program compiled for its
+rank instead (``hostir.run.compiled``: the same handlers, called from generated
+straight-line code), unless listeners observe it, a profiler records, or
 ``HOSTIR_INTERPRET=1`` (``hostir.run.compiled_runs``).
 
 An instruction whose output lives on a mesh runs only on that mesh's devices (a
@@ -20,32 +27,17 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from hostir.analysis.pipeline_stages import is_pipelined
-from hostir.check.extent_checks import ExtentChecks
-from hostir.check.loop_counts import LoopCounts
+from hostir.analysis.pipeline_stages import has_pipelined_loop, is_pipelined
 from hostir.check.verify import verify_located
-from hostir.comm.agreement import BoundExtent, RankFacts, agree, restate
 from hostir.comm.communicator import Communicator
-from hostir.comm.run_guard import occupying_world
-from hostir.comm.timeouts import collective_timeout
-from hostir.comm.world import default_communicator
-from hostir.errors import (
-    CommunicationError,
-    EvaluationError,
-    ExtentError,
-    HostIrError,
-    InputError,
-    VerifyError,
-)
-from hostir.ir.container import HostIrContainer, ScalarInput
-from hostir.ir.dtypes import INT_RANGES, DType
+from hostir.errors import ExtentError, VerifyError
+from hostir.ir.container import HostIrContainer
 from hostir.ir.indexing import TopK
 from hostir.ir.instructions import (
     Allocate,
@@ -55,34 +47,34 @@ from hostir.ir.instructions import (
     PipelineStage,
     ShardByStream,
 )
-from hostir.ir.mesh_names import mesh_names
 from hostir.ir.program_info import check_meshes_fit, program_teams, walk_instructions
-from hostir.ir.scalars import Symbol
-from hostir.ir.values import TensorValue
+from hostir.run.agreements import AgreementLog
 from hostir.run.arguments import (
     checked_communicator,
     checked_device,
     checked_listeners,
     checked_program,
-    run_inputs,
 )
 from hostir.run.attention_dropout import ATTENTION_DROPOUT_HANDLERS
-from hostir.run.bindings import MAX_SIGNATURES, Bindings, call_key
+from hostir.run.bindings import InputChecks, RecentlyUsed
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.run.compiled import CompiledProgram, compile_program
 from hostir.run.compiled_runs import compiling
 from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
 from hostir.run.creation import CREATION_HANDLERS
+from hostir.run.executable import Executable, prepare
 from hostir.run.handler_common import compute_handler
 from hostir.run.indexing import run_topk, topk_results
-from hostir.run.inputs import bind_input_tensor
+from hostir.run.interpreter import run_step
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
+from hostir.run.self_checks import NO_CHECKS, SelfChecks, checked_checks, take_in, with_checkers
 from hostir.run.shared_results import op_key, sibling_counts
-from hostir.run.steps import Handler, Step, profiling, skipped_failure, step_failure
+from hostir.run.signature import call_key, input_kinds
+from hostir.run.steps import Handler, Step, profiling
 from hostir.run.stream_handlers import STREAM_HANDLERS
-from hostir.run.stream_pool import MAIN, StreamPool, stream_count
+from hostir.run.stream_pool import StreamPool, stream_count
 
 
 def _run_allocate(context: RunContext, instruction: Allocate, operands: dict) -> list:
@@ -159,7 +151,11 @@ class HostIrEvaluator:
     see ``hostir.run.pipelined_loops``); False runs each iteration whole, in order.
     ``compiled``: run the program compiled for this rank (default: not ``HOSTIR_INTERPRET``,
     else yes; see ``hostir.run.compiled``) when no listener observes it and no profiler
-    records; False runs it interpreted.
+    records; False runs it interpreted. ``checks``: the self-checks to make
+    (``hostir.run.self_checks.SelfChecks``; default: those the ``HOSTIR_CHECK_*``
+    settings ask for). ``agreements``: the log of what the ranks agreed on, shared by
+    the evaluators whose programs the peers may be running (``FusionDefinition``'s;
+    default: this evaluator's own).
     A wrong argument is a SettingError (VerifyError for ``program``) naming it.
 
     Threads: in a world of more than one rank, one thread at a time runs programs on it
@@ -179,6 +175,8 @@ class HostIrEvaluator:
         streams: int | None = None,
         pipeline: bool | None = None,
         compiled: bool | None = None,
+        checks: SelfChecks | None = None,
+        agreements: AgreementLog | None = None,
     ) -> None:
         verify_located(checked_program(program))
         used = {type(i) for i in walk_instructions(program.body)}
@@ -188,33 +186,117 @@ class HostIrEvaluator:
                 f"the evaluator has no handler for {', '.join(missing)}"
                 " (register one with hostir.run.evaluator.register_handler)"
             )
+        self.checks = checked_checks(checks)
+        take_in(program, self.checks)
         self.program = program
         self.communicator = checked_communicator(communicator)
-        self.listeners = checked_listeners(listeners)
+        listeners = checked_listeners(listeners)
+        # What observes an interpreted run: the listeners and the self-checks' race checker,
+        # which with the compiled check observes every run's interpreted twin, and without
+        # it the run itself (hostir.run.self_checks).
+        self.run_listeners = with_checkers(listeners, self.checks)
+        self.listeners = listeners if self.checks.compiled else self.run_listeners
         self.device = checked_device(device)
-        self._listening = threading.RLock()  # listeners observe one run at a time
+        self.agreements = AgreementLog() if agreements is None else agreements
+        self.agreed_kinds: set[tuple] = set()  # input kinds the ranks agreed on
+        self.listening = threading.RLock()  # listeners observe one run at a time
+        self.input_checks = InputChecks(program)  # binds a signature's inputs
+        self.streams = stream_count(streams)  # the pool's size per device
+        self.pipeline = pipelining(pipeline)
+        self.compiled = compiling(compiled)
+        self._executables: RecentlyUsed[Executable] = RecentlyUsed()  # by call_key
         self._prepared_for: Communicator | None = None
-        self._agreed: set[tuple] = set()  # input signatures the ranks agreed on
-        # Set by the caller (FusionDefinition) when the ranks agreed on runs of another
-        # program of the same definition, which the peers may be running: then, as after
-        # an agreed run of this one, a run that fails before communicating announces its
-        # failure and raises at once instead of waiting (hostir.comm.agreement).
-        self.agreed_elsewhere = False
         self._digest: str | None = None
-        self._extent_checks: ExtentChecks | None = None  # built at the first run
-        self._loop_counts: LoopCounts | None = None  # built at the first run
-        self._bindings = Bindings()  # what binding inputs gave, per input signature
         self._fits: set[int] = set()  # world sizes every mesh of the program fits in
         self._steps: dict[int, Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
         self._siblings: Counter | None = None  # instructions per shared op (shared_results)
-        self._prepared_runs: dict[tuple, Callable] = {}  # run()'s prepared calls by call_key
-        self.streams = stream_count(streams)  # the pool's size per device
-        self.pipeline = pipelining(pipeline)
-        self.compiled = compiling(compiled)
         self._compiled: dict[tuple[int, bool], CompiledProgram] = {}  # by rank, pipelining
         # by rank, pipelining and whether on the CPU
         self._replays: dict[tuple[int, bool, bool], ReplayProgram | None] = {}
+        self._unpipelined: HostIrEvaluator | None = None
+
+    def run(
+        self,
+        inputs: Sequence[Any],
+        *,
+        timeout: float | None = None,
+        compiled: bool | None = None,
+        cuda_graph: bool | None = None,
+    ) -> list[torch.Tensor | None]:
+        """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs.
+
+        In a world of more than one rank, the first run of each kind of inputs starts
+        with the agreement (hostir.comm.agreement): the ranks compare the program, the
+        extents their inputs bound and their dtypes, and whether one failed before
+        communicating, and all raise the same named error if they differ.
+        ``timeout`` (seconds) bounds every wait for peers (default: ``HOSTIR_TIMEOUT``,
+        else hostir.comm.timeouts.DEFAULT_TIMEOUT_S). ConcurrentRunError if another thread runs
+        a program on the same world of more than one rank (see the class docstring).
+        ``compiled``: True runs this call compiled, calling no listener; False interpreted;
+        None as :meth:`runs_compiled` says. ``cuda_graph`` (default ``HOSTIR_CUDA_GRAPH``,
+        else False): capture the run once per input signature as a CUDA graph and replay
+        it (hostir.run.cuda_graphs; inputs are copied in, outputs are fresh tensors;
+        docs/cuda_graphs.md); CudaGraphError, naming why, where it cannot be captured (no
+        CUDA, an input on the CPU, gloo between ranks, listeners).
+
+        The first run of an input signature (each input's type, shape, dtype and device,
+        a scalar's value; the same ``timeout``, ``cuda_graph`` and default process group)
+        prepares it (hostir.run.executable); a later run of the signature runs what was
+        prepared: nothing is checked or bound again, and the settings read when the
+        signature was prepared hold.
+        """
+        key = call_key(inputs, timeout, cuda_graph)
+        executable = self._executables.get(key)
+        if executable is None:
+            return self._prepare(key, inputs, timeout, compiled, cuda_graph)[1]
+        if compiled is None:
+            return executable.call(inputs)
+        return executable.run(inputs, compiled=compiling(compiled))
+
+    def executable(
+        self, inputs: Sequence[Any], *, timeout: float | None = None, cuda_graph: bool | None = None
+    ) -> tuple[Executable, list[torch.Tensor | None]]:
+        """Runs ``inputs`` as :meth:`run` does; returns the executable of their signature
+        (hostir.run.executable, prepared by this run if it is the signature's first) with
+        the outputs. ``FusionDefinition.execute`` keeps it under a key of its own."""
+        key = call_key(inputs, timeout, cuda_graph)
+        executable = self._executables.get(key)
+        if executable is None:
+            return self._prepare(key, inputs, timeout, None, cuda_graph)
+        return executable, executable.call(inputs)
+
+    def _prepare(
+        self,
+        key: tuple | None,
+        inputs: Sequence[Any],
+        timeout: float | None,
+        compiled: bool | None,
+        cuda_graph: bool | None,
+    ) -> tuple[Executable, list[torch.Tensor | None]]:
+        """The first run of a signature, its executable kept under ``key`` (if any)."""
+        executable, outputs = prepare(
+            self, inputs, timeout=timeout, compiled=compiled, cuda_graph=cuda_graph
+        )
+        if key is not None:
+            self._executables[key] = executable
+        return executable, outputs
+
+    def runs_compiled(self) -> bool:
+        """Whether a run now runs the compiled program: the evaluator compiles
+        (``compiled``), no listener observes it, and no torch profiler records."""
+        return self.compiled and not self.listeners and not profiling()
+
+    def has_agreed(self, inputs: Sequence[Any]) -> bool:
+        """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
+        with them starts without the agreement)."""
+        return input_kinds(list(inputs)) in self.agreed_kinds
+
+    def digest(self) -> str:
+        """The program's digest: the SHA-256 of its text (the same on ranks running it)."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(str(self.program).encode()).hexdigest()
+        return self._digest
 
     def siblings(self, instruction: Instruction) -> int:
         """How many instructions of the program compute ``instruction``'s op, itself
@@ -228,201 +310,6 @@ class HostIrEvaluator:
         if device not in self._stream_pools:
             self._stream_pools[device] = StreamPool(device, self.streams)
         return self._stream_pools[device]
-
-    def run(
-        self,
-        inputs: Sequence[Any],
-        *,
-        timeout: float | None = None,
-        compiled: bool | None = None,
-    ) -> list[torch.Tensor | None]:
-        """Binds ``inputs`` (this rank's shards), runs the program, returns this rank's outputs.
-
-        In a world of more than one rank, the first run of each input signature starts
-        with the agreement (hostir.comm.agreement): the ranks compare the program, the
-        extents their inputs bind and their dtypes, and whether one failed before
-        communicating, and all raise the same named error if they differ.
-        ``timeout`` (seconds) bounds every wait for peers (default: ``HOSTIR_TIMEOUT``,
-        else hostir.comm.timeouts.DEFAULT_TIMEOUT_S). ConcurrentRunError if another thread runs
-        a program on the same world of more than one rank (see the class docstring).
-        ``compiled``: True runs this call compiled, calling no listener; False interpreted;
-        None as :meth:`runs_compiled` says (the frontend's check of the two uses this).
-
-        A call of a signature that already ran (each input a tensor of the same type,
-        shape, dtype and device, the same ``timeout`` and default process group; no
-        ``compiled``, no listeners) runs the signature's prepared call
-        (:meth:`prepared_call`), as ``FusionDefinition.execute`` does: nothing is checked
-        or bound again, and the settings read when the signature was prepared hold.
-        """
-        key = call_key(inputs, timeout) if compiled is None and not self.listeners else None
-        again = self._prepared_runs.get(key) if key is not None else None
-        if again is not None and not profiling():
-            return again(inputs)
-        outputs = self._first_run(inputs, timeout, compiled)
-        if key is not None and len(self._prepared_runs) < MAX_SIGNATURES:
-            prepared = self.prepared_call(inputs, timeout)
-            if prepared is not None:
-                self._prepared_runs[key] = prepared
-        return outputs
-
-    def _first_run(
-        self, inputs: Sequence[Any], timeout: float | None, compiled: bool | None
-    ) -> list[torch.Tensor | None]:
-        """:meth:`run` without a prepared call: inputs checked and bound (or the binding
-        of their signature applied), the agreement where it is due, the program run."""
-        compiled = self.runs_compiled() if compiled is None else compiling(compiled)
-        inputs, inputs_error = run_inputs(inputs)  # the agreement tells the peers of it
-        device = self.device or _device_of(inputs)
-        communicator = self.communicator or default_communicator(device.type == "cuda")
-        # Before anything communicates; left when the run ends, however it ends.
-        alone = self._listening if self.listeners else None
-        with occupying_world(communicator, self.digest, alone):
-            return self._run(inputs, inputs_error, device, communicator, timeout, compiled)
-
-    def _run(
-        self,
-        inputs: list[Any],
-        inputs_error: HostIrError | None,
-        device: torch.device,
-        communicator: Communicator,
-        timeout: float | None,
-        compiled: bool,
-    ) -> list[torch.Tensor | None]:
-        """The run, once its world is held (see :meth:`run`)."""
-        if communicator.world_size not in self._fits:  # the same verdict everywhere
-            check_meshes_fit(self.program, communicator.world_size)
-            self._fits.add(communicator.world_size)
-        context = RunContext(self, self.program, communicator, device)
-        context.pipelined = self.pipeline
-        context.listeners = self.listeners
-        context.stream_pool.start_run()  # "main" is the stream this run starts on
-        failure = (
-            inputs_error
-            or self._set_timeout(communicator, timeout)
-            or self._bind(context, inputs, device, communicator)
-        )
-        if communicator.world_size > 1:
-            signature = _signature(inputs)
-            if signature not in self._agreed:
-                # A rank refusing a new signature after the ranks agreed on others does not
-                # wait: its peers may be running one of those (hostir.comm.agreement).
-                wait = not (self._agreed or self.agreed_elsewhere)
-                agreed = agree(communicator, self._facts(context, failure), wait=wait)
-                if failure is None:
-                    self._agreed.add(signature)
-                else:  # the ranks' one account where they failed for different reasons
-                    restate(failure, agreed)
-            elif failure is not None:  # no agreement this time: the peers learn it so
-                communicator.post_failure(f"{type(failure).__name__}: {failure}")
-        if failure is not None:
-            raise failure
-
-        def body() -> list | None:
-            self._prepare(communicator)
-            on_cpu = context.device.type == "cpu"
-            replay = (
-                self.replay_program(context.rank, on_cpu) if compiled and context.replays else None
-            )
-            if replay is not None:  # this signature ran before: nothing left to check
-                return replay.run(context, inputs)
-            self._run_body(context, compiled)
-            return None
-
-        return self._guarded(context, body)
-
-    def _guarded(self, context: RunContext, body: Callable[[], list | None]) -> list:
-        """Runs ``body`` (a replay returns the outputs; a run of the body, None), turning
-        its failure into what the peers and the user must see: a communication error
-        names the ranks that failed first; any failure in a world of several ranks is
-        posted, so peers waiting for this rank name it. Returns the outputs."""
-        communicator = context.communicator
-        started = time.time() if communicator.world_size > 1 else 0.0
-        try:
-            outputs = body()
-        except CommunicationError as error:
-            raise _with_culprits(error, communicator, started) from error.__cause__
-        except Exception as error:
-            if communicator.world_size > 1:  # the peers waiting for this rank name it
-                communicator.post_failure(f"{type(error).__name__}: {error}")
-            raise
-        finally:
-            if context.device.type == "cuda" and context.current_stream != MAIN:
-                torch.cuda.set_stream(context.stream_pool.get(MAIN))
-        if outputs is not None:
-            return outputs
-        return [self._output(context, value) for value in self.program.outputs]
-
-    def prepared_call(
-        self, inputs: Sequence[Any], timeout: float | None = None, *, compiled: bool | None = None
-    ) -> Callable[[Sequence[Any]], list] | None:
-        """A call that runs this program again on inputs of ``inputs``' signature, which
-        ran before, doing only what a run of a known signature must: hold the world
-        (several ranks), apply the kept binding, set the timeout (read now), run the
-        replay (hostir.run.replay). None where a run must do more: the signature has not
-        run (or bound) yet, the runs are not compiled, listeners observe them, or the
-        program has no replay. The caller keeps it per signature and checks that the
-        inputs it passes have the signature (their shapes, dtypes and devices) and that
-        the default communicator is still this evaluator's. ``compiled=True`` prepares
-        the call even where runs are interpreted, calling no listener (as ``run``'s)."""
-        if not (compiled if compiled is not None else self.compiled and not self.listeners):
-            return None
-        inputs = list(inputs)
-        device = self.device or _device_of(inputs)
-        communicator = self.communicator or default_communicator(device.type == "cuda")
-        signature = self._bindings.signature(inputs, device, communicator)
-        binding = self._bindings.get(signature)
-        known = communicator.world_size == 1 or _signature(inputs) in self._agreed
-        replay = self.replay_program(communicator.rank, device.type == "cpu")
-        if binding is None or not known or replay is None or self._prepared_for is not communicator:
-            return None
-        limit = collective_timeout(timeout)
-
-        def context_for_run() -> RunContext:
-            context = RunContext(self, self.program, communicator, device)
-            context.pipelined = self.pipeline
-            context.stream_pool.start_run()
-            context.scalars.update(binding.scalars)
-            context.shape_cache = binding.shapes
-            return context
-
-        def run_again(inputs: Sequence[Any]) -> list:
-            if profiling():  # the interpreter opens a range per instruction
-                return self.run(inputs, timeout=timeout)
-            context = context_for_run()
-            if communicator.world_size == 1:
-                return self._guarded(context, lambda: replay.run(context, inputs))
-            with occupying_world(communicator, self.digest, None):
-                communicator.set_timeout(limit)
-                return self._guarded(context, lambda: replay.run(context, inputs))
-
-        def run_alone(inputs: Sequence[Any]) -> list:
-            # _guarded adds nothing here: no peer to tell or name, no stream to restore
-            # (on the CPU there are none; on CUDA a replay that switches streams uses its
-            # context, and runs run_again).
-            if torch.autograd.profiler._is_profiler_enabled:  # as profiling() says
-                return self.run(inputs, timeout=timeout)
-            return replay.run(context_for_run() if uses_context else context_for_run, inputs)
-
-        uses_context = replay.uses_context
-        if communicator.world_size == 1 and (device.type == "cpu" or not uses_context):
-            return run_alone
-        return run_again
-
-    def _run_body(self, context: RunContext, compiled: bool) -> None:
-        """Runs the program's body compiled (no listener sees it) or interpreted."""
-        if compiled:
-            # A pipelined loop in it runs interpreted; its listeners would see part of a run.
-            context.listeners = ()
-            self.compiled_program(context.rank).run(context)
-            return
-        context.run_body(self.program.body)
-        for listener in self.listeners:
-            listener.finish(context)
-
-    def runs_compiled(self) -> bool:
-        """Whether a run now runs the compiled program: the evaluator compiles
-        (``compiled``), no listener observes it, and no torch profiler records."""
-        return self.compiled and not self.listeners and not profiling()
 
     def compiled_program(self, rank: int) -> CompiledProgram:
         """The program compiled for ``rank`` (loops pipelined as this evaluator runs
@@ -445,109 +332,27 @@ class HostIrEvaluator:
             )
         return self._replays[key]
 
-    def has_agreed(self, inputs: Sequence[Any]) -> bool:
-        """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
-        with them starts without the agreement)."""
-        return _signature(list(inputs)) in self._agreed
+    # -- What a run of hostir.run.executable asks of its evaluator -------------------------
 
-    def has_agreed_any(self) -> bool:
-        """Whether the ranks agreed on a run of this evaluator's program (so that, after a
-        failure, the peers may be running it rather than agreeing on a first run)."""
-        return bool(self._agreed)
+    def new_context(
+        self, communicator: Communicator, device: torch.device, listening: bool = True
+    ) -> RunContext:
+        """The context of a run starting now (its "main" stream the current one), the
+        listeners in it unless not ``listening``."""
+        context = RunContext(self, self.program, communicator, device)
+        context.pipelined = self.pipeline
+        if listening:
+            context.listeners = self.run_listeners
+        context.stream_pool.start_run()
+        return context
 
-    def digest(self) -> str:
-        """The program's digest: the SHA-256 of its text (the same on ranks running it)."""
-        if self._digest is None:
-            self._digest = hashlib.sha256(str(self.program).encode()).hexdigest()
-        return self._digest
+    def check_fits(self, world_size: int) -> None:
+        """MeshError unless every mesh of the program fits in ``world_size`` ranks."""
+        if world_size not in self._fits:
+            check_meshes_fit(self.program, world_size)
+            self._fits.add(world_size)
 
-    @staticmethod
-    def _set_timeout(communicator: Communicator, timeout: float | None) -> HostIrError | None:
-        """Sets the collective timeout; the error instead of raising it (see _bind_inputs)."""
-        try:
-            communicator.set_timeout(collective_timeout(timeout))
-        except HostIrError as error:
-            return error
-        return None
-
-    def _bind(
-        self,
-        context: RunContext,
-        inputs: list[Any],
-        device: torch.device,
-        communicator: Communicator,
-    ) -> HostIrError | None:
-        """Binds and checks the inputs, or applies what binding inputs of the same signature
-        gave before (hostir.run.bindings); the error instead of raising it."""
-        signature = self._bindings.signature(inputs, device, communicator)
-        binding = self._bindings.get(signature)
-        if binding is not None:
-            binding.apply(context, self.program.inputs, inputs)
-            context.replays = True  # this signature ran before: nothing left to check
-            return None
-        failure = self._bind_inputs(context, inputs) or self._check_extents(context)
-        if failure is None:
-            self._bindings.keep(signature, context, self.program.inputs)
-        return failure
-
-    def _bind_inputs(self, context: RunContext, inputs: list[Any]) -> HostIrError | None:
-        """Binds every input; the first error instead of raising it (the agreement tells
-        the other ranks about it before this rank raises it)."""
-        if len(inputs) != len(self.program.inputs):
-            names = ", ".join(v.name for v in self.program.inputs)
-            return InputError(
-                f"expected {len(self.program.inputs)} inputs ({names}), got {len(inputs)}"
-            )
-        try:
-            for value, given in zip(self.program.inputs, inputs, strict=True):
-                self._bind_input(context, value, given)
-        except HostIrError as error:
-            return error
-        for value in self.program.inputs:
-            tensor = context.tensors.get(value.name)
-            if isinstance(tensor, torch.Tensor) and not _same_device(tensor.device, context.device):
-                return InputError(
-                    f"input {value.name} is on {tensor.device}, but this run is on"
-                    f" {context.device} (the device of the first tensor input, or the"
-                    " evaluator's device): pass every tensor on one device"
-                )
-        return None
-
-    def _check_extents(self, context: RunContext) -> HostIrError | None:
-        """Checks the loops' trip counts and the extents the inputs bound
-        (hostir.check.loop_counts, hostir.check.extent_checks); the error instead of raising
-        it (see _bind_inputs). Once per binding."""
-        if self._loop_counts is None:
-            self._loop_counts = LoopCounts(self.program)
-        if self._extent_checks is None:
-            self._extent_checks = ExtentChecks(self.program)
-        try:
-            self._loop_counts.check(context.scalars, context.rank)
-            self._extent_checks.check(context.scalars, context.rank)
-        except HostIrError as error:
-            return error
-        return None
-
-    def _facts(self, context: RunContext, failure: HostIrError | None) -> RankFacts:
-        """What this rank is about to run, for the agreement."""
-        if failure is not None:
-            return RankFacts.failed(failure, self.digest())
-        extents: dict[str, BoundExtent] = {}
-        dtypes = []
-        for value in self.program.inputs:
-            tensor = context.tensors.get(value.name) if isinstance(value, TensorValue) else None
-            if tensor is None:
-                continue
-            dtypes.append((value.name, value.dtype.value))
-            for dim, extent in enumerate(value.shape):
-                if isinstance(extent, Symbol) and extent.name not in extents:
-                    bound = int(context.scalars[extent.name])
-                    extents[extent.name] = BoundExtent(extent.name, value.name, dim, bound)
-        return RankFacts(
-            digest=self.digest(), extents=tuple(extents.values()), dtypes=tuple(dtypes)
-        )
-
-    def _prepare(self, communicator: Communicator) -> None:
+    def prepare_groups(self, communicator: Communicator) -> None:
         """Once per communicator: create every process group in program order (the
         agreement made sure every rank runs this program)."""
         if self._prepared_for is communicator:
@@ -556,33 +361,36 @@ class HostIrEvaluator:
         communicator.prepare([group for team in teams for group in team.groups])
         self._prepared_for = communicator
 
-    def _bind_input(self, context: RunContext, value: Any, given: Any) -> None:
-        if isinstance(value, ScalarInput):
-            if isinstance(given, torch.Tensor) or not isinstance(given, int | float | bool):
-                raise InputError(
-                    f"input {value.name} is a {value.dtype.value} scalar,"
-                    f" got {type(given).__name__}"
-                )
-            context.scalars[value.name] = coerce_scalar(value, given)
+    def run_body(self, context: RunContext, compiled: bool) -> None:
+        """Runs the program's body compiled (no listener sees it) or interpreted."""
+        if compiled:
+            # A pipelined loop in it runs interpreted; its listeners would see part of a run.
+            context.listeners = ()
+            self.compiled_program(context.rank).run(context)
             return
-        if not context.participates(value):
-            context.tensors[value.name] = None
-            return
-        context.tensors[value.name] = bind_input_tensor(value, given, context.scalars)
+        context.run_body(self.program.body)
+        for listener in self.run_listeners:
+            listener.finish(context)
 
-    def _output(self, context: RunContext, value: TensorValue) -> torch.Tensor | None:
-        """``value``'s tensor on this rank: None only where the rank does not hold it."""
-        if value.name not in context.tensors:
-            raise EvaluationError(f"output {value.name} was never computed")
-        tensor = context.tensors[value.name]
-        if tensor is None and context.participates(value):
-            mesh = value.sharding.mesh if value.sharding is not None else None
-            where = "every rank" if mesh is None else f"mesh {mesh_names(self.program).name(mesh)}"
-            raise EvaluationError(
-                f"rank {context.rank} holds output {value.name} (it is on {where}), but the"
-                f" instruction defining it gave it no value there; expected a tensor"
+    def pipelines(self) -> bool:
+        """Whether a loop of the program runs pipelined (hostir.run.pipelined_loops)."""
+        return self.pipeline and has_pipelined_loop(self.program.body)
+
+    def unpipelined(self) -> HostIrEvaluator:
+        """This evaluator's twin that runs every loop unpipelined, without listeners or
+        self-checks (the pipeline check runs it: hostir.run.self_checks); made once."""
+        if self._unpipelined is None:
+            self._unpipelined = HostIrEvaluator(
+                self.program,
+                communicator=self.communicator,
+                device=self.device,
+                streams=self.streams,
+                pipeline=False,
+                compiled=self.compiled,
+                checks=NO_CHECKS,
+                agreements=self.agreements,
             )
-        return tensor
+        return self._unpipelined
 
     def step(self, instruction: Instruction) -> Step:
         """``instruction`` prepared to run (once per instruction; hostir.run.steps)."""
@@ -594,104 +402,5 @@ class HostIrEvaluator:
         return step
 
     def run_instruction(self, instruction: Instruction, context: RunContext) -> None:
-        """Resolves operands, calls the handler, binds the results."""
-        step = self.step(instruction)
-        if not step.runs_on(context.rank):
-            failure = skipped_failure(instruction, context.rank, context.program)
-            if failure is not None:  # this rank holds what it would leave None
-                raise failure
-            for name in step.defined:
-                context.tensors[name] = None
-            return
-        # Whatever a handler or a listener raises becomes an EvaluationError naming the
-        # instruction and rank (HostIrErrors stay what they are): the peers are told of it.
-        try:
-            operands = step.resolve(context)
-            listeners = context.listeners
-            for listener in listeners:
-                listener.before(instruction, context, operands)
-            if profiling():
-                with _profiler_range(step.range_name):
-                    results = step.handler(context, instruction, operands)
-            else:
-                results = step.handler(context, instruction, operands)
-            tensors = context.tensors
-            for index, name in step.binds:
-                tensors[name] = results[index]
-            if step.posts is not None:
-                context.posted[step.posts] = instruction
-            for listener in listeners:
-                listener.after(instruction, context, operands)
-        except Exception as error:
-            failure = step_failure(error, instruction, step, context)
-            if failure is error:
-                raise
-            raise failure from error
-
-
-# ``record_function`` costs microseconds even when nothing records; the fast variant
-# gives the same ``hir::<keyword>`` events, and ranges are only opened while profiling.
-_profiler_range = getattr(torch._C._profiler, "_RecordFunctionFast", None) or (
-    torch.profiler.record_function
-)
-
-
-NOTICE_SLACK_S = 5.0
-"""Failures posted this long before a run started still count as its cause (a peer may
-fail its first instruction before this rank enters the run)."""
-
-
-def _with_culprits(
-    error: CommunicationError, communicator: Communicator, started: float
-) -> CommunicationError:
-    """``error``, naming the ranks that posted a failure since this run started (their
-    failure is why this rank's communication failed)."""
-    culprits = communicator.failures_since(started - NOTICE_SLACK_S)
-    if not culprits:
-        return error
-    rank, message = culprits[0]
-    return type(error)(f"{error}; rank {rank} failed first: {message}")
-
-
-def _signature(inputs: Sequence[Any]) -> tuple:
-    """What the agreement is keyed on: each input's kind, local shape and dtype."""
-    return tuple(
-        (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x) for x in inputs
-    )
-
-
-def coerce_scalar(value: ScalarInput, given: int | float | bool) -> int | float | bool:
-    """``given`` as a Python value of ``value``'s declared dtype (an int passed for a
-    float input becomes a float, so results have the declared dtype)."""
-    if value.dtype is DType.BOOL:
-        if not isinstance(given, bool):
-            raise InputError(f"input {value.name} is a bool scalar, got {given!r}")
-        return given
-    if value.dtype in (DType.INT64, DType.INT32):
-        if isinstance(given, float) and not given.is_integer():
-            raise InputError(f"input {value.name} is an {value.dtype.value} scalar, got {given!r}")
-        low, high = INT_RANGES[value.dtype]
-        if not low <= int(given) <= high:
-            raise InputError(
-                f"input {value.name} is an {value.dtype.value} scalar, got {given!r}, outside"
-                f" its range [{low}, {high}]"
-            )
-        return int(given)
-    try:
-        return float(given)
-    except OverflowError:  # an int beyond a float's range
-        raise InputError(
-            f"input {value.name} is a {value.dtype.value} scalar, got an int too large for it"
-        ) from None
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """Whether ``a`` and ``b`` are one device (``cuda`` without an index is the current one)."""
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
-
-
-def _device_of(inputs: Sequence[Any]) -> torch.device:
-    for given in inputs:
-        if isinstance(given, torch.Tensor):
-            return given.device
-    return torch.device("cpu")
+        """Resolves operands, calls the handler, binds the results (hostir.run.interpreter)."""
+        run_step(self.step(instruction), instruction, context)

@@ -82,11 +82,11 @@ from hostir.run.stream_pool import MAIN
 from hostir.settings import flag_setting
 
 ENVIRONMENT_VARIABLE = "HOSTIR_CHECK_RACES"
-"""Set to ``1`` to check every program the frontend executes for races."""
+"""Set to ``1`` to check every run for races (hostir.run.self_checks)."""
 
 
 def race_checking_enabled() -> bool:
-    """Whether ``HOSTIR_CHECK_RACES=1`` asks for a race checker on every execute (``0`` or
+    """Whether ``HOSTIR_CHECK_RACES=1`` asks for a race checker on every run (``0`` or
     unset: no; SettingError for any other value)."""
     return flag_setting(ENVIRONMENT_VARIABLE)
 

@@ -2,7 +2,8 @@
 
 With ``HOSTIR_CHECK_ROUND_TRIP=1`` (the test suite sets it) ``FusionDefinition``
 checks every program it lowers this way and runs the *parsed* copy, so every
-test that executes a fusion also checks that the text form is complete.
+test that executes a fusion also checks that the text form is complete; and an
+evaluator checks every program it is given (hostir.run.self_checks).
 """
 
 from __future__ import annotations

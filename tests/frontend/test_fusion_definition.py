@@ -26,7 +26,6 @@ from frontend import (
     ParallelType,
     ScheduleError,
     TensorView,
-    fusion_definition,
     shard_tensor,
 )
 from hostir.run import bindings
@@ -390,19 +389,18 @@ def test_programs_and_evaluators_are_kept_for_the_most_recent_signatures(monkeyp
     saw (3,000 shapes: 55 MB, 16 s of lowering); it keeps them, and its CUDA graphs, for
     the MAX_SIGNATURES most recently used signatures. A shape dropped runs again (lowered
     again) and matches torch; a shape kept is not lowered again. Here with a bound of 3
-    (the prepared calls' too), so that a few shapes show it."""
+    (the executables' too), so that a few shapes show it."""
     assert FusionDefinition()._programs.size == bindings.MAX_SIGNATURES == 64
     monkeypatch.setattr(bindings, "MAX_SIGNATURES", 3)
-    monkeypatch.setattr(fusion_definition, "MAX_SIGNATURES", 3)
     fd = relu_fusion((-1, 2))
     for rows in range(1, 8):
         x = torch.randn(rows, 2)
         (out,) = fd.execute([x])
         torch.testing.assert_close(out, torch.relu(x))
-        kept = (fd._programs, fd._evaluators, fd._prepared_calls)
+        kept = (fd._programs, fd._evaluators, fd._executables)
         assert [len(cache) for cache in kept] == [min(rows, 3)] * 3
     assert fd.lowering_count == 7
-    for rows, lowered in ((4, 8), (7, 8), (4, 8)):  # 4: dropped and prepared no call
+    for rows, lowered in ((4, 8), (7, 8), (4, 8)):  # 4: dropped, lowered and prepared again
         x = torch.randn(rows, 2)
         (out,) = fd.execute([x])
         torch.testing.assert_close(out, torch.relu(x))

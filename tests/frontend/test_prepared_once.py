@@ -16,7 +16,7 @@ from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import HostIrEvaluator
 from hostir.check import verify
 from hostir.check.extent_checks import ExtentChecks
-from hostir.run import evaluator as evaluator_module
+from hostir.run import agreements, bindings
 
 
 def _row_parallel(d: int) -> tuple[FusionDefinition, list]:
@@ -53,11 +53,9 @@ def _counting() -> collections.Counter:
         mock.patch.object(verify._Walk, "__init__", counted("verify", verify._Walk.__init__)),
         mock.patch.object(ExtentChecks, "check", counted("extent checks", ExtentChecks.check)),
         mock.patch.object(
-            evaluator_module,
-            "bind_input_tensor",
-            counted("bound input", evaluator_module.bind_input_tensor),
+            bindings, "bind_input_tensor", counted("bound input", bindings.bind_input_tensor)
         ),
-        mock.patch.object(evaluator_module, "agree", counted("agreement", evaluator_module.agree)),
+        mock.patch.object(agreements, "agree", counted("agreement", agreements.agree)),
     ]
     with contextlib.ExitStack() as stack:
         for patch in patches:

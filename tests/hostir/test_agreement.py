@@ -224,8 +224,9 @@ class Recording(Communicator):
 
 def test_an_evaluator_refusing_after_an_agreed_run_announces_its_failure():
     """HostIrEvaluator.run: a refusal on a first run waits for the agreement (the peers are
-    entering it too); after an agreed run, or when the caller says the ranks agreed on
-    another program of the definition, it announces the refusal and raises at once."""
+    entering it too); after an agreed run, or when the evaluator shares the log of an
+    evaluator whose program the ranks agreed on (another program of the definition), it
+    announces the refusal and raises at once."""
     world = Recording()
     evaluator = HostIrEvaluator(hostir.parse(NEGATE), communicator=world)
     x = torch.randn(4)
@@ -236,8 +237,8 @@ def test_an_evaluator_refusing_after_an_agreed_run_announces_its_failure():
     with pytest.raises(InputError, match="must have dtype float32, got float64"):
         evaluator.run([x.double()])
     assert world.agreements == ["waited", "waited", "announced"]
-    other = HostIrEvaluator(hostir.parse(NEGATE), communicator=world)
-    other.agreed_elsewhere = True
+    log = evaluator.agreements
+    other = HostIrEvaluator(hostir.parse(NEGATE), communicator=world, agreements=log)
     with pytest.raises(InputError, match="must have dtype float32, got float64"):
         other.run([x.double()])
     assert world.agreements[-1] == "announced"

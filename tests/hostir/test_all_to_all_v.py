@@ -28,6 +28,7 @@ from hostir import (
     RaceChecker,
     ReduceOp,
     RequestValue,
+    SelfChecks,
     Sharding,
     ShardPart,
     Team,
@@ -191,7 +192,10 @@ def test_rounds_give_the_same_bits(multidevice_test, name):
         calls.clear()
         program, _ = build(name, rounds=rounds)
         assert f"rounds={rounds}" in str(program)
-        evaluator = HostIrEvaluator(program, listeners=[RaceChecker()], communicator=Counting())
+        # One run per call (checks=SelfChecks(): no compiled check's twin making calls too)
+        evaluator = HostIrEvaluator(
+            program, listeners=[RaceChecker()], communicator=Counting(), checks=SelfChecks()
+        )
         (out,) = evaluator.run([given])
         assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
         assert len(calls) == rounds
@@ -218,7 +222,9 @@ def test_rounds_share_one_workspace_of_the_modelled_size(multidevice_test, name)
     for rounds in (1, 2, 3):
         storages.clear()
         program, instruction = build(name, rounds=rounds)
-        evaluator = HostIrEvaluator(program, listeners=[RaceChecker()], communicator=Spy())
+        evaluator = HostIrEvaluator(  # one run per call: no twin's buffers
+            program, listeners=[RaceChecker()], communicator=Spy(), checks=SelfChecks()
+        )
         (out,) = evaluator.run([given])
         assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
         own = {given.untyped_storage().data_ptr(), out.untyped_storage().data_ptr()}
@@ -285,7 +291,9 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     # Columns to rows: src [8, 1] sends rows 2d:2d+2 to rank d, so every rank's sends are
     # one range of src; out [2, 4] receives column pieces (strided: unpacked at wait).
     given, expected = inputs_and_expected("columns_to_rows_4", rank)
-    (out,) = HostIrEvaluator(build("columns_to_rows_4")[0], communicator=Spy()).run([given])
+    # One run per call (no self-checks): the buffers seen last are this run's.
+    program = build("columns_to_rows_4")[0]
+    (out,) = HostIrEvaluator(program, communicator=Spy(), checks=SelfChecks()).run([given])
     assert torch.equal(out, expected)
     sent, landed, _ = seen.pop()
     assert sent == given.untyped_storage().data_ptr()
@@ -294,7 +302,8 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     # replicas their coordinates pick), straight into out; ranks 2 and 3 send their whole
     # src; ranks 0 and 3 keep their block, and ranks 0 and 1 send nothing.
     given, expected = inputs_and_expected("x_to_y_2x2", rank)
-    (out,) = HostIrEvaluator(build("x_to_y_2x2")[0], communicator=Spy()).run([given])
+    program = build("x_to_y_2x2")[0]
+    (out,) = HostIrEvaluator(program, communicator=Spy(), checks=SelfChecks()).run([given])
     assert torch.equal(out, expected)
     sent, landed, in_splits = seen.pop()
     if rank in (2, 3):

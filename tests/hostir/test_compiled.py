@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from frontend import FusionDefinition
-from hostir import EvaluationError, HostIrEvaluator, Listener, parse
+from hostir import EvaluationError, HostIrEvaluator, Listener, SelfChecks, parse
 from hostir.errors import CommunicationError, ExtentError, HostIrError, SettingError
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
@@ -59,8 +59,9 @@ def _counting_interpreted():
 def both_ways(program, inputs, **options) -> list:
     """Runs ``program`` compiled and interpreted (two evaluators); asserts the outputs
     are bitwise equal and that the compiled run interpreted nothing outside pipelined
-    loops; returns the outputs."""
-    compiled = HostIrEvaluator(program, **options)
+    loops; returns the outputs. (The compiled evaluator makes no self-checks: the
+    compiled check's interpreted twin, which the suite's settings ask for, would count.)"""
+    compiled = HostIrEvaluator(program, checks=SelfChecks(), **options)
     assert compiled.runs_compiled()
     with _counting_interpreted() as interpreted:
         outputs = compiled.run(inputs)
@@ -245,7 +246,7 @@ def test_the_switches_choose_the_interpreter():
         assert HostIrEvaluator(program, compiled=True).runs_compiled()
     with environment(HOSTIR_INTERPRET="0"):
         assert HostIrEvaluator(program).runs_compiled()
-    evaluator = HostIrEvaluator(program)
+    evaluator = HostIrEvaluator(program, checks=SelfChecks())  # no interpreted twin (counted)
     with _counting_interpreted() as interpreted:
         evaluator.run(inputs)
         assert interpreted.call_count == 0

@@ -8,6 +8,8 @@ The GPU tests skip on a machine without CUDA; the rest runs everywhere."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ from hostir import (
     Listener,
     LocalCommunicator,
     RaceChecker,
+    SelfChecks,
     TorchCommunicator,
     parse,
 )
@@ -43,6 +46,14 @@ needs_cuda = pytest.mark.skipif(
 )
 
 HIDDEN, FFN = 16, 64
+
+
+@pytest.fixture(autouse=True)
+def _no_race_checker(monkeypatch):
+    """Runs as a user's do: the suite's race checker (``HOSTIR_CHECK_RACES``), which every
+    evaluator now attaches, would be named among the problems of every capture (as it is
+    in test_listeners_and_the_race_checker_are_named)."""
+    monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")
 
 
 WRITES_ITS_INPUT = """%HostIrContainer {
@@ -175,7 +186,8 @@ def test_the_backend_of_the_world_must_be_nccl(multidevice_test):
     """On gloo (the CPU suite) a program with an Allreduce between the ranks is refused,
     naming gloo; over NCCL (under torchrun on GPUs) the backend is not the problem."""
     fd, _, _ = _row_parallel(2, multidevice_test.rank)
-    evaluator = HostIrEvaluator(fd.host_ir())
+    # No race checker (the ranks' environment asks for one; see _no_race_checker)
+    evaluator = HostIrEvaluator(fd.host_ir(), checks=SelfChecks())
     problems = _besides_the_device(evaluator, TorchCommunicator())
     if cuda_backend() == "gloo":
         (problem,) = problems
@@ -360,6 +372,93 @@ def test_execute_refuses_a_cuda_graph_without_cuda(monkeypatch):
     (out,) = fd.execute(inputs, cuda_graph=False)  # asked not to: runs eagerly
     x, w1, b1, w2 = inputs
     torch.testing.assert_close(out, torch.relu(x @ w1.T + b1) @ w2.T)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where CUDA is absent")
+def test_an_evaluator_refuses_a_cuda_graph_without_cuda(monkeypatch):
+    """``HostIrEvaluator.run(cuda_graph=True)`` (the one run path, as ``execute``) and
+    ``HOSTIR_CUDA_GRAPH=1`` on a machine without CUDA, a program parsed from text: the
+    same CudaGraphError, before anything runs; a bad value is a SettingError; the same
+    evaluator then runs eagerly."""
+    program = parse(str(_small_mlp()[0].host_ir()))
+    evaluator = HostIrEvaluator(program)
+    inputs = _small_mlp()[1]
+    with pytest.raises(CudaGraphError, match="CUDA graphs need CUDA"):
+        evaluator.run(inputs, cuda_graph=True)
+    monkeypatch.setenv("HOSTIR_CUDA_GRAPH", "1")
+    with pytest.raises(CudaGraphError, match="CUDA graphs need CUDA"):
+        evaluator.run(inputs)
+    with pytest.raises(SettingError, match="cuda_graph: expected True, False or None"):
+        evaluator.run(inputs, cuda_graph="yes")
+    (out,) = evaluator.run(inputs, cuda_graph=False)
+    x, w1, b1, w2 = inputs
+    torch.testing.assert_close(out, torch.relu(x @ w1.T + b1) @ w2.T)
+
+
+class StandInGraph:
+    """``GraphedProgram``'s contract without CUDA, for the run path around it: the warm-up
+    runs and the capture call ``run_once``; a replay runs it again."""
+
+    made: list[StandInGraph] = []
+
+    def __init__(self, run_once, inputs, device, *, names=None) -> None:
+        self.run_once, self.names = run_once, names
+        self.first = [run_once(list(inputs)) for _ in range(4)][0]  # 3 warm-ups, a capture
+        StandInGraph.made.append(self)
+
+    def replay(self, inputs):
+        return self.run_once(list(inputs))
+
+    def replay_known(self, inputs):
+        return self.run_once(list(inputs))
+
+
+def test_the_cuda_graph_path_of_execute_and_run_is_one_path(monkeypatch):
+    """``execute(cuda_graph=True)`` and ``HostIrEvaluator.run(cuda_graph=True)`` take the
+    same path (hostir.run.executable): the signature's first call captures once (here a
+    stand-in for the graph, so that the path runs without CUDA), its first warm-up run is
+    the compiled program that checks every result (the others and the capture replay), the
+    later calls are the graph's replay, and each call's new data gives its result."""
+    from hostir.run import executable as executable_module
+
+    monkeypatch.setattr(executable_module, "GraphedProgram", StandInGraph)
+    monkeypatch.setattr(executable_module, "check_capturable", lambda *args: None)
+    StandInGraph.made.clear()
+    fd, inputs = _small_mlp()
+    program = parse(str(fd.host_ir()))
+    run_body = HostIrEvaluator.run_body
+    for call in (fd.execute, HostIrEvaluator(program).run):
+        with mock.patch.object(
+            HostIrEvaluator, "run_body", autospec=True, side_effect=run_body
+        ) as bodies:
+            for scale in (1.0, 2.0, 3.0):
+                given = [scale * t for t in inputs]
+                (out,) = call(given, cuda_graph=True)
+                reference = torch.relu(given[0] @ given[1].T + given[2]) @ given[3].T
+                torch.testing.assert_close(out, reference)
+        assert bodies.call_count == 1  # the first warm-up run; everything else replays
+    assert len(StandInGraph.made) == 2 and StandInGraph.made[0].names == ["T0", "T1", "T2", "T3"]
+
+
+@needs_cuda
+def test_an_evaluator_replays_a_cuda_graph_as_execute_does():
+    """On CUDA, a program parsed from text: ``run(cuda_graph=True)`` captures the first
+    call of a signature and replays it for the later ones, bitwise what an eager run gives,
+    new data giving its new result, earlier outputs unchanged (the executable keeps the
+    graph, as for ``execute``)."""
+    program = parse(str(_small_mlp()[0].host_ir()))
+    inputs = [t.cuda() for t in _small_mlp()[1]]
+    evaluator = HostIrEvaluator(program)
+    (eager,) = HostIrEvaluator(program).run(inputs)
+    (first,) = evaluator.run(inputs, cuda_graph=True)
+    assert bitwise_equal(first, eager)
+    kept = first.clone()
+    again = [t + 1 for t in inputs]
+    (second,) = evaluator.run(again, cuda_graph=True)
+    (expected,) = HostIrEvaluator(program).run(again)
+    assert bitwise_equal(second, expected) and bitwise_equal(first, kept)
+    (executable,) = [e for e in evaluator._executables.values() if e.graph is not None]
+    assert executable.call == executable.graph.replay_known
 
 
 @needs_cuda

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir import ForLoop, HostIrEvaluator, Listener, RaceChecker, parse
+from hostir import ForLoop, HostIrEvaluator, Listener, RaceChecker, SelfChecks, parse
 from hostir.analysis.traffic import count_traffic, traffic_report
 from hostir.errors import EvaluationError, SettingError, VerifyError
 from hostir.ir.instructions import keyword
@@ -88,8 +88,8 @@ def test_stages_run_interleaved_and_each_iteration_keeps_its_values(depth, pipel
 def test_the_switch_runs_the_same_program_unpipelined_and_the_check_can_fail():
     """HOSTIR_PIPELINE=0 runs a pipelined program iteration by iteration. A program whose
     first stage overwrites a buffer the previous iteration's second stage still reads
-    gives different results pipelined: check_same_outputs names it (the suite runs this
-    check on every pipelined program it executes)."""
+    gives different results pipelined: check_same_outputs names it, and so does the
+    pipeline check, which the suite makes on every pipelined program it runs."""
     program = parse(
         CHUNKED.replace("DEPTH", "1")
         .replace("  allocate T1", "  allocate T9 : float32[2, 4]\n  allocate T1")
@@ -101,11 +101,14 @@ def test_the_switch_runs_the_same_program_unpipelined_and_the_check_can_fail():
     with environment(HOSTIR_PIPELINE="0"):
         (serial,) = HostIrEvaluator(program).run([x])
     assert torch.equal(serial, -torch.relu(x))
-    (pipelined,) = HostIrEvaluator(program).run([x])
+    (pipelined,) = HostIrEvaluator(program, checks=SelfChecks()).run([x])  # as a user runs
     assert not torch.equal(pipelined, serial)
     with pytest.raises(EvaluationError, match="output 0 of the pipelined run differs"):
         check_same_outputs([pipelined], [serial])
     check_same_outputs([serial], [serial.clone()])
+    # The pipeline check (HOSTIR_CHECK_PIPELINE, the suite's) makes that comparison itself:
+    with pytest.raises(EvaluationError, match="output 0 of the pipelined run differs"):
+        HostIrEvaluator(program, checks=SelfChecks(pipeline=True)).run([x])
 
 
 def test_bad_settings_and_misplaced_stages_are_named():

@@ -1,10 +1,10 @@
-"""Replays (hostir.run.replay) and prepared calls (``HostIrEvaluator.prepared_call``, kept
-by ``FusionDefinition.execute``): a signature's later runs make the torch calls directly,
-with new data every call giving the new result; an Allreduce over one rank returns its
-source only where nobody can tell; a failure inside a replay raises what the interpreter
-raises; a repeated ``execute`` runs nothing but the replay; a profiler still sees the
-interpreter's ranges. (tests/hostir/test_compiled.py runs every program of its sweep a
-second time, replayed, and compares bitwise.)"""
+"""Replays (hostir.run.replay) and prepared calls (``hostir.run.executable``, kept by
+``HostIrEvaluator.run`` and ``FusionDefinition.execute``): a signature's later runs make
+the torch calls directly, with new data every call giving the new result; an Allreduce
+over one rank returns its source only where nobody can tell; a failure inside a replay
+raises what the interpreter raises; a repeated ``execute`` runs nothing but the replay;
+a profiler still sees the interpreter's ranges. (tests/hostir/test_compiled.py runs
+every program of its sweep a second time, replayed, and compares bitwise.)"""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
 from hostir.run.compiled import LINE_NOTE
 from hostir.run.compiled_runs import bitwise_equal
+from hostir.run.executable import Executable
 
 
 def _mlp(d: int) -> tuple[FusionDefinition, list]:
@@ -51,16 +52,16 @@ def _reference(x, w1, b1, w2, b2) -> torch.Tensor:
 
 @pytest.mark.world_sizes(1, 2, 4)
 def test_repeated_executes_replay_with_new_data(multidevice_test, monkeypatch) -> None:
-    """Every call after a signature's first runs its prepared call alone (no
-    ``HostIrEvaluator.run``: the compiled-against-interpreted check is off here), and
-    each call's new data gives the new result; a new signature is prepared once more."""
+    """Every call after a signature's first runs its prepared call alone (no call of
+    the evaluator: the compiled-against-interpreted check is off here), and each call's
+    new data gives the new result; a new signature is prepared once more."""
     monkeypatch.setenv("HOSTIR_CHECK_COMPILED", "0")  # no interpreted twin run
     monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")  # the race checker listens: interpreted
     d, rank = multidevice_test.size, multidevice_test.rank
     fd, tvs = _mlp(d)
     generator = torch.Generator().manual_seed(11)
-    run = HostIrEvaluator.run
-    with mock.patch.object(HostIrEvaluator, "run", autospec=True, side_effect=run) as runs:
+    run = HostIrEvaluator.executable  # what execute calls for a signature it has not run
+    with mock.patch.object(HostIrEvaluator, "executable", autospec=True, side_effect=run) as runs:
         for tokens in (5, 3):
             for _ in range(4):
                 full = _mlp_data(generator, d, tokens)
@@ -156,9 +157,13 @@ def _loops_program():
     return parse(LOOPS)
 
 
-def test_a_failing_handler_in_a_replay_raises_what_the_interpreter_raises():
+def test_a_failing_handler_in_a_replay_raises_what_the_interpreter_raises(monkeypatch):
     """The handler of the preallocated ``add`` inside two loops fails on the second run
-    (a replay): the interpreter's error, with the note naming its line."""
+    (a replay): the interpreter's error, with the note naming its line. (The suite's
+    checks are off, as a user runs: the compiled check's twin of the first run replays,
+    so the replay would be made before the handler is replaced.)"""
+    monkeypatch.setenv("HOSTIR_CHECK_COMPILED", "0")
+    monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")  # the race checker listens: interpreted
     program = _loops_program()
     inputs = [torch.randn(6, 4), 3, 0.5, 1]
     raised = []
@@ -251,16 +256,13 @@ def test_a_replay_on_the_cpu_leaves_the_stream_instructions_out():
         "general": _stream_handler_calls(general.source),
     }
     assert calls["cpu"] == 0 and calls["general"] >= 3, calls
+    (executable,) = evaluator._executables.values()  # the signature's, prepared
     for replay in (cpu, general):
         context = _context(evaluator)  # bound as the prepared call binds it
-        binding = evaluator._bindings.get(
-            evaluator._bindings.signature(inputs, context.device, context.communicator)
-        )
-        context.scalars.update(binding.scalars)
-        context.shape_cache = binding.shapes
+        context.scalars.update(executable.binding.scalars)
+        context.shape_cache = executable.binding.shapes
         assert torch.equal(replay.run(context, inputs)[0], interpreted)
-    again = evaluator.prepared_call(inputs)
-    assert torch.equal(again(inputs)[0], interpreted)
+    assert torch.equal(executable.call(inputs)[0], interpreted)  # the prepared call
     assert (0, evaluator.pipeline, True) in evaluator._replays
     torch.testing.assert_close(interpreted, x @ w.T + b, rtol=1e-5, atol=1e-5)
 
@@ -279,33 +281,43 @@ def _stream_handler_calls(source: str) -> int:
     return count
 
 
+def _counting_binds(evaluator: HostIrEvaluator, monkeypatch) -> list:
+    """The bindings of ``evaluator``'s inputs from now on, one entry each."""
+    binds = []
+    original = evaluator.input_checks.bind
+    monkeypatch.setattr(evaluator.input_checks, "bind", lambda *a: binds.append(1) or original(*a))
+    return binds
+
+
 def test_repeated_runs_of_one_signature_take_the_prepared_call(monkeypatch):
     """HostIrEvaluator.run, like execute: the first run of a signature binds and checks;
-    later runs of it bind nothing (the prepared call); another shape, a scalar input, a
-    listener or an explicit ``compiled`` take the whole path; the results are the
-    interpreter's throughout."""
+    later runs of it bind nothing (the prepared call); another shape, or another value of
+    a scalar input, is another signature; an explicit ``compiled`` runs the signature that
+    way, its binding applied; the results are the interpreter's throughout."""
     from tests.hostir.test_compiled import LOOPS, _row_parallel
 
     fd, inputs, _ = _row_parallel(1, 0)
     program = fd.host_ir()
     evaluator = HostIrEvaluator(program)
-    binds = []
-    original = evaluator._bind
-    monkeypatch.setattr(evaluator, "_bind", lambda *a: binds.append(1) or original(*a))
+    binds = _counting_binds(evaluator, monkeypatch)
     (expected,) = HostIrEvaluator(program, compiled=False).run(inputs)
     for _ in range(3):
         assert torch.equal(evaluator.run(inputs)[0], expected)
-    assert len(binds) == 1 and len(evaluator._prepared_runs) == 1
+    assert len(binds) == 1 and len(evaluator._executables) == 1
     again = [2 * t for t in inputs]
     (doubled,) = HostIrEvaluator(program, compiled=False).run(again)
     assert torch.equal(evaluator.run(again)[0], doubled) and len(binds) == 1  # same shapes
-    evaluator.run(inputs, compiled=True)
-    assert len(binds) == 2  # asked for compiled: the whole path
+    (executable,) = evaluator._executables.values()
+    with mock.patch.object(executable, "run", wraps=executable.run) as runs:
+        assert torch.equal(evaluator.run(inputs, compiled=True)[0], expected)
+    assert runs.call_count >= 1 and len(binds) == 1  # asked for compiled: bound before
     scalars = HostIrEvaluator(parse(LOOPS))
+    scalar_binds = _counting_binds(scalars, monkeypatch)
     loop_inputs = [torch.randn(6, 4), 3, 0.5, 1]
-    scalars.run(loop_inputs)
-    scalars.run(loop_inputs)
-    assert scalars._prepared_runs == {}  # scalar inputs are checked every call
+    first = scalars.run(loop_inputs)[0]
+    assert torch.equal(scalars.run(loop_inputs)[0], first) and len(scalar_binds) == 1
+    scalars.run([loop_inputs[0], 3, 1.5, 1])  # another value: another signature
+    assert len(scalar_binds) == 2 and len(scalars._executables) == 2
 
 
 def test_loops_nested_deeper_than_python_compiles_run_without_a_replay():
@@ -327,7 +339,8 @@ def test_loops_nested_deeper_than_python_compiles_run_without_a_replay():
     for _ in range(3):
         assert torch.equal(evaluator.run([value])[0], -value)
     assert evaluator.replay_program(0, on_cpu=True) is None
-    assert evaluator._prepared_runs == {}
+    (executable,) = evaluator._executables.values()  # no prepared call: whole runs
+    assert executable.call.__func__ in (Executable._run_again, Executable._checked_run_again)
 
 
 @pytest.mark.world_sizes(2, 4)
@@ -340,11 +353,11 @@ def test_repeated_runs_between_ranks_bind_once_and_give_new_results(multidevice_
     generator = torch.Generator().manual_seed(12)
     evaluator = HostIrEvaluator(fd.host_ir())
     binds = []
-    original = evaluator._bind
-    evaluator._bind = lambda *a: binds.append(1) or original(*a)
+    original = evaluator.input_checks.bind
+    evaluator.input_checks.bind = lambda *a: binds.append(1) or original(*a)
     for _ in range(4):
         full = _mlp_data(generator, d, 5)
         local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
         (out,) = evaluator.run(local)
         torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
-    assert len(binds) == 1 and len(evaluator._prepared_runs) == 1
+    assert len(binds) == 1 and len(evaluator._executables) == 1

@@ -1,0 +1,112 @@
+"""The agreement before a signature's first run, as the runtime takes part in it.
+
+In a world of more than one rank, the first run of each kind of inputs
+(``hostir.run.signature.input_kinds``) of a program starts with the agreement
+(``hostir.comm.agreement``): the ranks compare the program, the extents their inputs bound
+and their dtypes, and whether one failed before communicating; all raise the same named
+error if they differ. :func:`agree_on_run` is that step of a run; :func:`refuse_before_run`
+is the same step for a rank that fails before it has a program to run (a bad argument, a
+lowering error: the frontend's ``execute``). An :class:`AgreementLog` says whether the
+ranks agreed on anything on a communicator, which decides how a failing rank tells its
+peers: before any agreement they are entering one too, so it waits for them; after one,
+they may be running an agreed signature, so it announces its failure and raises at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hostir.comm.agreement import BoundExtent, RankFacts, agree, restate
+from hostir.comm.communicator import Communicator
+from hostir.comm.timeouts import collective_timeout
+from hostir.errors import HostIrError
+from hostir.ir.container import HostIrContainer
+from hostir.ir.scalars import Symbol
+from hostir.ir.values import TensorValue
+from hostir.run.context import RunContext
+
+
+class AgreementLog:
+    """The communicators on which the ranks agreed on a run of a program sharing this log:
+    one per ``HostIrEvaluator`` by default, one per ``FusionDefinition`` for all its
+    programs (the peers of a rank failing on one may be running another)."""
+
+    def __init__(self) -> None:
+        self._worlds: list[Communicator] = []
+
+    def agreed_on(self, communicator: Communicator) -> bool:
+        """Whether the ranks of ``communicator`` agreed on a run logged here."""
+        return any(world is communicator for world in self._worlds)
+
+    def record(self, communicator: Communicator) -> None:
+        """Logs that the ranks of ``communicator`` agreed on a run."""
+        if not self.agreed_on(communicator):
+            self._worlds.append(communicator)
+
+
+def agree_on_run(
+    communicator: Communicator,
+    agreed: set[tuple],
+    log: AgreementLog,
+    kinds: tuple,
+    facts: RankFacts,
+    failure: HostIrError | None,
+) -> None:
+    """The agreement of a run whose inputs are of ``kinds`` (none where ``agreed``, the
+    kinds the program's ranks agreed on, holds them), given this rank's ``facts`` and the
+    ``failure`` it stops with, if any. Raises the ranks' common error where they differ;
+    restates ``failure`` with the ranks' one account where several failed. Records what
+    was agreed in ``agreed`` and ``log``. For a world of more than one rank."""
+    if kinds in agreed:
+        if failure is not None:  # no agreement this time: the peers learn it so
+            communicator.post_failure(f"{type(failure).__name__}: {failure}")
+        return
+    # A rank refusing a new signature after the ranks agreed on others does not wait: its
+    # peers may be running one of those (hostir.comm.agreement).
+    message = agree(communicator, facts, wait=not log.agreed_on(communicator))
+    if failure is None:
+        agreed.add(kinds)
+        log.record(communicator)
+    else:  # the ranks' one account where they failed for different reasons
+        restate(failure, message)
+
+
+def run_facts(
+    program: HostIrContainer, context: RunContext, digest: str, failure: HostIrError | None
+) -> RankFacts:
+    """What this rank is about to run (``program``, digest ``digest``, its inputs bound in
+    ``context``), for the agreement; a failed rank's facts where ``failure`` is given."""
+    if failure is not None:
+        return RankFacts.failed(failure, digest)
+    extents: dict[str, BoundExtent] = {}
+    dtypes = []
+    for value in program.inputs:
+        tensor = context.tensors.get(value.name) if isinstance(value, TensorValue) else None
+        if tensor is None:
+            continue
+        dtypes.append((value.name, value.dtype.value))
+        for dim, extent in enumerate(value.shape):
+            if isinstance(extent, Symbol) and extent.name not in extents:
+                bound = int(context.scalars[extent.name])
+                extents[extent.name] = BoundExtent(extent.name, value.name, dim, bound)
+    return RankFacts(digest=digest, extents=tuple(extents.values()), dtypes=tuple(dtypes))
+
+
+def refuse_before_run(error: Exception, communicator: Any, *, first: bool, wait: bool) -> None:
+    """Lets the other ranks know this rank stops with ``error`` before it runs: through the
+    agreement they are entering (``first``: a signature the ranks have not agreed on yet),
+    else through a failure notice that names this rank in their communication errors.
+    ``wait``: wait for the agreement (nothing agreed on ``communicator`` yet: the peers
+    are entering it too, and the ranks that failed agree on one message, given to
+    ``error``); else announce the failure and return at once (the peers may be running a
+    signature agreed on before: hostir.comm.agreement)."""
+    if communicator.world_size == 1:
+        return
+    if not first:
+        communicator.post_failure(f"{type(error).__name__}: {error}")
+        return
+    try:
+        communicator.set_timeout(collective_timeout())
+    except HostIrError:
+        pass  # a bad HOSTIR_TIMEOUT: the communicator keeps the timeout it has
+    restate(error, agree(communicator, RankFacts.failed(error), wait=wait))
