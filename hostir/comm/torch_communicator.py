@@ -19,7 +19,7 @@ Every call is issued with ``async_op=True``; compute overlaps until ``wait()``.
 torch needs contiguous buffers, so a non-contiguous output gets a contiguous
 temporary that ``wait()`` copies back. A backend error, raised when posting or
 when waiting, becomes a CommunicationError naming the collective, its group and
-this rank (see :func:`hostir.comm.communicator.backend_failure`).
+this rank (see :func:`hostir.comm.backend_hooks.backend_failure`).
 
 gloo (torch 2.13) handles all of these collectives for float32, bfloat16 and
 float16, including reductions, on sub-groups; no dtype fallback is needed. Its
@@ -43,7 +43,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hostir.comm.communicator import Communicator, Group, Work, backend_failure
+from hostir.comm.backend_hooks import Group, Work, backend_failure
+from hostir.comm.communicator import Communicator
 from hostir.comm.rank_text import describe_group, describe_ranks
 from hostir.comm.run_guard import WorldGuard
 from hostir.errors import CommunicationError
