@@ -15,6 +15,8 @@
 - A block whose info string has ``file=PATH`` (``python file=hostir/ir/ops.py``) shows
   code of the repository and is not run: ``PATH`` must hold its lines verbatim, one after
   the other (at any common indentation), so a walk-through shows the code the suite runs.
+  (Put such blocks between ``<!-- fmt: off -->`` and ``<!-- fmt: on -->``: ``ruff format``
+  formats Markdown's Python blocks, and would rewrite a fragment such as a table entry.)
 - Every examples/*.py runs with plain ``python`` (a world of one) and as its docstring
   and the README say, under ``hostir run --nproc 4``; it must exit 0 and every rank
   must print a line ``rank R/N: ... OK``. The plain run and the launcher are
