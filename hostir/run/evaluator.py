@@ -65,6 +65,7 @@ from hostir.run.context import Listener, RunContext
 from hostir.run.creation import CREATION_HANDLERS
 from hostir.run.executable import Executable, prepare
 from hostir.run.handler_common import compute_handler
+from hostir.run.implementations import implemented
 from hostir.run.indexing import run_topk, topk_results
 from hostir.run.interpreter import run_step
 from hostir.run.pipelined_loops import pipelining, run_pipelined
@@ -123,6 +124,12 @@ def register_handler(cls: type, handler: Handler) -> None:
     HANDLERS[cls] = handler
 
 
+def _runnable(instruction: Instruction) -> bool:
+    """Whether a handler runs ``instruction``: its class's, or its declared op's
+    implementation (an op declared outside the package needs no entry in the table)."""
+    return type(instruction) in HANDLERS or implemented(instruction)
+
+
 HANDLERS: dict[type, Handler] = {
     **COMMUNICATION_HANDLERS,
     **STREAM_HANDLERS,
@@ -179,12 +186,13 @@ class HostIrEvaluator:
         agreements: AgreementLog | None = None,
     ) -> None:
         verify_located(checked_program(program))
-        used = {type(i) for i in walk_instructions(program.body)}
-        missing = sorted(cls.__name__ for cls in used if cls not in HANDLERS)
+        used = walk_instructions(program.body)
+        missing = sorted({type(i).__name__ for i in used if not _runnable(i)})
         if missing:
             raise VerifyError(
                 f"the evaluator has no handler for {', '.join(missing)}"
-                " (register one with hostir.run.evaluator.register_handler)"
+                " (register one with hostir.run.evaluator.register_handler, or an op's"
+                " implementation with hostir.run.implementations.implements)"
             )
         self.checks = checked_checks(checks)
         take_in(program, self.checks)
@@ -397,7 +405,7 @@ class HostIrEvaluator:
         step = self._steps.get(id(instruction))
         if step is None:
             step = self._steps[id(instruction)] = Step.prepare(
-                instruction, HANDLERS[type(instruction)]
+                instruction, HANDLERS.get(type(instruction))
             )
         return step
 

@@ -92,6 +92,13 @@ def implementation_of(instruction: Any) -> Implementation | None:
     return found
 
 
+def implemented(instruction: Any) -> bool:
+    """Whether ``instruction``'s op is declared and has its implementation."""
+    decl = op_decl(instruction)
+    found = IMPLEMENTATIONS.get(decl.name) if decl is not None else None
+    return found is not None and found.decl is decl
+
+
 def plain_call(instruction: Any) -> tuple[TorchCall, tuple[str, ...]] | None:
     """The torch call of a declared op's instruction that defines a fresh ``out``, and the
     operand fields it takes in order; None if its op is not declared, its ``out`` is

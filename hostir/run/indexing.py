@@ -8,6 +8,8 @@ checks its indices first, so a replay that makes the call directly checks them t
 ``hostir.run.shared_results``), which takes the instruction, its resolved operands and the
 local shape of ``out`` (as ``hostir.run.compute``'s), and writes into a preallocated
 ``out`` with ``copy_``.
+
+``argsort``'s implementation, at the end, is its torch call (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -105,3 +107,14 @@ INDEXING_HANDLERS: dict[type, Callable[[Any, dict, list[int]], torch.Tensor]] = 
     TopK: run_topk,
 }
 """One handler per indexing instruction class (merged into ``COMPUTE_HANDLERS``)."""
+
+
+@implements("argsort", fresh=True)
+def prepare_argsort(instruction: Any) -> TorchCall:
+    """``torch.argsort`` (int64 positions)."""
+    return functools.partial(
+        torch.argsort,
+        dim=instruction.dim,
+        descending=instruction.descending,
+        stable=instruction.stable,
+    )

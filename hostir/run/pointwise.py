@@ -69,6 +69,7 @@ TORCH_CALLS: dict[str, Callable[[DType], TorchCall]] = {
     "relu": _same(torch.relu),
     "gelu": _same(torch.nn.functional.gelu),
     "tanh_gelu": _same(functools.partial(torch.nn.functional.gelu, approximate="tanh")),
+    "erf": _same(torch.erf),
     # The operator module's functions take a scalar on either side (torch.add does not).
     "add": _same(operator.add),
     "sub": _same(operator.sub),
