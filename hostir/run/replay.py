@@ -11,7 +11,9 @@ runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
   arguments and the outputs leave as the return value;
 - a compute instruction that defines a fresh tensor is its torch call
   (``hostir.run.compute.plain_call``), without the handler's shape check: the inputs'
-  shapes fix the results' shapes, and the signature's first run checked them;
+  shapes fix the results' shapes, and the signature's first run checked them; a declared
+  op's instruction that writes a preallocated ``out`` is its write
+  (``hostir.run.implementations.write_call``: in place, or a copy), likewise;
 - ``deallocate`` drops the local; a ``for`` loop is a Python loop in the same
   function; a wait is the request's ``wait()``;
 - an Allreduce over a group of this rank alone returns its source itself where no one
@@ -59,6 +61,7 @@ from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
 from hostir.run.implementations import implementation_of
 from hostir.run.implementations import plain_call as declared_call
+from hostir.run.implementations import write_call as declared_write
 from hostir.run.steps import Step
 from hostir.run.stream_handlers import STREAM_HANDLERS, make_current
 from hostir.text.printer import print_instruction
@@ -234,6 +237,12 @@ class _ReplayWriter(_Writer):
             arguments = ", ".join(operands[name] for name in fields)
             self.present.add(instruction.out.name)
             return [f"{self.variable(instruction.out.name)} = F{k}({arguments})"]
+        written = declared_write(instruction)
+        if written is not None:
+            write, fields = written
+            self.names[f"F{k}"] = write
+            arguments = ", ".join(operands[name] for name in ("out", *fields))
+            return [f"F{k}({arguments})"]
         if type(instruction) is Wait and step.handler is run_wait:
             request = operands["request"]
             return [f"if {request} is not None:", INDENT + f"{request}.wait()"]
