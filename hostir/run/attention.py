@@ -20,7 +20,6 @@ call directly checks them too. ``sdpfa_philox``'s is in ``hostir.run.attention_d
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,7 +34,7 @@ from hostir.ir.attention import (
     SdpaPhilox,
 )
 from hostir.run.handler_common import into_out
-from hostir.run.implementations import TorchCall, implements, run_declared
+from hostir.run.implementations import TorchCall, implements
 from hostir.run.index_checks import check_indices, check_offsets
 
 Operands = dict[str, Any]
@@ -321,13 +320,3 @@ def prepare_embedding_fwd(instruction: EmbeddingFwd) -> TorchCall:
         return torch.nn.functional.embedding(input, weight)
 
     return embedding
-
-
-ATTENTION_HANDLERS: dict[type, Callable[[Any, Operands, list[int]], torch.Tensor]] = {
-    SdpaFwd: run_sdpa_fwd,
-    SdpaPhilox: run_sdpa_philox,
-    SdpaBwd: run_sdpa_bwd,
-    GroupedMm: run_declared,
-    EmbeddingFwd: run_declared,
-}
-"""One handler per attention or MoE instruction (merged into ``COMPUTE_HANDLERS``)."""

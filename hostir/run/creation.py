@@ -122,14 +122,8 @@ def _handler(run: Callable[[Any, Any, dict], torch.Tensor]) -> Callable[..., lis
     return handle
 
 
-CREATION_HANDLERS: dict[type, Callable[..., list]] = {
-    Full: _handler(run_full),
-    Iota: _handler(run_iota),
-    Random: _handler(run_random),
-}
-"""The handlers, taking the run context (a rank's slice depends on its rank)."""
-
-# The ops' implementations (their declarations: hostir.ir.creation) are these handlers.
-implements("full", handler=True)(CREATION_HANDLERS[Full])
-implements("iota", handler=True)(CREATION_HANDLERS[Iota])
-implements("uniform", "normal", handler=True)(CREATION_HANDLERS[Random])
+# The ops' implementations (their declarations: hostir.ir.creation): handlers, taking the
+# run context (a rank's slice depends on its rank).
+implements("full", handler=True)(_handler(run_full))
+implements("iota", handler=True)(_handler(run_iota))
+implements("uniform", "normal", handler=True)(_handler(run_random))

@@ -60,9 +60,7 @@ from hostir.run.bindings import InputChecks, RecentlyUsed
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.run.compiled import CompiledProgram, compile_program
 from hostir.run.compiled_runs import compiling
-from hostir.run.compute import COMPUTE_HANDLERS
 from hostir.run.context import Listener, RunContext
-from hostir.run.creation import CREATION_HANDLERS
 from hostir.run.executable import Executable, prepare
 from hostir.run.handler_common import compute_handler
 from hostir.run.implementations import implemented
@@ -138,12 +136,11 @@ HANDLERS: dict[type, Handler] = {
     ShardByStream: _run_shard_by_stream,
     ForLoop: _run_for_loop,
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
-    **{cls: compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
-    **CREATION_HANDLERS,
     **ATTENTION_DROPOUT_HANDLERS,  # over the plain sdpfa handlers: a mask needs the rank
     TopK: compute_handler(run_topk, topk_results),  # values and indices computed once
 }
-"""One handler per instruction class."""
+"""One handler per instruction class whose ops are not declared (a declared op's instruction
+runs its implementation: ``hostir.run.implementations.handler_for``)."""
 
 
 class HostIrEvaluator:

@@ -1,7 +1,7 @@
 """What handlers share: for communications, the request a handler returns and the
 ``out`` buffer and operands it needs on this rank; for compute, the check of a result's
 local shape, the copy into a preallocated ``out``, and the context handler made from a
-plain compute handler (``hostir.run.compute``)."""
+plain compute handler (``topk``'s, the attention ops')."""
 
 from __future__ import annotations
 

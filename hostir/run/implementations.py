@@ -170,18 +170,6 @@ def write_call(instruction: Any) -> tuple[WriteCall, tuple[str, ...]] | None:
     return write_apart, type(instruction).INS
 
 
-def run_declared(instruction: Any, operands: dict, out_shape: list[int]) -> torch.Tensor:
-    """A declared op's call on resolved ``operands``, written into a preallocated ``out``
-    (:func:`write_call`): the entry of a class table of the ops not declared yet
-    (``hostir.run.compute``'s ``COMPUTE_HANDLERS``) for a class whose ops are declared,
-    which the evaluator no longer reaches (it runs :func:`handler_for`'s) but the tables'
-    completeness asks for."""
-    ins = [operands.get(name) for name in type(instruction).INS]
-    if instruction.preallocated:
-        return write_call(instruction)[0](operands["out"], *ins)
-    return implementation_of(instruction).prepare(instruction)(*ins)
-
-
 def _copy_into(call: TorchCall) -> WriteCall:
     """Writes ``call``'s result into ``out`` (a copy)."""
 

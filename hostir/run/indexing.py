@@ -5,8 +5,8 @@ call each on local data (lowering makes the indexed or scanned dim whole first).
 implementations are registered with ``hostir.run.implementations`` (an indexing op's call
 checks its indices first, so a replay that makes the call directly checks them too).
 ``topk`` keeps its handler here (one result per instruction, computed once for both:
-``hostir.run.shared_results``), which takes the instruction, its resolved operands and the
-local shape of ``out`` (as ``hostir.run.compute``'s), and writes into a preallocated
+``hostir.run.shared_results``; the evaluator's table holds it), which takes the instruction,
+its resolved operands and the local shape of ``out``, and writes into a preallocated
 ``out`` with ``copy_``.
 
 ``argsort``'s implementation, at the end, is its torch call (docs/extending.md).
@@ -15,14 +15,13 @@ local shape of ``out`` (as ``hostir.run.compute``'s), and writes into a prealloc
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
 from hostir.run.handler_common import into_out
-from hostir.run.implementations import TorchCall, implements, run_declared
+from hostir.run.implementations import TorchCall, implements
 from hostir.run.index_checks import check_indices
 from hostir.run.shared_results import sharing
 
@@ -99,14 +98,6 @@ def run_topk(
 
 
 sharing(TopK)  # its evaluator handler computes values and indices once (hostir.run.evaluator)
-
-INDEXING_HANDLERS: dict[type, Callable[[Any, dict, list[int]], torch.Tensor]] = {
-    IndexSelect: run_declared,
-    GatherAlong: run_declared,
-    Cumsum: run_declared,
-    TopK: run_topk,
-}
-"""One handler per indexing instruction class (merged into ``COMPUTE_HANDLERS``)."""
 
 
 @implements("argsort", fresh=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from hostir.ir.reductions import REDUCTION_DECLS, REDUCTION_OPS, Reduction
-from hostir.run.implementations import implements, run_declared
+from hostir.run.implementations import implements
 
 TorchCall = Callable[[torch.Tensor], torch.Tensor]
 
@@ -82,8 +82,3 @@ def reduction_call(instruction: Reduction) -> TorchCall:
         keepdim=instruction.keepdim,
         dtype=instruction.out.dtype.to_torch(),
     )
-
-
-def run_reduction(instruction: Reduction, operands: dict, out_shape: list[int]) -> torch.Tensor:
-    """A reduction of the local data (written into ``out`` if preallocated)."""
-    return run_declared(instruction, operands, out_shape)

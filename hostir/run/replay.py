@@ -10,7 +10,7 @@ runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
 - tensors are Python locals, not entries of ``ctx.tensors``; the inputs arrive as
   arguments and the outputs leave as the return value;
 - a compute instruction that defines a fresh tensor is its torch call
-  (``hostir.run.compute.plain_call``), without the handler's shape check: the inputs'
+  (``hostir.run.implementations.plain_call``), without the handler's shape check: the inputs'
   shapes fix the results' shapes, and the signature's first run checked them; a declared
   op's instruction that writes a preallocated ``out`` is its write
   (``hostir.run.implementations.write_call``: in place, or a copy), likewise;
@@ -41,23 +41,16 @@ from hostir.analysis.pipeline_stages import is_pipelined, stages
 from hostir.ir.communications import Allreduce, Wait
 from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import (
-    Binary,
     Deallocate,
     ForLoop,
     Instruction,
-    Linear,
-    Matmul,
-    Reduction,
-    Set,
     ShardByStream,
-    Unary,
     defined_values,
 )
 from hostir.ir.program_info import walk_instructions
 from hostir.ir.values import RequestValue, StreamValue, TensorValue
 from hostir.run.communication_handlers import run_wait
 from hostir.run.compiled import INDENT, CompiledProgram, _Writer
-from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
 from hostir.run.implementations import implementation_of
 from hostir.run.implementations import plain_call as declared_call
@@ -65,10 +58,6 @@ from hostir.run.implementations import write_call as declared_write
 from hostir.run.steps import Step
 from hostir.run.stream_handlers import STREAM_HANDLERS, make_current
 from hostir.text.printer import print_instruction
-
-FRESH = (Set, Unary, Binary, Reduction, Linear, Matmul)
-"""Instructions of ops not declared yet whose result (not preallocated) is a new tensor,
-never a view (a declared op's implementation says it: ``fresh``)."""
 
 
 class ReplayProgram(CompiledProgram):
@@ -351,27 +340,26 @@ class _ReplayWriter(_Writer):
 
 
 def _plain_call(instruction: Instruction) -> tuple[Callable, tuple[str, ...]] | None:
-    """The torch call to make directly: a declared op's (``hostir.run.implementations``)
-    or a built-in compute instruction's, not preallocated."""
+    """The torch call to make directly: a declared op's (``hostir.run.implementations``),
+    not preallocated."""
     if getattr(instruction, "preallocated", True):
         return None
-    if implementation_of(instruction) is not None:
-        return declared_call(instruction)
-    return plain_call(instruction) if type(instruction) in COMPUTE_HANDLERS else None
+    return declared_call(instruction)
 
 
 def _fresh(instruction: Instruction) -> bool:
-    """Whether ``instruction``'s result is a new tensor, never a view (see :data:`FRESH`)."""
+    """Whether ``instruction``'s result is a new tensor, never a view: its declared op's
+    implementation says it (``fresh``); an Allreduce's is."""
     implementation = implementation_of(instruction)
     if implementation is not None:
         return implementation.fresh
-    return isinstance(instruction, FRESH + (Allreduce,))
+    return isinstance(instruction, Allreduce)
 
 
 def _aliasable(program: HostIrContainer) -> set[str]:
-    """Names of the fresh tensors (defined by a :data:`FRESH` instruction or an Allreduce,
-    not preallocated) that are no program input or output, are never written in place
-    (no preallocated instruction writes them) and of which no stream chunk is taken (a
+    """Names of the fresh tensors (defined by a declared op's fresh instruction or an
+    Allreduce, not preallocated) that are no program input or output, are never written in
+    place (no preallocated instruction writes them) and of which no stream chunk is taken (a
     chunk written in place would write them)."""
     fresh, touched = set(), {v.name for v in (*program.inputs, *program.outputs)}
     for instruction in walk_instructions(program.body):

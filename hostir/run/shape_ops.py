@@ -87,25 +87,3 @@ def prepare_cat(instruction: Cat) -> TorchCall:
     """``torch.cat([lhs, rhs], dim)``."""
     dim = instruction.dim
     return lambda lhs, rhs: torch.cat([lhs, rhs], dim)
-
-
-def _legacy(call: Any) -> Any:
-    """A plain compute handler ``(instruction, operands, out_shape)`` (the evaluator's
-    table of the ops not declared yet, ``hostir.run.compute``) making ``call``."""
-
-    def run(instruction: Any, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-        result = call(instruction, *(operands.get(name) for name in type(instruction).INS))
-        return into_out(instruction, operands, result)
-
-    return run
-
-
-SHAPE_HANDLERS = {
-    Reshape: lambda i, operands, shape: into_out(i, operands, reshaped(i, operands["src"], shape)),
-    Slice: _legacy(narrowed),
-    Pad: _legacy(padded),
-    Cat: _legacy(lambda i, lhs, rhs: torch.cat([lhs, rhs], i.dim)),
-}
-"""The shape ops' entries of ``hostir.run.compute.COMPUTE_HANDLERS``, which the evaluator's
-completeness test reads until that table goes; the declared implementations above run
-them (``hostir.run.implementations.handler_for`` answers first)."""
