@@ -8,8 +8,9 @@ Checked in one pass over the program (linear in its size):
 - nothing is used after its ``deallocate``, deallocated twice, or deallocated
   in a loop body that did not define it (the second iteration would free it
   again); outputs are never deallocated;
-- each compute result's dtype and extents agree with its op and operands
-  (:mod:`hostir.check.verify_compute`) and each communication's operands agree with
+- each compute result's dtype and extents agree with its op and operands (its op's
+  declaration, :mod:`hostir.check.verify_ops`; :mod:`hostir.check.verify_compute` for
+  the classes without one) and each communication's operands agree with
   what it does (:mod:`hostir.check.verify_communication`) and its team lies on the
   devices of the tensors it reads and writes (:mod:`hostir.check.verify_teams`); every
   sharding's parts multiply to its dim's extent (:mod:`hostir.check.verify_shardings`);

@@ -21,7 +21,8 @@ from hostir.ir.opdecl import OpDecl, op_decl
 def compute_problem(instruction: Any, scalar_types: Mapping[str, type]) -> str | None:
     """The problem with a compute (or memory) instruction's types and extents, or None:
     its op's declaration's rule (:func:`check_declared`), else its class's rule in
-    ``hostir.check.verify_compute`` (the ops not declared yet, and ``shard_by_stream``)."""
+    ``hostir.check.verify_compute`` (``shard_by_stream``, and ``topk``, ``sdpfa_fwd`` and
+    ``sdpfa_bwd`` until they are declared)."""
     decl = op_decl(instruction) if kind_of(type(instruction)) is Kind.COMPUTE else None
     if decl is not None:
         return check_declared(instruction, decl, scalar_types)

@@ -45,14 +45,33 @@ from hostir.run.implementations import IMPLEMENTATIONS, Implementation
 from tests.hostir.programs import block_sharded, c, tensor
 
 
-def test_every_instruction_has_a_keyword_handler_printer_parser_and_json_tag():
-    """Catalog completeness: each declared class is known to every table that is not derived
-    from its declaration (its handler, its verifier rule) unless each of its ops is declared
-    and implemented (``argsort``: the evaluator runs its implementation, the verifier its
-    declaration); its keywords find it, its statements have their parser, and the JSON
-    codec knows its tag."""
-    from hostir.check.verify_communication import COMMUNICATION_RULES
+def _unrunnable_or_unchecked(cls: type) -> str | None:
+    """Why instructions of ``cls`` could not run or be verified, or None: each of its ops is
+    declared and implemented (the evaluator runs the implementation, the verifier checks
+    the declaration), else the evaluator's table has a handler for the class (loops,
+    communications, ``topk``) and, if it computes, the verifier has a rule for it."""
     from hostir.check.verify_compute import COMPUTE_RULES
+    from hostir.ir.catalog import Kind, declaration_of
+
+    declaration = declaration_of(cls)
+    decls = [op_named(word) for word in declaration.keywords()]
+    if all(decl is not None for decl in decls):
+        missing = [
+            d.name for d in decls if getattr(IMPLEMENTATIONS.get(d.name), "decl", 0) is not d
+        ]
+        return f"{cls.__name__}: {missing} declared without an implementation" if missing else None
+    if cls not in HANDLERS:
+        return f"{cls.__name__}: not declared, and the evaluator has no handler for it"
+    if declaration.kind is Kind.COMPUTE and cls not in COMPUTE_RULES:
+        return f"{cls.__name__}: not declared, and the verifier has no rule for it"
+    return None
+
+
+def test_every_instruction_has_a_keyword_handler_printer_parser_and_json_tag():
+    """Catalog completeness: each declared class runs and is verified (its ops declared and
+    implemented, or its class in the evaluator's and the verifier's tables); its keywords
+    find it, its statements have their parser, and the JSON codec knows its tag."""
+    from hostir.check.verify_communication import COMMUNICATION_RULES
     from hostir.ir.catalog import Kind, by_keyword, declaration_of, instruction_classes
     from hostir.text.json_format import node_class
     from hostir.text.parser import _Builder
@@ -62,20 +81,32 @@ def test_every_instruction_has_a_keyword_handler_printer_parser_and_json_tag():
     assert set(INSTRUCTIONS) <= set(instruction_classes())
     for cls in INSTRUCTIONS:
         declaration = declaration_of(cls)
-        declared = all(op_named(word) is not None for word in declaration.keywords())
-        assert declared or cls in HANDLERS, cls
-        if declared:
-            assert all(op_named(word).name in IMPLEMENTATIONS for word in declaration.keywords())
+        assert _unrunnable_or_unchecked(cls) is None
         assert node_class(cls.__name__) is cls, cls
         for word in declaration.keywords():
             assert by_keyword(word)[0].cls is cls, word
             if word in statements:
                 assert hasattr(_Builder, f"stmt_{statements[word]}"), cls
-        if declaration.kind is Kind.COMPUTE:
-            assert declared or cls in COMPUTE_RULES, cls
         if declaration.kind in (Kind.COLLECTIVE, Kind.POINT_TO_POINT, Kind.LOCAL_RESHARD):
             assert cls in COMMUNICATION_RULES, cls
     assert keyword(Unary(op=UnaryOpKind.NEG, out=tensor("a", 1), src=tensor("b", 1))) == "neg"
+
+
+def test_the_completeness_check_finds_an_op_that_cannot_run_or_be_verified(monkeypatch):
+    """A declared op without its implementation, and a compute class without a declaration
+    whose class has no handler or no verifier rule, fail the check above."""
+    from hostir.check.verify_compute import COMPUTE_RULES
+    from hostir.ir import opdecl
+
+    assert _unrunnable_or_unchecked(Unary) is None
+    monkeypatch.delitem(IMPLEMENTATIONS, "relu")
+    assert "['relu'] declared without an implementation" in _unrunnable_or_unchecked(Unary)
+    monkeypatch.delitem(opdecl._DECLS, "matmul")  # Matmul as a class without a declaration
+    assert "the evaluator has no handler" in _unrunnable_or_unchecked(Matmul)
+    monkeypatch.setitem(HANDLERS, Matmul, lambda context, instruction, operands: [])
+    assert "the verifier has no rule" in _unrunnable_or_unchecked(Matmul)
+    monkeypatch.setitem(COMPUTE_RULES, Matmul, lambda instruction, scalars: None)
+    assert _unrunnable_or_unchecked(Matmul) is None
 
 
 def test_chunked_loop_writes_into_preallocated_output():
