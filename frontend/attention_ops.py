@@ -6,11 +6,11 @@ Each result of a multi-result op is its own expression naming the result it take
 projection, ``hostir.ir.attention``); lowering drops a projection no output depends on
 (``lowering.snapshot``). ``grouped_mm``, ``embedding_fwd`` and the philox projections
 (``sdpfa_philox``) are recorded from their declarations (``hostir.ir.attention``,
-``frontend.recording``; :class:`GroupedMmExpr`, :class:`EmbeddingFwdExpr` and
-:class:`SdpaPhiloxExpr` are no longer made). Everything the ops refuse, they refuse when
-the fusion is defined: ranks, extents, dtypes, dropout, and scalars that are not
-constants (the rules on operands in ``hostir.ir.attention``, which the verifier applies
-too; argument forms here). docs/ops.md ("Attention and MoE ops") says how each op shards.
+``frontend.recording``; :class:`SdpaPhiloxExpr` is no longer made). Everything the ops
+refuse, they refuse when the fusion is defined: ranks, extents, dtypes, dropout, and scalars
+that are not constants (the rules on operands in ``hostir.ir.attention``, which the verifier
+applies too; argument forms here). docs/ops.md ("Attention and MoE ops") says how each op
+shards.
 """
 
 from __future__ import annotations
@@ -138,35 +138,6 @@ class SdpaBwdExpr(Expr):
             f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
             + _dropout_attribute(self.dropout)
         )
-
-
-@dataclass(eq=False)
-class GroupedMmExpr(Expr):
-    """``grouped_mm(mat1, mat2, offsets)``; the output has a reduction axis last."""
-
-    mat1: TensorView
-    mat2: TensorView
-    offsets: TensorView
-
-    def inputs(self) -> list[Operand]:
-        return [self.mat1, self.mat2, self.offsets]
-
-    def keyword(self) -> str:
-        return "grouped_mm"
-
-
-@dataclass(eq=False)
-class EmbeddingFwdExpr(Expr):
-    """``embedding_fwd(input, weight)``."""
-
-    input: TensorView
-    weight: TensorView
-
-    def inputs(self) -> list[Operand]:
-        return [self.input, self.weight]
-
-    def keyword(self) -> str:
-        return "embedding_fwd"
 
 
 # ----- argument checks -------------------------------------------------------------------

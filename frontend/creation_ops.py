@@ -5,9 +5,8 @@ The factories read no tensor: their output's extents come from a ``shape`` (ints
 sizes of the fusion's tensors), its dtype from ``dtype``. Each is recorded from its
 declaration (``hostir.ir.creation``, ``frontend.recording``), which checks the scalars
 against the dtype; the methods here check the form of their arguments and translate
-``shape`` to extents. (:class:`FullOp`, :class:`IotaOp` and :class:`RandomOp`, the
-expressions they were before, are no longer made.) ``triu`` is built from ``iota``,
-``broadcast``, ``le`` and ``where``, as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
+``shape`` to extents. ``triu`` is built from ``iota``, ``broadcast``, ``le`` and ``where``,
+as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
 The methods are joined to ``frontend.ops.Ops`` by :data:`CREATION_METHODS`; their ``self`` is
 that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
 """
@@ -15,12 +14,11 @@ that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from frontend.arguments import MAX_EXTENT, check_fits, is_int, shown
 from frontend.errors import DefinitionError, OperandError
-from frontend.exprs import Expr, Operand, ScalarVal
+from frontend.exprs import Operand, ScalarVal
 from frontend.recording import record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
@@ -29,54 +27,6 @@ from hostir.ir.creation import FULL, IOTA, RANDOM_DECLS, Distribution
 
 _FLOATS = (DataType.Float, DataType.Double, DataType.Half, DataType.BFloat16)
 _INTEGERS = (DataType.Int, DataType.Int32)
-
-
-# ----- expressions ------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class FullOp(Expr):
-    """``full``: every element of the output is ``fill_value``."""
-
-    fill_value: Operand
-
-    def inputs(self) -> list[Operand]:
-        return [self.fill_value]
-
-    def keyword(self) -> str:
-        return "full"
-
-
-@dataclass(eq=False)
-class IotaOp(Expr):
-    """``iota``: the 1-d output's element ``i`` is ``start + i * step``."""
-
-    start: Operand
-    step: Operand
-
-    def inputs(self) -> list[Operand]:
-        return [self.start, self.step]
-
-    def keyword(self) -> str:
-        return "iota"
-
-
-@dataclass(eq=False)
-class RandomOp(Expr):
-    """``uniform`` (``a``, ``b`` = minval, maxval) or ``normal`` (mean, std)."""
-
-    distribution: Distribution
-    a: Operand
-    b: Operand
-    seed: Operand | None = None
-    offset: Operand | None = None
-
-    def inputs(self) -> list[Operand]:
-        seeded = [self.seed, self.offset] if self.seed is not None else []
-        return [self.a, self.b, *seeded]
-
-    def keyword(self) -> str:
-        return self.distribution.value
 
 
 # ----- argument checks --------------------------------------------------------------------

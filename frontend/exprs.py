@@ -6,8 +6,9 @@ logical axis) that iterate over the same index. Sharding propagation and
 resharding detection read those maps; broadcast (expanded) axes are not mapped.
 
 An op declared in ``hostir.ir.opdecl`` is recorded as a :class:`FusionOp`, which holds
-its host IR instruction (``frontend.recording``); the other classes here mirror the
-instructions of the ops not declared yet.
+its host IR instruction (``frontend.recording``); the ops not declared yet (``topk``, the
+sdpfa ops) have their own expression classes (``frontend.indexing_ops``,
+``frontend.attention_ops``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,7 @@ from typing import Any
 from frontend.iter_domain import IterDomain
 from frontend.tensor_view import TensorView, ValueOwner
 from frontend.types import DataType
-from hostir import (
-    BinaryOpKind,
-    Const,
-    ReductionOpKind,
-    Scalar,
-    Symbol,
-    TernaryOpKind,
-    UnaryOpKind,
-)
+from hostir import Const, Scalar, Symbol, TensorValue
 from hostir.ir.dtypes import DType
 from hostir.ir.opdecl import REQUIRED, OpDecl, ParamKind
 from hostir.ir.scalars import print_scalar
@@ -113,6 +106,13 @@ class Expr(ABC):
         return ""
 
 
+def placeholder(tv: TensorView) -> TensorValue:
+    """The host IR value standing for ``tv`` in a recorded instruction: its name, dtype
+    and data extents, unsharded (lowering binds the sharded value by name)."""
+    shape = tuple(axis.extent for axis in tv.shape_domain())
+    return TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=shape)
+
+
 @dataclass(eq=False)
 class FusionOp(Expr):
     """An op recorded from its declaration (``frontend.recording``): its host IR
@@ -155,162 +155,3 @@ def _attribute_text(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return str(value.value)
     return repr(value)
-
-
-@dataclass(eq=False)
-class SetOp(Expr):
-    """``set``: a copy; where producer and consumer shardings differ, a resharding."""
-
-    src: TensorView
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return "set"
-
-
-@dataclass(eq=False)
-class UnaryOp(Expr):
-    """An elementwise one-operand op (``hostir.ir.ops``)."""
-
-    op: UnaryOpKind
-    src: TensorView
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return self.op.value
-
-
-@dataclass(eq=False)
-class BinaryOp(Expr):
-    """An elementwise two-operand op with broadcasting (``hostir.ir.ops``)."""
-
-    op: BinaryOpKind
-    lhs: Operand
-    rhs: Operand
-
-    def inputs(self) -> list[Operand]:
-        return [self.lhs, self.rhs]
-
-    def keyword(self) -> str:
-        return self.op.value
-
-
-@dataclass(eq=False)
-class TernaryOp(Expr):
-    """An elementwise three-operand op with broadcasting (``where``, ``hostir.ir.ops``)."""
-
-    op: TernaryOpKind
-    a: Operand
-    b: Operand
-    c: Operand
-
-    def inputs(self) -> list[Operand]:
-        return [self.a, self.b, self.c]
-
-    def keyword(self) -> str:
-        return self.op.value
-
-
-@dataclass(eq=False)
-class CastOp(Expr):
-    """``cast`` to the output's dtype."""
-
-    src: TensorView
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return "cast"
-
-    def attributes(self) -> str:
-        return f", dtype={self.output.dtype.name}"
-
-
-@dataclass(eq=False)
-class ReductionOp(Expr):
-    """A reduction (``sum``, ``prod``, ``max``, ``min``: ``hostir.ir.reductions``) over
-    ``dims``; the output keeps them as reduction axes. ``dtype``: the dtype the operand is
-    cast to first (``sum`` / ``prod``), None for the op's default."""
-
-    op: ReductionOpKind
-    src: TensorView
-    dims: tuple[int, ...]
-    dtype: DataType | None = None
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return self.op.value
-
-    def attributes(self) -> str:
-        dtype = f", dtype={self.dtype.name}" if self.dtype is not None else ""
-        return f", dims={list(self.dims)}{dtype}"
-
-
-@dataclass(eq=False)
-class LinearOp(Expr):
-    """``linear(input, weight, bias)``; the output has a reduction axis last."""
-
-    input: TensorView
-    weight: TensorView
-    bias: TensorView | None = None
-
-    def inputs(self) -> list[Operand]:
-        return [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
-
-    def keyword(self) -> str:
-        return "linear"
-
-
-@dataclass(eq=False)
-class MatmulOp(Expr):
-    """``matmul(lhs, rhs)``; the output has a reduction axis last."""
-
-    lhs: TensorView
-    rhs: TensorView
-
-    def inputs(self) -> list[Operand]:
-        return [self.lhs, self.rhs]
-
-    def keyword(self) -> str:
-        return "matmul"
-
-
-@dataclass(eq=False)
-class BroadcastInDimOp(Expr):
-    """``broadcast_in_dim``: input dim ``i`` goes to ``broadcast_dims[i]``."""
-
-    src: TensorView
-    broadcast_dims: tuple[int, ...]
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return "broadcast_in_dim"
-
-    def attributes(self) -> str:
-        return f", broadcast_dims={list(self.broadcast_dims)}"
-
-
-@dataclass(eq=False)
-class PermuteOp(Expr):
-    """``permute``: output dim ``i`` is input dim ``dims[i]``."""
-
-    src: TensorView
-    dims: tuple[int, ...]
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return "permute"
-
-    def attributes(self) -> str:
-        return f", dims={list(self.dims)}"

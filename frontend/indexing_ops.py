@@ -3,15 +3,14 @@
 
 All but ``topk`` are recorded from their declarations (``hostir.ir.indexing``,
 ``frontend.recording``); the methods here check the form of their arguments and wrap a
-negative ``dim``. (:class:`IndexSelectOp`, :class:`GatherOp` and :class:`CumsumOp`, the
-expressions they were before, are no longer made.) Their axis maps say how they shard: a
-dim that is indexed or scanned is computed whole (lowering gathers it first where it is
-sharded, see ``lowering.op_layouts``); the other dims map to the output's and compute
-locally. ``topk`` is a frontend expression here that lowering turns into its host IR
-instruction; it returns two tensors, each its own expression naming its result (a projection):
-each used result computes the op, and a result nothing uses is not computed. The methods
-are joined to ``frontend.ops.Ops`` by :data:`INDEXING_METHODS`; their ``self`` is that ``Ops``
-(not imported here: ``frontend.ops`` imports this module).
+negative ``dim``. Their axis maps say how they shard: a dim that is indexed or scanned is
+computed whole (lowering gathers it first where it is sharded, see ``lowering.op_layouts``);
+the other dims map to the output's and compute locally. ``topk`` is a frontend expression
+here that lowering turns into its host IR instruction; it returns two tensors, each its own
+expression naming its result (a projection): each used result computes the op, and a result
+nothing uses is not computed. The methods are joined to ``frontend.ops.Ops`` by
+:data:`INDEXING_METHODS`; their ``self`` is that ``Ops`` (not imported here:
+``frontend.ops`` imports this module).
 """
 
 from __future__ import annotations
@@ -43,60 +42,6 @@ AxisPairs = list[tuple[IterDomain, IterDomain]]
 
 
 # ----- expressions ------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class IndexSelectOp(Expr):
-    """``index_select(arg, index, dim)``."""
-
-    src: TensorView
-    index: TensorView
-    dim: int
-
-    def inputs(self) -> list[Operand]:
-        return [self.src, self.index]
-
-    def keyword(self) -> str:
-        return "index_select"
-
-    def attributes(self) -> str:
-        return f", dim={self.dim}"
-
-
-@dataclass(eq=False)
-class GatherOp(Expr):
-    """``gather`` or ``take_along_axis(arg, index, dim)``."""
-
-    kind: GatherKind
-    src: TensorView
-    index: TensorView
-    dim: int
-
-    def inputs(self) -> list[Operand]:
-        return [self.src, self.index]
-
-    def keyword(self) -> str:
-        return self.kind.value
-
-    def attributes(self) -> str:
-        return f", dim={self.dim}"
-
-
-@dataclass(eq=False)
-class CumsumOp(Expr):
-    """``cumsum(arg, dim)``."""
-
-    src: TensorView
-    dim: int
-
-    def inputs(self) -> list[Operand]:
-        return [self.src]
-
-    def keyword(self) -> str:
-        return "cumsum"
-
-    def attributes(self) -> str:
-        return f", dim={self.dim}"
 
 
 @dataclass(eq=False)

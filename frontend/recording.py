@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from frontend.errors import OperandError
-from frontend.exprs import FusionOp, ScalarVal
+from frontend.exprs import FusionOp, ScalarVal, placeholder
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
@@ -33,13 +33,6 @@ _ITER_TYPES = {
     AxisKind.BROADCAST: IterType.BROADCAST,
     AxisKind.REDUCTION: IterType.REDUCTION,
 }
-
-
-def placeholder(tv: TensorView) -> TensorValue:
-    """The host IR value standing for ``tv`` in a recorded instruction: its name, dtype
-    and data extents, unsharded (lowering binds the sharded value by name)."""
-    shape = tuple(axis.extent for axis in tv.shape_domain())
-    return TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=shape)
 
 
 def record(

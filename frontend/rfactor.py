@@ -18,9 +18,10 @@ from typing import Any
 
 from frontend.arguments import int_list
 from frontend.errors import ScheduleError
-from frontend.exprs import Expr, SetOp
+from frontend.exprs import Expr, FusionOp, placeholder
 from frontend.iter_domain import IterDomain, Split
 from frontend.tensor_view import TensorView
+from hostir.ir.layout_ops import SET
 
 
 def _replay(old: IterDomain, new: IterDomain, mapped: dict[int, IterDomain], tv: TensorView):
@@ -74,9 +75,14 @@ def rfactor(fusion: Any, tv: TensorView, axes: Any) -> TensorView:
     }
     local.definition = definition
     # tv is now a set of it over the data axes only: the reduction axes are not mapped, so
-    # the set reduces whatever partial results the rfactored tensor holds.
+    # the set reduces whatever partial results the rfactored tensor holds. The set is the
+    # expression fd.ops.set records (frontend.recording), but defining tv itself, which the
+    # user holds and scheduled, where recording would make a new tensor.
     pairs = [(axis, mapped[id(axis)]) for axis in logical if not axis.is_reduction()]
-    finish = SetOp(tv, axis_map={local: pairs}, src=local)
+    instruction = SET.cls(**SET.fixed, out=placeholder(tv), src=placeholder(local))
+    finish = FusionOp(
+        tv, axis_map={local: pairs}, instruction=instruction, decl=SET, operands=(local,)
+    )
     fusion.insert_after(definition, finish)
     tv.schedule_clock.tick()
     return local

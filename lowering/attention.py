@@ -5,8 +5,8 @@ lowered (``lowering.snapshot`` keeps only what the outputs need). How they shard
 
 Only the builders of ``sdpfa_fwd`` and ``sdpfa_bwd`` are still reached: ``sdpfa_philox``,
 ``grouped_mm`` and ``embedding_fwd`` are declared (``hostir.ir.attention``) and ``fd.ops``
-records their instructions itself; their entries go with the expression classes when every
-family is declared.
+records their instructions itself (``grouped_mm``'s and ``embedding_fwd``'s builders and
+expression classes are gone; ``sdpfa_philox``'s go with the sdpfa ops').
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from frontend import attention_ops as fa
 from hostir import Const
-from hostir.ir.attention import EmbeddingFwd, GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
+from hostir.ir.attention import SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.instructions import Instruction
 
 
@@ -63,11 +63,5 @@ def attention_builders(placeholder: Callable[[Any], Any]) -> dict[type, Callable
             is_causal=e.is_causal,
             scale=_scale(e.scale),
             **_dropout(e, p),
-        ),
-        fa.GroupedMmExpr: lambda e, out: GroupedMm(
-            out=out, mat1=p(e.mat1), mat2=p(e.mat2), offsets=p(e.offsets)
-        ),
-        fa.EmbeddingFwdExpr: lambda e, out: EmbeddingFwd(
-            out=out, input=p(e.input), weight=p(e.weight)
         ),
     }

@@ -16,38 +16,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from frontend import exprs as fe
-from frontend import shape_exprs as se
 from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, Swizzle1D
 from frontend.recording import placeholder
 from frontend.sharding import axis_parts, partial_op, tensor_sharding
 from frontend.tensor_view import TensorView
 from hostir import (
-    Binary,
-    BroadcastInDim,
-    Cast,
     Const,
     DType,
-    Linear,
-    Matmul,
     Mesh,
     MeshAxis,
     PartialAxis,
-    Permute,
     ReduceOp,
-    Reduction,
     Scalar,
     ScalarInput,
-    Set,
     Sharding,
     ShardPart,
     TensorValue,
-    Ternary,
-    Unary,
 )
 from hostir.ir.instructions import Instruction
 from hostir.ir.requirements import Requirement
-from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.ir.sharding import normalized
 from lowering.attention import attention_builders
 from lowering.creation_indexing import BUILDERS as CREATION_INDEXING_BUILDERS
@@ -236,53 +224,11 @@ def _finish_scattered_reductions(
     return tuple(finished)
 
 
-def _operand(value: fe.Operand) -> TensorValue | Scalar:
-    if isinstance(value, TensorView):
-        return placeholder(value)
-    if isinstance(value, fe.ScalarVal):
-        return value.to_hostir()  # a constant, the input's symbol or a size's extent
-    return Const(value=value)
-
-
 _BUILDERS: dict[type, Callable[..., Instruction]] = {
-    fe.SetOp: lambda e, out: Set(out=out, src=placeholder(e.src)),
-    fe.UnaryOp: lambda e, out: Unary(op=e.op, out=out, src=placeholder(e.src)),
-    fe.BinaryOp: lambda e, out: Binary(op=e.op, out=out, lhs=_operand(e.lhs), rhs=_operand(e.rhs)),
-    fe.TernaryOp: lambda e, out: Ternary(
-        op=e.op, out=out, a=_operand(e.a), b=_operand(e.b), c=_operand(e.c)
-    ),
-    fe.CastOp: lambda e, out: Cast(out=out, src=placeholder(e.src)),
-    fe.ReductionOp: lambda e, out: Reduction(
-        op=e.op,
-        out=out,
-        src=placeholder(e.src),
-        dims=e.dims,
-        dtype=e.dtype.to_hostir() if e.dtype is not None else None,
-    ),
-    fe.LinearOp: lambda e, out: Linear(
-        out=out,
-        input=placeholder(e.input),
-        weight=placeholder(e.weight),
-        bias=placeholder(e.bias) if e.bias is not None else None,
-    ),
-    fe.MatmulOp: lambda e, out: Matmul(out=out, lhs=placeholder(e.lhs), rhs=placeholder(e.rhs)),
-    fe.BroadcastInDimOp: lambda e, out: BroadcastInDim(
-        out=out, src=placeholder(e.src), broadcast_dims=e.broadcast_dims
-    ),
-    fe.PermuteOp: lambda e, out: Permute(out=out, src=placeholder(e.src), dims=e.dims),
-    **attention_builders(placeholder),  # sdpfa_fwd, sdpfa_bwd, grouped_mm, embedding_fwd
-    se.ReshapeOp: lambda e, out: Reshape(out=out, src=placeholder(e.src)),
-    se.SliceOp: lambda e, out: Slice(
-        out=out, src=placeholder(e.src), dim=e.dim, start=e.start, stop=e.stop
-    ),
-    se.PadOp: lambda e, out: Pad(
-        out=out, src=placeholder(e.src), dim=e.dim, left=e.left, right=e.right, value=e.value
-    ),
-    se.CatOp: lambda e, out: Cat(
-        out=out, lhs=placeholder(e.lhs), rhs=placeholder(e.rhs), dim=e.dim
-    ),
+    **attention_builders(placeholder),  # sdpfa_fwd, sdpfa_bwd
 }
-"""One instruction builder per frontend expression class."""
+"""One instruction builder per frontend expression class of the ops not declared yet (a
+declared op's :class:`~frontend.exprs.FusionOp` holds its instruction)."""
 _BUILDERS.update(CREATION_INDEXING_BUILDERS)
 
 
