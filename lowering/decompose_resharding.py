@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 
-from hostir import Binary, BinaryOpKind, Cast, DType, Linear, Matmul, Set, TensorValue
+from hostir import Binary, BinaryOpKind, Cast, DType, Set, TensorValue
 from hostir.ir.instructions import Instruction
 from hostir.ir.opdecl import op_decl
 from hostir.ir.ops import POINTWISE_OPS, promote, tensor_operand
@@ -209,9 +209,10 @@ def _refuse_sharded_repeats(
     operand position needs its own layout of it, and inputs are resharded by name, so
     one copy cannot serve both (it gave wrong local shapes): refused by name."""
     decl = op_decl(op.instruction)
-    elementwise = decl.sharding.elementwise if decl is not None else _elementwise(op)
-    if elementwise:
-        return  # elementwise operands map dims alike: one layout serves both
+    # Elementwise operands map dims alike: one layout serves both. The ops not declared yet
+    # (topk, the sdpfa ops) are let through too, as the class rule this replaces did.
+    if decl is None or decl.sharding.elementwise:
+        return
     names = _operand_names(op.instruction)
     sharded = any(axis.mesh_axes() for axis in compute.axes)
     for name in dict.fromkeys(names):
@@ -223,21 +224,12 @@ def _refuse_sharded_repeats(
             )
 
 
-def _elementwise(op: LoweringOp) -> bool:
-    """Whether an op not declared yet maps its operands' dims alike (all but linear and
-    matmul; a declared op says it: ``OpSharding.elementwise``)."""
-    return not isinstance(op.instruction, Linear | Matmul)
-
-
 def _bias_after_reduction(op: LoweringOp, compute: LoweringTensor) -> str | None:
     """The bias of a linear whose contraction is sharded: it is added after reducing
     (the operand its declaration names, ``OpSharding.added_after_reduction``)."""
     instruction = op.instruction
     decl = op_decl(instruction)
-    if decl is not None:
-        field = decl.sharding.added_after_reduction
-    else:
-        field = "bias" if isinstance(instruction, Linear) else None
+    field = decl.sharding.added_after_reduction if decl is not None else None
     if field is None or getattr(instruction, field) is None:
         return None
     if not any(axis.reduction and axis.mesh_axes() for axis in compute.axes):

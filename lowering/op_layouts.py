@@ -20,14 +20,15 @@
   expression's input gives it a mesh only, needs none of its inputs resharded.
 
 A declared op says both in its declaration (``hostir.ir.opdecl``: ``ResultAxis.whole``,
-``OpSharding.reads_no_tensor``); the rules here serve the ops not declared yet.
+``OpSharding.reads_no_tensor``: ``grouped_mm``, ``cumsum``, ``gather``, ``sdpfa_philox``);
+the rules here serve the ops not declared yet (``sdpfa_fwd``, ``sdpfa_bwd``, ``topk``).
 """
 
 from __future__ import annotations
 
-from hostir.ir.attention import GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
+from hostir.ir.attention import SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.catalog import keyword
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, TopK
+from hostir.ir.indexing import TopK
 from hostir.ir.instructions import Instruction
 from hostir.ir.opdecl import op_decl
 from lowering.errors import LoweringError
@@ -48,16 +49,8 @@ def whole_axes(op: LoweringOp) -> tuple[int, ...]:
         return tuple(i for i, axis in enumerate(inferred[0].axes) if axis.whole)
     if isinstance(instruction, SdpaFwd | SdpaBwd):
         return tuple(range(instruction.query.ndim - 2, instruction.out.ndim))  # L (or S), E
-    if isinstance(instruction, GroupedMm):
-        ranks = (instruction.mat1.ndim, instruction.mat2.ndim)
-        # The logical axes are the data dims and the reduction axis K, last.
-        return {(2, 3): (0,), (3, 2): (1,), (2, 2): (0, 3)}[ranks]
-    if isinstance(instruction, Cumsum | TopK):
+    if isinstance(instruction, TopK):
         return (instruction.dim,)  # no reduction axes: logical axes are the data dims
-    if isinstance(instruction, GatherAlong) and instruction.kind is GatherKind.GATHER:
-        mapped = {o for o, _ in dict(op.axis_maps).get(instruction.src.name, ())}
-        ndim = instruction.out.ndim
-        return tuple(d for d in range(ndim) if d != instruction.dim and d not in mapped)
     return ()
 
 

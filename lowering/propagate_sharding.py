@@ -32,7 +32,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from hostir import Const, Linear, Matmul, Symbol
+from hostir import Const, Symbol
 from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import print_scalar, symbols_of
 from hostir.ir.sharding import part_extents
@@ -133,10 +133,6 @@ def _pairs(op: LoweringOp, name: str) -> tuple[tuple[int, int], ...]:
     return dict(op.axis_maps)[name]
 
 
-_PRIORITY = {Linear: ("weight", "bias", "input"), Matmul: ("rhs", "lhs")}
-"""The operands that lend their sharding first, of the ops not declared yet."""
-
-
 def _reference_inputs(
     op: LoweringOp, tensors: dict[str, LoweringTensor], placed: bool = True
 ) -> list[LoweringTensor]:
@@ -144,10 +140,8 @@ def _reference_inputs(
     sharding to the output."""
     instruction = op.instruction
     decl = op_decl(instruction)
-    if decl is not None:  # the operands its declaration names lend theirs first
-        priority = decl.sharding.mesh_priority
-    else:  # the ops not declared yet
-        priority = _PRIORITY.get(type(instruction), ())
+    # The operands its declaration names lend theirs first (an op not declared yet: none).
+    priority = decl.sharding.mesh_priority if decl is not None else ()
     if priority:
         order = [getattr(instruction, field) for field in priority]
         names = [v.name for v in order if v is not None]

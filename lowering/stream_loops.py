@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from hostir import (
     Allgather,
     Allocate,
-    Binary,
     Broadcast,
     CollectivePermute,
     Const,
@@ -504,9 +503,9 @@ def _check_repeated_operands(op: LoweringOp) -> None:
     input, rows of the weight) cannot be read by one chunking in both: chunked (or not)
     for one role, it is read wrongly in the other (fuzz seeds 430076 and 300376 at 8
     ranks). Only an elementwise op's operands play one role (its declaration says it,
-    ``OpSharding.elementwise``; of the ops not declared yet, ``Binary``'s)."""
+    ``OpSharding.elementwise``; none of the ops not declared yet)."""
     decl = op_decl(op.instruction)
-    if decl.sharding.elementwise if decl is not None else isinstance(op.instruction, Binary):
+    if decl is not None and decl.sharding.elementwise:
         return
     for name in dict.fromkeys(op.inputs):
         if op.inputs.count(name) > 1:
