@@ -1,11 +1,12 @@
 """Snapshots of the creation and indexing ops (``frontend.creation_ops``,
 ``frontend.indexing_ops``): :data:`BUILDERS`, one host IR instruction per frontend
-expression (joined to ``lowering.snapshot``'s table). A ``topk`` result nothing uses is
-not lowered: ``lowering.snapshot`` keeps only what the fusion's outputs depend on.
+expression of the classes they had before they were declared (joined to
+``lowering.snapshot``'s table).
 
-Only ``topk``'s builder is still reached: the other ops are declared
-(``hostir.ir.creation``, ``hostir.ir.indexing``) and ``fd.ops`` records their instructions
-itself; their entries go with the expression classes when every family is declared.
+None is reached any more: every op is declared (``hostir.ir.creation``,
+``hostir.ir.indexing``) and ``fd.ops`` records its instruction itself (``topk``'s builder
+went when it became one instruction of two results); the entries go with the expression
+classes when every family is declared.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from frontend import indexing_ops as fi
 from frontend.tensor_view import TensorView
 from hostir import Const, Scalar, TensorValue
 from hostir.ir.creation import Full, Iota, Random
-from hostir.ir.indexing import Cumsum, GatherAlong, IndexSelect, TopK
+from hostir.ir.indexing import Cumsum, GatherAlong, IndexSelect
 from hostir.ir.instructions import Instruction
 
 
@@ -36,11 +37,6 @@ def _scalar(value: Any) -> Scalar | None:
     if isinstance(value, fe.ScalarVal):
         return value.to_hostir()
     return Const(value=value)
-
-
-def _topk_k(expr: fi.TopKOp, out: TensorValue) -> Scalar:
-    """``k`` is the extent of the results' dim ``dim``."""
-    return out.shape[expr.dim]
 
 
 BUILDERS: dict[type, Callable[[Any, TensorValue], Instruction]] = {
@@ -61,14 +57,5 @@ BUILDERS: dict[type, Callable[[Any, TensorValue], Instruction]] = {
         kind=e.kind, out=out, src=_tensor(e.src), index=_tensor(e.index), dim=e.dim
     ),
     fi.CumsumOp: lambda e, out: Cumsum(out=out, src=_tensor(e.src), dim=e.dim),
-    fi.TopKOp: lambda e, out: TopK(
-        out=out,
-        src=_tensor(e.src),
-        k=_topk_k(e, out),
-        dim=e.dim,
-        largest=e.largest,
-        sorted=e.sorted,
-        result=e.result,
-    ),
 }
 """One instruction builder per frontend expression class of these ops."""

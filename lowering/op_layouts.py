@@ -25,9 +25,9 @@ A declared op says both in its declaration (``hostir.ir.opdecl``: ``ResultAxis.w
 
 from __future__ import annotations
 
-from hostir.ir.attention import GroupedMm, SdpaBwd, SdpaFwd, SdpaPhilox
+from hostir.ir.attention import GroupedMm, SdpaPhilox
 from hostir.ir.catalog import keyword
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, TopK
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind
 from hostir.ir.instructions import Instruction
 from hostir.ir.opdecl import op_decl
 from lowering.errors import LoweringError
@@ -45,14 +45,12 @@ def whole_axes(op: LoweringOp) -> tuple[int, ...]:
         inferred = decl.infer_of(instruction)
         if isinstance(inferred, str):  # the verifier names it
             return ()
-        return tuple(i for i, axis in enumerate(inferred[0].axes) if axis.whole)
-    if isinstance(instruction, SdpaFwd | SdpaBwd):
-        return tuple(range(instruction.query.ndim - 2, instruction.out.ndim))  # L (or S), E
+        return tuple(i for i, axis in enumerate(inferred[op.result].axes) if axis.whole)
     if isinstance(instruction, GroupedMm):
         ranks = (instruction.mat1.ndim, instruction.mat2.ndim)
         # The logical axes are the data dims and the reduction axis K, last.
         return {(2, 3): (0,), (3, 2): (1,), (2, 2): (0, 3)}[ranks]
-    if isinstance(instruction, Cumsum | TopK):
+    if isinstance(instruction, Cumsum):
         return (instruction.dim,)  # no reduction axes: logical axes are the data dims
     if isinstance(instruction, GatherAlong) and instruction.kind is GatherKind.GATHER:
         mapped = {o for o, _ in dict(op.axis_maps).get(instruction.src.name, ())}
@@ -72,14 +70,14 @@ def refuse_streamed_whole_axes(op: LoweringOp, axes: tuple[AxisLayout, ...]) -> 
         for index, axis in enumerate(axes):
             if axis.stream is not None:
                 raise LoweringError(
-                    f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                    f"{op.output} = {keyword(instruction)}(...): its axis {index} is"
                     " stream-parallel, but attention with dropout takes its mask by the"
                     " global index of each weight; shard that axis over devices instead"
                 )
     for index in whole_axes(op):
         if axes[index].stream is not None:
             raise LoweringError(
-                f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                f"{op.output} = {keyword(instruction)}(...): its axis {index} is"
                 " stream-parallel, but the op computes that axis whole (a chunk alone gives"
                 " a different result); stream-split an axis the op computes element by"
                 " element (a batch or head dim), or none"

@@ -64,7 +64,7 @@ from hostir.settings import count_setting
 from lowering.emitter import Emitter, bind_values
 from lowering.errors import LoweringError
 from lowering.redistribution.plan_resharding import plan_resharding
-from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
+from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor, op_units
 from lowering.swizzle_teams import check_swizzled_communication
 
 MAIN = StreamValue(name="main")
@@ -189,10 +189,14 @@ class _Loop:
             Synchronize(stream=MAIN),
         ]
         chunks: dict[str, TensorValue] = {}
-        for index, op in enumerate(self.ops):
-            following = self.ops[index + 1] if index + 1 < len(self.ops) else None
-            self._reduce_in_place(op, following, chunks, body)
-            body.extend(self._emit_op(op, chunks))
+        units = op_units(self.ops)
+        for index, ops in enumerate(units):
+            if len(ops) > 1:  # an op of several results: one instruction
+                body.extend(self._emit_group(ops, chunks))
+                continue
+            following = units[index + 1][0] if index + 1 < len(units) else None
+            self._reduce_in_place(ops[0], following, chunks, body)
+            body.extend(self._emit_op(ops[0], chunks))
         sync = Symbol(name=f"j{next(self.emitter.loops)}")
         after = [
             SetCurrentStream(stream=MAIN),
@@ -396,7 +400,11 @@ class _Loop:
                 f" reshard {name} with a set before the loop"
             )
 
-    def _emit_op(self, op: LoweringOp, chunks: dict[str, TensorValue]) -> list[Instruction]:
+    def _read_inputs(
+        self, op: LoweringOp, chunks: dict[str, TensorValue]
+    ) -> tuple[list[Instruction], dict[str, TensorValue]]:
+        """The instructions that take the chunks ``op`` reads of its inputs, and what it
+        reads instead of a chunk an earlier op took by another dim (:meth:`_read_whole`)."""
         out: list[Instruction] = []
         for name in op.inputs:
             if name in chunks or name in self.defined:
@@ -411,7 +419,35 @@ class _Loop:
                 self._check_same_chunks(op, name, self.tensors[name], output, stream_axis)
         _check_repeated_operands(op)
         whole, rechunked = self._read_whole(op, chunks, stream_axis)
-        out.extend(rechunked)
+        return out + rechunked, whole
+
+    def _emit_group(
+        self, ops: list[LoweringOp], chunks: dict[str, TensorValue]
+    ) -> list[Instruction]:
+        """The instruction of an op of several results (``ops``, one per result, chunked
+        alike: ``decompose_resharding``), run on this iteration's chunks. An op of several
+        results writes into no existing tensor: a result used after the loop is computed
+        into a chunk of its own and copied into its buffer's chunk (``set(..., out=)``), as
+        a preallocated one-result op copies its result."""
+        out, whole = self._read_inputs(ops[0], chunks)
+        fresh: dict[str, TensorValue] = {}
+        copies: list[Instruction] = []
+        for op in ops:
+            if op.output not in self.allocated:
+                chunks[op.output] = self._chunk(op.output, self.split_of(op.output))
+                continue
+            out.extend(self._slice(op.output, chunks))
+            target = chunks[op.output]
+            fresh[op.output] = dataclasses.replace(target, name=self._fresh_chunk_name(target.name))
+            copies.append(Set(out=target, src=fresh[op.output], preallocated=True))
+        values = collections.ChainMap(fresh, whole, chunks, self.emitter.values)
+        emitted = self.emitter.emit_op(ops[0], values) + copies
+        if self.swizzle is not None:  # its chunks differ between ranks in one iteration
+            check_swizzled_communication(ops[0], emitted, self.swizzle, self.swizzled, self.count)
+        return out + emitted
+
+    def _emit_op(self, op: LoweringOp, chunks: dict[str, TensorValue]) -> list[Instruction]:
+        out, whole = self._read_inputs(op, chunks)
         preallocated = op.output in self.allocated or op.output in self.preallocated_views
         if op.output in self.preallocated_views:
             pass  # its chunk view was created by _reduce_in_place

@@ -5,9 +5,10 @@ A rule returns the problem as a sentence, or None; extents are global and compar
 symbolically (``hostir.ir.extents``). Merged into ``COMPUTE_RULES``
 (``hostir.check.verify_compute``).
 
-Only ``topk``'s rule is still reached: the other ops are declared (``hostir.ir.creation``,
+None of these rules is reached any more: the ops are declared (``hostir.ir.creation``,
 ``hostir.ir.indexing``) and checked by their declarations' ``infer``
-(``hostir.check.verify_ops``); their rules go when every family is declared.
+(``hostir.check.verify_ops``); the rules go when every family's tables do (``topk``'s went
+when it became one instruction of two results).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hostir.check.result_checks import result_problem, shape_text
 from hostir.ir.creation import Full, Iota, Random
 from hostir.ir.dtypes import DType
 from hostir.ir.extents import differ, is_one
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect
 from hostir.ir.scalars import Const, Symbol
 from hostir.ir.values import TensorValue
 
@@ -139,16 +140,6 @@ def _rule_cumsum(instruction: Cumsum, scalars: ScalarTypes) -> str | None:
     return problem or result_problem(instruction, src.shape, src.dtype)
 
 
-def _rule_topk(instruction: TopK, scalars: ScalarTypes) -> str | None:
-    src, dim = instruction.src, instruction.dim
-    problem = _check_dim("topk", src, dim)
-    if problem is not None:
-        return problem
-    shape = src.shape[:dim] + (instruction.k,) + src.shape[dim + 1 :]
-    dtype = src.dtype if instruction.result is TopKResult.VALUES else DType.INT64
-    return result_problem(instruction, shape, dtype)
-
-
 CREATION_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     Full: _rule_full,
     Iota: _rule_iota,
@@ -156,6 +147,5 @@ CREATION_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     IndexSelect: _rule_index_select,
     GatherAlong: _rule_gather,
     Cumsum: _rule_cumsum,
-    TopK: _rule_topk,
 }
 """One rule per creation and indexing instruction class."""

@@ -4,10 +4,12 @@
 An implementation is, per instruction, the torch call that computes the op's result from
 its operands (the instruction's ``INS`` fields, in order), made once when the instruction
 is prepared: the evaluator's handler calls it and checks the result's local shape; a
-compiled replay calls it directly (``hostir.run.replay``). An op whose result is written
-into a preallocated ``out`` gets the result copied there, unless its implementation
-writes it itself (``into``). A handler of the evaluator's own form (``handler=``) serves
-ops whose call needs the run's context.
+compiled replay calls it directly (``hostir.run.replay``). The call of an op with several
+results returns them all, in ``OUTS`` order, from one kernel call; each is checked. An op
+whose result is written into a preallocated ``out`` gets the result copied there, unless
+its implementation writes it itself (``into``); an op of several results is never
+preallocated (the verifier refuses it). A handler of the evaluator's own form
+(``handler=``) serves ops whose call needs the run's context.
 
 Every declared op must have an implementation: ``hostir.run`` checks it when it is
 imported (:func:`check_complete`), naming the ops without one.
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hostir.errors import EvaluationError
 from hostir.ir.opdecl import OpDecl, declared_ops, op_decl, op_named
-from hostir.run.handler_common import checked_result
+from hostir.run.handler_common import checked_result, checked_results
 
 if TYPE_CHECKING:
     from hostir.run.context import RunContext
@@ -114,6 +117,11 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
     call = implementation.prepare(instruction)
     fields = type(instruction).INS
     if instruction.preallocated:
+        if len(type(instruction).OUTS) > 1:
+            raise EvaluationError(
+                f"{implementation.decl.name} defines several results; it cannot write into"
+                " preallocated tensors (the verifier refuses it)"
+            )
         into = implementation.into or _copy_into(call, fields)
 
         def handle_into(context: RunContext, instruction: Any, operands: dict) -> list:
@@ -121,11 +129,27 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
 
         return _named(handle_into, implementation.prepare)
 
+    if len(type(instruction).OUTS) > 1:
+
+        def handle_several(context: RunContext, instruction: Any, operands: dict) -> list:
+            results = call(*[operands.get(name) for name in fields])
+            return checked_results(context, instruction, results)
+
+        return _named(handle_several, implementation.prepare)
+
     def handle(context: RunContext, instruction: Any, operands: dict) -> list:
         result = call(*[operands.get(name) for name in fields])
         return [checked_result(context, instruction, result)]
 
     return _named(handle, implementation.prepare)
+
+
+def run_declared_op(context: RunContext, instruction: Any, operands: dict) -> list:
+    """A declared op's handler for ``instruction``, found when called: the evaluator's
+    table entry for a class whose op has no class handler (``topk``, ``sdpfa_fwd``,
+    ``sdpfa_bwd``). ``Step.prepare`` takes :func:`handler_for`'s handler itself, so a run
+    does not come here; the entry keeps the table complete."""
+    return handler_for(instruction, None)(context, instruction, operands)
 
 
 def run_declared(instruction: Any, operands: dict, out_shape: list[int]) -> torch.Tensor:
