@@ -59,7 +59,7 @@ import torch.distributed as dist
 
 import hostir
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
-from hostir.comm.communicator import CompletedWork
+from hostir.comm.backend_hooks import CompletedWork
 
 SIZES = {
     # name: (tokens per rank, hidden); tokens = tokens per rank * d

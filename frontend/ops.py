@@ -3,9 +3,12 @@
 Dtypes follow each op's declared rule, nvFuser's (``hostir.ir.ops`` for pointwise ops,
 ``hostir.ir.reductions``, ``hostir.ir.contraction``; docs/ops.md); operands a rule does
 not take raise an :class:`OperandError` naming them. Shapes are inferred on (possibly
-symbolic) global extents. An op declared in ``hostir.ir.opdecl`` (the pointwise ops, the
-reductions) is recorded from its declaration (``frontend.recording``); its method checks
-the form of its arguments.
+symbolic) global extents. An op declared in ``hostir.ir.opdecl`` is recorded from its
+declaration (``frontend.recording``); a method written here or in the family modules checks
+the form of its arguments and translates nvFuser's to the declaration's. A declared op with
+no method written (``set``, ``linear``, ``matmul``, ``argsort``) gets one made from its
+declaration (``frontend.declared_methods``) when this module is imported; one declared
+later, outside the package, is found by ``Ops.__getattr__``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch
 from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
 from frontend.attention_ops import ATTENTION_OPS
 from frontend.contraction import broadcast_extents, wrapped_dims
+from frontend.declared_methods import declared_method
 from frontend.errors import DefinitionError, OperandError
 from frontend.expanded_dims import unexpanded
 from frontend.exprs import Operand, ScalarVal
@@ -32,9 +36,8 @@ from frontend.shape_ops import SHAPE_METHODS
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import TensorValue
-from hostir.ir.contraction import LINEAR, MATMUL
-from hostir.ir.layout_ops import BROADCAST_IN_DIM, CAST, PERMUTE, SET
-from hostir.ir.opdecl import OpDecl
+from hostir.ir.layout_ops import BROADCAST_IN_DIM, CAST, PERMUTE
+from hostir.ir.opdecl import OpDecl, declared_ops, op_named
 from hostir.ir.ops import (
     POINTWISE_OPS,
     DtypeRule,
@@ -96,12 +99,19 @@ class Ops:
             pairs.append((new, axis))
         return axes, pairs
 
-    # ----- unary -----
-    def set(self, tv: TensorView) -> TensorView:
-        """A copy of ``tv``; a resharding point when its schedule differs."""
-        tv = _check_tensor("set", tv, "operand")
-        return record(self._fusion, SET, {"src": tv})[0]
+    def __getattr__(self, name: str) -> Any:
+        """The method of an op declared after this module was imported (outside the
+        package: docs/extending.md), made from its declaration."""
+        method = _declared_later(name)
+        if method is None:
+            raise AttributeError(f"fd.ops has no op {name!r}")
+        return method.__get__(self, type(self))
 
+    def __dir__(self) -> list[str]:
+        later = (d.name for d in declared_ops() if d.fd_method)
+        return sorted({*super().__dir__(), *later})
+
+    # ----- unary -----
     def gelu(self, x: TensorView, approximate: str = "none") -> TensorView:
         """GELU, exact (``approximate="none"``, with erf) or its tanh approximation
         (``"tanh"``, the op ``tanh_gelu``), as ``torch.nn.functional.gelu``.
@@ -144,27 +154,6 @@ class Ops:
         fields = (p.field for p in decl.params)
         (out,) = record(self._fusion, decl, dict(zip(fields, operands, strict=True)))
         return out
-
-    # ----- contractions (reductions: frontend.reduction_ops) -----
-    def linear(
-        self, input: TensorView, weight: TensorView, bias: TensorView | None = None
-    ) -> TensorView:
-        """``input @ weight.T + bias``: input ``[*I, K]``, weight ``[*W, N, K]``, bias ``[N]``
-        or ``[*W, N]``; the result ``[*W, *I, N]`` has the operands' one dtype
-        (``hostir.ir.contraction``)."""
-        input = _check_tensor("linear", input, "input")
-        weight = _check_tensor("linear", weight, "weight")
-        if bias is not None:
-            bias = _check_tensor("linear", bias, "bias")
-        operands = {"input": input, "weight": weight, "bias": bias}
-        return record(self._fusion, LINEAR, operands)[0]
-
-    def matmul(self, lhs: TensorView, rhs: TensorView) -> TensorView:
-        """``lhs @ rhs`` as torch.matmul (1-d operands too, batch dims broadcast); the
-        result has the operands' one dtype (``hostir.ir.contraction``)."""
-        lhs = _check_tensor("matmul", lhs, "lhs")
-        rhs = _check_tensor("matmul", rhs, "rhs")
-        return record(self._fusion, MATMUL, {"lhs": lhs, "rhs": rhs})[0]
 
     # ----- layout -----
     def broadcast_in_dim(
@@ -339,6 +328,27 @@ for _shape_op, _shape_method in SHAPE_METHODS.items():
 for _method_name, _method in REDUCTION_METHODS.items():
     setattr(Ops, _method_name, _method)
 
+# Every other declared op's method is made from its declaration (frontend.declared_methods).
+for _decl in declared_ops():
+    if _decl.fd_method and _decl.name not in vars(Ops):
+        setattr(Ops, _decl.name, declared_method(_decl))
+
 # Every public op checks its arguments and that the definition is still open.
 for _op_name in [name for name in vars(Ops) if not name.startswith("_")]:
     setattr(Ops, _op_name, _checked(getattr(Ops, _op_name)))
+
+_LATER: dict[str, tuple[OpDecl, Callable]] = {}
+"""The methods of ops declared after import, by name, with the declaration each was made
+from (an op declared again gets a new one)."""
+
+
+def _declared_later(name: str) -> Callable | None:
+    """The checked method of op ``name``, declared after this module was imported; None if
+    no op of that name is declared, or it has no ``fd.ops`` method."""
+    decl = op_named(name)
+    if decl is None or not decl.fd_method or name.startswith("_"):
+        return None
+    made = _LATER.get(name)
+    if made is None or made[0] is not decl:
+        made = _LATER[name] = (decl, _checked(declared_method(decl)))
+    return made[1]

@@ -243,7 +243,7 @@ timed out a collective): the pool is replaced before the next test."""
 def world_broken() -> bool:
     """Whether hostir's process groups failed in this worker (hostir then refuses to
     communicate, so the pool must start afresh)."""
-    module = sys.modules.get("hostir.comm.torch_communicator")
+    module = sys.modules.get("hostir.comm.torch_groups")
     return module is not None and module.GROUPS.failure is not None
 
 

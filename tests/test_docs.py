@@ -12,6 +12,11 @@
   paragraph just before it must say why it is not run (it must contain "not run").
 - A block whose info string has ``nproc=2,4`` also runs as a script under
   ``hostir run --nproc N`` for each N.
+- A block whose info string has ``file=PATH`` (``python file=hostir/ir/ops.py``) shows
+  code of the repository and is not run: ``PATH`` must hold its lines verbatim, one after
+  the other (at any common indentation), so a walk-through shows the code the suite runs.
+  (Put such blocks between ``<!-- fmt: off -->`` and ``<!-- fmt: on -->``: ``ruff format``
+  formats Markdown's Python blocks, and would rewrite a fragment such as a table entry.)
 - Every examples/*.py runs with plain ``python`` (a world of one) and as its docstring
   and the README say, under ``hostir run --nproc 4``; it must exit 0 and every rank
   must print a line ``rank R/N: ... OK``. The plain run and the launcher are
@@ -33,6 +38,7 @@ import pathlib
 import re
 import signal
 import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -85,6 +91,14 @@ class Block:
     @property
     def no_run(self) -> bool:
         return "no-run" in self.info.split()[1:]
+
+    @property
+    def excerpt_of(self) -> str | None:
+        """The file (relative to the repository) whose code the block shows, if any."""
+        for option in self.info.split()[1:]:
+            if option.startswith("file="):
+                return option.removeprefix("file=")
+        return None
 
     @property
     def nprocs(self) -> tuple[int, ...]:
@@ -203,7 +217,7 @@ def runs_of(params: dict) -> list[Run]:
     """The runs a test with these parameters needs."""
     runs = []
     for value in params.values():
-        if isinstance(value, Block) and not value.no_run:
+        if isinstance(value, Block) and value in RUN:
             runs.append(block_run(value))
         elif isinstance(value, Launch):
             runs.append(value.run())
@@ -240,7 +254,11 @@ def describe_block(block: Block, result: Result) -> str:
 # The tests
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if not b.no_run], ids=lambda b: b.id)
+RUN = [b for b in BLOCKS if not b.no_run and b.excerpt_of is None]
+"""The blocks that run (not ``no-run``, not an excerpt of a file)."""
+
+
+@pytest.mark.parametrize("block", RUN, ids=lambda b: b.id)
 def test_doc_block_runs(block: Block, runner: Scheduler) -> None:
     result = runner.result(block_run(block))
     assert result.returncode == 0 and not result.killed, describe_block(block, result)
@@ -266,6 +284,34 @@ def test_doc_block_prints_what_the_docs_show(block: Block, runner: Scheduler) ->
     assert result.stdout.rstrip("\n") == block.expected.rstrip("\n")
 
 
+def excerpt_found(excerpt: str, text: str) -> bool:
+    """Whether ``text`` holds the lines of ``excerpt`` one after the other, each at the
+    indentation of the first plus its own (blank lines match blank lines)."""
+    wanted = textwrap.dedent(excerpt).splitlines()
+    lines = text.splitlines()
+    for start in range(len(lines) - len(wanted) + 1):
+        first = lines[start]
+        indent = first[: len(first) - len(first.lstrip())]
+        if all(
+            lines[start + k] == indent + line if line.strip() else not lines[start + k].strip()
+            for k, line in enumerate(wanted)
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if b.excerpt_of is not None], ids=lambda block: block.id
+)
+def test_a_file_excerpt_is_the_file_s_code(block: Block) -> None:
+    """A ``python file=PATH`` block is not run: PATH holds its code, verbatim."""
+    path = REPO_ROOT / block.excerpt_of
+    assert path.is_file(), f"{block.id}: no file {block.excerpt_of}"
+    assert excerpt_found(block.code, path.read_text()), (
+        f"{block.id}: {block.excerpt_of} does not hold this code (any more):\n{block.code}"
+    )
+
+
 def test_readme_tour_output_is_checked() -> None:
     """The README's printed program is compared with what its tour prints (the
     "prints" paragraph that pairs them is not lost)."""
@@ -273,9 +319,7 @@ def test_readme_tour_output_is_checked() -> None:
     assert any(text.startswith("%HostIrContainer {") for text in shown)
 
 
-@pytest.mark.parametrize(
-    "launch", [Launch(b, n) for b in BLOCKS for n in b.nprocs if not b.no_run], ids=str
-)
+@pytest.mark.parametrize("launch", [Launch(b, n) for b in RUN for n in b.nprocs], ids=str)
 def test_doc_block_runs_on_ranks(launch: Launch, runner: Scheduler) -> None:
     result = runner.result(launch.run())
     assert result.returncode == 0 and not result.killed, result.describe()

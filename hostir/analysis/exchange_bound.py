@@ -1,8 +1,8 @@
 """An upper bound on a member's AllToAllV buffers from block geometry alone, for the
 planner on large meshes.
 
-The planner costs an exchange from every member's :func:`~hostir.analysis.blocks.profile`
-(:func:`~hostir.analysis.blocks.member_profiles`). Where replicas take turns every
+The planner costs an exchange from every member's :func:`~hostir.analysis.exchange_profiles.profile`
+(:func:`~hostir.analysis.exchange_profiles.member_profiles`). Where replicas take turns every
 member is its own class, and every member's pieces are listed: on 4096 devices up to
 16 million of them (``S1S1 -> S0R`` on 64x64: every member receives 4096 pieces). Past
 :data:`PIECES_LIMIT` pieces, :func:`member_costs` gives instead a :class:`BufferBound`
@@ -11,7 +11,7 @@ blocks has at most three extents (a first partial one, full ones, a last partial
 so what a member receives is a handful of (extents, count) classes, and what it sends is
 bounded by counting the receivers it can serve. The bound assumes no buffer is a view
 (every piece is buffered), so it is at least the exact
-:func:`~hostir.analysis.blocks.round_buffers` of the member in every number of rounds:
+:func:`~hostir.analysis.exchange_buffers.round_buffers` of the member in every number of rounds:
 rounds chosen with it keep every member's buffers within the allowance (perhaps in more
 rounds than the exact count), and the temporaries it reports are an upper bound
 (``explain`` says "at most"). ``tests/lowering/test_exchange_bound.py`` checks it
@@ -27,23 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hostir.analysis.blocks import (
-    Box,
-    Exchange,
-    Operand,
-    _box,
-    _boxes,
-    _check_coverage,
-    _members,
-    _Roles,
-    _roles,
-    busiest_member_profile,
-    cut,
-    intersect,
-    member_profiles,
-    round_buffers,
-    volume,
-)
+from hostir.analysis.boxes import Box, Operand, _box, _boxes, _members, intersect, volume
+from hostir.analysis.exchange_buffers import cut, round_buffers
+from hostir.analysis.exchange_profiles import busiest_member_profile, member_profiles
+from hostir.analysis.member_exchanges import Exchange, _check_coverage, _Roles, _roles
 from hostir.ir.team import Team
 
 PIECES_LIMIT = 2**13
@@ -77,16 +64,18 @@ Cost = Exchange | BufferBound
 
 
 def member_costs(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[Cost, ...]:
-    """The distinct profiles of the members (:func:`~hostir.analysis.blocks.member_profiles`)
-    where listing them takes no more than :data:`PIECES_LIMIT` pieces, else the distinct
-    :func:`member_bound` of the members. Raises what ``member_exchange`` raises."""
+    """The distinct profiles of the members
+    (:func:`~hostir.analysis.exchange_profiles.member_profiles`) where listing them takes
+    no more than :data:`PIECES_LIMIT` pieces, else the distinct :func:`member_bound` of the
+    members. Raises what ``member_exchange`` raises."""
     exact = member_profiles(src, out, team, reduced, limit=PIECES_LIMIT)
     return exact if exact is not None else buffer_bounds(src, out, team, reduced)
 
 
 def busiest_costs(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[Exchange, ...]:
-    """The busiest member's profile (:func:`~hostir.analysis.blocks.busiest_member_profile`,
-    for the fewest rounds the exchange can need), or none where it receives more than
+    """The busiest member's profile
+    (:func:`~hostir.analysis.exchange_profiles.busiest_member_profile`, for the fewest
+    rounds the exchange can need), or none where it receives more than
     :data:`BUSIEST_LIMIT` pieces (listing it would cost more than the bound: the fewest
     rounds are then one)."""
     return busiest_member_profile(src, out, team, reduced, limit=BUSIEST_LIMIT)
@@ -94,7 +83,7 @@ def busiest_costs(src: Operand, out: Operand, team: Team, reduced: bool) -> tupl
 
 def buffers_in(cost: Cost, rounds: int, reduced: bool) -> int:
     """The member's buffers in ``rounds`` rounds: exact for a profile
-    (:func:`~hostir.analysis.blocks.round_buffers`), at most :func:`bound_buffers` for a
+    (:func:`~hostir.analysis.exchange_buffers.round_buffers`), at most :func:`bound_buffers` for a
     bound."""
     if isinstance(cost, Exchange):
         return round_buffers(cost, rounds, reduced)
@@ -152,9 +141,9 @@ def member_bound(src: Operand, out: Operand, team: Team, rank: int, reduced: boo
 @lru_cache(maxsize=8192)
 def bound_buffers(bound: BufferBound, rounds: int) -> int:
     """At least the member's buffers in any of ``rounds`` rounds, every piece buffered
-    (:func:`~hostir.analysis.blocks.round_buffers` without views, its least choice for the
+    (:func:`~hostir.analysis.exchange_buffers.round_buffers` without views, its least choice for the
     kept piece: it neither sent nor received). Received: exactly, round by round, part r
-    of each piece (:func:`~hostir.analysis.blocks.cut` depends on extents alone). Sent:
+    of each piece (:func:`~hostir.analysis.exchange_buffers.cut` depends on extents alone). Sent:
     at most ``send_volume``, and at most ``sends`` times the largest part of a piece of
     ``send_extents`` (the largest part grows with every extent: ``cut``'s outermost dim
     of extent e >= rounds gives slabs of at most ceil(e / rounds) rows, one part each;

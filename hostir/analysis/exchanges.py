@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hostir.analysis.blocks import Operand, group_pieces, print_box, volume
+from hostir.analysis.boxes import Operand, print_box, volume
+from hostir.analysis.member_exchanges import group_pieces
 from hostir.errors import HostIrError
 from hostir.ir.communications import (
     Allgather,

@@ -12,7 +12,7 @@ Checked in one pass over the program (linear in its size):
   (:mod:`hostir.check.verify_compute`) and each communication's operands agree with
   what it does (:mod:`hostir.check.verify_communication`) and its team lies on the
   devices of the tensors it reads and writes (:mod:`hostir.check.verify_teams`); every
-  sharding's parts multiply to its dim's extent;
+  sharding's parts multiply to its dim's extent (:mod:`hostir.check.verify_shardings`);
 - every request is waited exactly once, in the body that posted it;
 - every output is written on every path: an ``allocate``d output needs a write
   (``out=`` into it or a ``shard_by_stream`` alias of it) that certainly runs; a
@@ -41,7 +41,7 @@ limit: a deeper program is refused by name, never with a ``RecursionError``.
 A failure is a :class:`~hostir.errors.VerifyError` whose ``path`` holds the
 instruction's index in the body and in each enclosing loop body; ``parse`` turns
 it into ``line:col``, ``from_json`` into the JSON path, and without a source the
-message names the instruction.
+message names the instruction (:mod:`hostir.check.verify_locations`).
 """
 
 from __future__ import annotations
@@ -54,14 +54,16 @@ from functools import cache
 from hostir.check.collector import collector_paused
 from hostir.check.verify_chunks import check_chunk_uniformity
 from hostir.check.verify_communication import COMMUNICATION_RULES
+from hostir.check.verify_locations import Path, _describe_path, describe_location
 from hostir.check.verify_ops import compute_problem
+from hostir.check.verify_shardings import _check_sharding
 from hostir.check.verify_teams import team_problem
 from hostir.errors import VerifyError
 from hostir.ir.catalog import is_instruction
 from hostir.ir.communications import Wait
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.dtypes import python_type
-from hostir.ir.extents import Normal, differ, extent_problem, normal_form, times
+from hostir.ir.extents import extent_problem
 from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import (
     Allocate,
@@ -83,11 +85,8 @@ from hostir.ir.requirements import (
     refuted,
     requirement_problem,
 )
-from hostir.ir.scalars import Const, Symbol, print_scalar, scalar_problem
-from hostir.ir.sharding import Sharding
+from hostir.ir.scalars import Const, Symbol, scalar_problem
 from hostir.ir.values import RequestValue, TensorValue
-
-Path = tuple[int, ...]
 
 MAX_LOOP_DEPTH = 32
 """How deep loops may nest (programs lowered from fusions nest two or three)."""
@@ -362,42 +361,6 @@ class _Walk:
             raise VerifyError(f"{keyword(instruction)}: {problem}", path=path)
 
 
-def _check_sharding(value: TensorValue, path: Path) -> None:
-    """Each sharded dim's parts multiply to its extent (where both are known)."""
-    sharding: Sharding | None = value.sharding
-    if sharding is None:
-        return
-    if len(sharding.dims) != len(value.shape):
-        raise VerifyError(
-            f"{value.name}: its sharding has {len(sharding.dims)} dims, its shape"
-            f" {len(value.shape)}",
-            path=path,
-        )
-    mesh = sharding.mesh
-    for dim, (parts, extent) in enumerate(zip(sharding.dims, value.shape, strict=True)):
-        if len(parts) == 1 and parts[0].axis is None and parts[0].extent == extent:
-            continue  # a replicated dim: one local part, the whole extent
-        total: Normal = normal_form(Const(value=1))
-        for part in parts:
-            size = Const(value=mesh.axis_size(part.axis)) if part.axis is not None else part.extent
-            if part.axis is not None and part.extent != size:
-                raise VerifyError(
-                    f"{value.name} dim {dim}: its part on mesh axis {part.axis.value} has extent"
-                    f" {print_scalar(part.extent)}, not the axis's size {size.value}",
-                    path=path,
-                )
-            total = times(total, normal_form(size))
-        if differ(total, normal_form(extent)):
-            shown = ", ".join(
-                p.axis.value if p.axis is not None else print_scalar(p.extent) for p in parts
-            )
-            raise VerifyError(
-                f"{value.name} dim {dim}: the parts [{shown}] do not make up its extent"
-                f" {print_scalar(extent)} on mesh {mesh}",
-                path=path,
-            )
-
-
 @contextmanager
 def _declared_at(kind: str, index: int) -> Iterator[None]:
     """Gives a VerifyError raised in the check of the declaration ``program.<kind>[index]``
@@ -419,38 +382,3 @@ def _scalar_fields(cls: type) -> tuple[tuple[str, FieldKind], ...]:
 
 def _constant(scalar: object) -> int | None:
     return scalar.value if isinstance(scalar, Const) and isinstance(scalar.value, int) else None
-
-
-def _describe_path(path: Path) -> str:
-    """``body[3].body[1]`` (``the inputs`` for ())."""
-    if not path:
-        return "the inputs"
-    return ".".join(f"body[{index}]" for index in path)
-
-
-def instruction_at(program: HostIrContainer, path: Path) -> Instruction:
-    """The instruction a verifier ``path`` names."""
-    body: Sequence[Instruction] = program.body
-    instruction = None
-    for index in path:
-        instruction = body[index]
-        body = getattr(instruction, "body", ())
-    return instruction
-
-
-def describe_location(
-    program: HostIrContainer, path: Path | None, field: tuple[str, int] | None = None
-) -> str:
-    """``body[3] (linear defining T4)``, or ``inputs[1] (T0)`` for a declaration ``field``:
-    where a verifier error points, in words."""
-    if field is not None:
-        kind, index = field
-        return f"{kind}[{index}] ({getattr(program, kind)[index].name})"
-    if path is None:
-        return "the program"
-    if not path:
-        return "the inputs"
-    instruction = instruction_at(program, path)
-    defined = [v.name for v in defined_values(instruction) if isinstance(v, TensorValue)]
-    what = keyword(instruction) + (f" defining {', '.join(defined)}" if defined else "")
-    return f"{_describe_path(path)} ({what})"

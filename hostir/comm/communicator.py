@@ -10,15 +10,16 @@ mesh); positions (roots, senders, chunk indices) are indices into that tuple.
 Only members of a group call a collective on it. Each collective returns a
 :class:`Work` whose ``wait()`` puts the results in place.
 
-The public methods of :class:`Communicator` check their arguments and handle
-groups of one rank themselves, as plain copies, so a one-rank group never needs
-``torch.distributed``. Larger groups go to the ``_``-prefixed hooks that a
-subclass (:class:`~hostir.comm.torch_communicator.TorchCommunicator`) implements.
+The public methods of :class:`Communicator` check their arguments
+(:mod:`hostir.comm.collective_checks`) and handle groups of one rank themselves, as
+plain copies, so a one-rank group never needs ``torch.distributed``. Larger groups go
+to the ``_``-prefixed hooks of its base
+(:class:`~hostir.comm.backend_hooks.BackendHooks`) that a subclass
+(:class:`~hostir.comm.torch_communicator.TorchCommunicator`) implements.
 """
 
 from __future__ import annotations
 
-import abc
 import datetime
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,35 +27,16 @@ from typing import Any
 
 import torch
 
+from hostir.comm.backend_hooks import DONE, BackendHooks, Group, Work, backend_failure
+from hostir.comm.collective_checks import _check_members, _check_position, _expect
 from hostir.comm.rank_text import describe_group
 from hostir.comm.run_guard import WorldGuard
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import CommunicationError
 from hostir.ir.sharding import ReduceOp
 
-Group = tuple[int, ...]
-"""Global ranks in team order."""
 
-
-class Work(abc.ABC):
-    """A communication in flight: ``wait()`` returns once this rank's results are in place."""
-
-    @abc.abstractmethod
-    def wait(self) -> None:
-        """Blocks until the communication is done and its outputs are written."""
-
-
-class CompletedWork(Work):
-    """Work that was finished when issued (local copies, ranks with nothing to do)."""
-
-    def wait(self) -> None:
-        """Nothing to wait for."""
-
-
-DONE = CompletedWork()
-
-
-class Communicator:
+class Communicator(BackendHooks):
     """This process's place in the world (its rank, the number of ranks) and its collectives.
 
     The base class can talk to no other rank: it serves groups of one rank and
@@ -350,77 +332,6 @@ class Communicator:
             return DONE
         return self._post("permute", team, self._permute, out, inp, team, send_to, recv_from)
 
-    # -- Hooks: groups of more than one rank, arguments already checked -------------
-
-    def _permute(
-        self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int
-    ) -> Work:
-        raise self._cannot_reach("permute", group)
-
-    def _prepare(self, groups: list[Group]) -> None:
-        if groups:
-            raise self._cannot_reach("prepare", groups[0])
-
-    def _exchange_codes(self, codes: list[int]) -> list[list[int]]:
-        raise self._cannot_reach("exchange_codes", tuple(range(self.world_size)))
-
-    def _exchange_objects(self, obj: Any) -> list[Any]:
-        raise self._cannot_reach("exchange_objects", tuple(range(self.world_size)))
-
-    def _announce_codes(self, codes: list[int]) -> None:
-        self._exchange_codes(codes)  # a stand-in answers at once
-
-    def _apply_timeout(self, timeout: datetime.timedelta) -> None:
-        """Hands a new timeout to the backend's groups (nothing to do without a backend)."""
-
-    def _allgather(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
-        raise self._cannot_reach("allgather", group)
-
-    def _reduce_scatter(
-        self, out: torch.Tensor, inp: torch.Tensor, group: Group, op: ReduceOp
-    ) -> Work:
-        raise self._cannot_reach("reduce_scatter", group)
-
-    def _allreduce(self, tensor: torch.Tensor, group: Group, op: ReduceOp) -> Work:
-        raise self._cannot_reach("allreduce", group)
-
-    def _broadcast(self, tensor: torch.Tensor, group: Group, root: int) -> Work:
-        raise self._cannot_reach("broadcast", group)
-
-    def _reduce(self, tensor: torch.Tensor, group: Group, root: int, op: ReduceOp) -> Work:
-        raise self._cannot_reach("reduce", group)
-
-    def _gather(self, out: torch.Tensor | None, inp: torch.Tensor, group: Group, root: int) -> Work:
-        raise self._cannot_reach("gather", group)
-
-    def _scatter(
-        self, out: torch.Tensor, inp: torch.Tensor | None, group: Group, root: int
-    ) -> Work:
-        raise self._cannot_reach("scatter", group)
-
-    def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Group) -> Work:
-        raise self._cannot_reach("all_to_all", group)
-
-    def _all_to_all_v(
-        self,
-        out: torch.Tensor,
-        inp: torch.Tensor,
-        out_splits: list[int],
-        in_splits: list[int],
-        group: Group,
-    ) -> Work:
-        raise self._cannot_reach("all_to_all_v", group)
-
-    def _send_recv(
-        self,
-        out: torch.Tensor | None,
-        inp: torch.Tensor | None,
-        group: Group,
-        sender: int,
-        receiver: int,
-    ) -> Work:
-        raise self._cannot_reach("send_recv", group)
-
     # -- Helpers --------------------------------------------------------------------
 
     def _team(self, group: Sequence[int], what: str) -> Group:
@@ -452,99 +363,12 @@ class Communicator:
         """The CommunicationError for a backend error raised by ``where`` on this rank."""
         return backend_failure(where, self.rank, error, self.timeout)
 
-    # -- Failure notices (best effort: they name the rank behind a peer's error) ---------
-
-    def post_failure(self, message: str) -> None:
-        """Tells the other ranks, where this communicator can, that this rank failed with
-        ``message`` (they name it in their own communication errors)."""
-
-    def failures_since(self, moment: float) -> list[tuple[int, str]]:
-        """(rank, message) of the failures other ranks posted at or after ``moment``
-        (``time.time()``), where this communicator can know them."""
-        return []
-
-    def posted_failure(self, rank: int) -> str | None:
-        """The message of the last failure ``rank`` posted (:meth:`post_failure`), where
-        this communicator can know it; else None."""
-        return None
-
-    def _cannot_reach(self, what: str, group: Group) -> CommunicationError:
-        return CommunicationError(
-            f"{what} over group {describe_group(group)}: {self!r} cannot reach other ranks"
-            " (use TorchCommunicator, or a communicator that simulates them)"
-        )
-
 
 class LocalCommunicator(Communicator):
     """A world of one process (rank 0 of 1): every group is ``(0,)``, every collective a copy."""
 
     def __init__(self) -> None:
         super().__init__(rank=0, world_size=1)
-
-
-def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
-    """``group`` as a tuple after checking it is non-empty, duplicate-free and in the world."""
-    team = tuple(int(r) for r in group)
-    if not team:
-        raise CommunicationError(f"{what}: the group is empty")
-    if len(set(team)) != len(team):
-        raise CommunicationError(f"{what}: group {describe_group(team)} lists a rank twice")
-    outside = [r for r in team if not 0 <= r < world_size]
-    if outside:
-        raise CommunicationError(
-            f"{what}: group {describe_group(team)} names rank {outside[0]}, but the world has"
-            f" {world_size} ranks"
-        )
-    return team
-
-
-def _check_position(team: Group, position: int, name: str, what: str) -> None:
-    if not 0 <= position < len(team):
-        raise CommunicationError(
-            f"{what} over {describe_group(team)}: {name} position {position} is outside"
-            f" 0..{len(team) - 1}"
-        )
-
-
-def _expect(
-    tensor: Any,
-    shape: tuple[int, ...] | None,
-    dtype: torch.dtype | None,
-    where: str,
-    name: str,
-) -> None:
-    """Raises unless ``tensor`` is a tensor of ``shape`` and ``dtype`` (None: any)."""
-    if not isinstance(tensor, torch.Tensor):
-        raise CommunicationError(f"{where}: {name} must be a tensor on this rank, got {tensor!r}")
-    if shape is not None and tuple(tensor.shape) != shape:
-        raise CommunicationError(
-            f"{where}: {name} has shape {list(tensor.shape)}, expected {list(shape)}"
-        )
-    if dtype is not None and tensor.dtype != dtype:
-        raise CommunicationError(f"{where}: {name} has dtype {tensor.dtype}, expected {dtype}")
-
-
-def backend_failure(
-    where: str, rank: int, error: BaseException, timeout: datetime.timedelta
-) -> CommunicationError:
-    """The CommunicationError for a backend (gloo/NCCL) error raised by ``where`` on
-    ``rank``: what most likely happened, then the backend's own first line."""
-    text = str(error)
-    lowered = text.lower()
-    if "timed out" in lowered or "timeout" in lowered:
-        reason = (
-            f"no answer from its peers within {timeout.total_seconds():g} s (the collective"
-            " timeout: HOSTIR_TIMEOUT or execute(timeout=)); a peer is stalled, far slower,"
-            " or waiting in another collective"
-        )
-    elif any(word in lowered for word in ("closed", "reset by peer", "broken pipe", "abort")):
-        reason = "a peer closed its connection: it failed or exited (see that rank's error)"
-    else:
-        reason = "the backend reported an error"
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    if len(first) > 240:
-        first = first[:240] + "..."
-    return CommunicationError(f"{where} failed on rank {rank}: {reason} [{first}]")
 
 
 def _as_int64(tensor: torch.Tensor) -> torch.Tensor:

@@ -1,25 +1,17 @@
 """The ``torch.distributed`` communicator: collectives of real runs (gloo on CPU, nccl on CUDA).
 
-hostir's collectives run on process groups of its own, never on the default
-group: the world as one group, one group per team group a program uses, and a
-gloo group for the agreement before a program's first run (hostir.comm.agreement).
-So a user's own collectives on the default group never meet ours, hostir's
-timeout (HOSTIR_TIMEOUT, ``execute(timeout=)``) applies to hostir's groups only,
-and a rank still in an earlier program's collectives cannot mix its messages
-with an agreement.
-
-Our groups are in team order (a column-major team lists its devices
-column-major). Each is created with ``sort_ranks=False``, so a torch group's
-ranks are the team positions and collectives land straight in the caller's
-buffers. Rooted collectives and point-to-point calls take global ranks. torch
-before 2.13 has no ``sort_ranks`` and always sorts: there, teams already in
+hostir's collectives run on process groups of its own
+(:mod:`hostir.comm.torch_groups`). Our groups are in team order (a column-major team
+lists its devices column-major). Each is created with ``sort_ranks=False``, so a
+torch group's ranks are the team positions and collectives land straight in the
+caller's buffers. Rooted collectives and point-to-point calls take global ranks.
+torch before 2.13 has no ``sort_ranks`` and always sorts: there, teams already in
 ascending order work and any other is refused by name (KEEPS_TEAM_ORDER).
 
-Every call is issued with ``async_op=True``; compute overlaps until ``wait()``.
-torch needs contiguous buffers, so a non-contiguous output gets a contiguous
-temporary that ``wait()`` copies back. A backend error, raised when posting or
-when waiting, becomes a CommunicationError naming the collective, its group and
-this rank (see :func:`hostir.comm.communicator.backend_failure`).
+Every call is issued with ``async_op=True``; compute overlaps until ``wait()``
+(:mod:`hostir.comm.torch_work`). A backend error, raised when posting or when
+waiting, becomes a CommunicationError naming the collective, its group and this rank
+(see :func:`hostir.comm.backend_hooks.backend_failure`).
 
 gloo (torch 2.13) handles all of these collectives for float32, bfloat16 and
 float16, including reductions, on sub-groups; no dtype fallback is needed. Its
@@ -33,19 +25,29 @@ which ``all_to_all_v`` relies on.
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from hostir.comm.communicator import Communicator, Group, Work, backend_failure
+from hostir.comm.backend_hooks import Group, Work, backend_failure
+from hostir.comm.communicator import Communicator
 from hostir.comm.rank_text import describe_group, describe_ranks
 from hostir.comm.run_guard import WorldGuard
+from hostir.comm.torch_groups import (
+    AGREEMENT,
+    GROUPS,
+    NOTICES,
+    WORLD_GUARD,
+    _arrive,
+    _missing,
+    _notice,
+)
+from hostir.comm.torch_work import PendingWork, _contiguous_like, _copy_back
 from hostir.errors import CommunicationError
 from hostir.ir.sharding import ReduceOp
 
@@ -63,101 +65,6 @@ KEEPS_TEAM_ORDER = "sort_ranks" in inspect.signature(dist.new_group).parameters
 # reduce_scatter_tensor (deprecated in 2.13, so the new names are preferred where present).
 ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-AGREEMENT = "agreement"
-"""The key of the agreement's group in the group cache."""
-
-ARRIVALS = "hostir/agreement-arrivals/"
-"""Store key prefix: per rank, how many agreements it has entered (to name a missing rank)."""
-
-NOTICES = "hostir/failure/"
-"""Store key prefix: per rank, ``<time.time()>|<error>`` of its last failure."""
-
-
-class GroupCache:
-    """hostir's process groups by member tuple in team order (and the agreement's), for one
-    default group, with the timeout they were last given.
-
-    Shared by every TorchCommunicator of this process: all ranks prepare the same
-    groups in the same order, so their caches stay in step. A re-initialized world
-    starts afresh.
-    """
-
-    def __init__(self) -> None:
-        self.world: Any = None
-        self.groups: dict[Group | str, Any] = {}
-        self.timeout: datetime.timedelta | None = None
-        self.failure: CommunicationError | None = None  # the first backend failure
-        self.announced: Work | None = None  # an agreement message sent without waiting
-
-    def current(self) -> dict[Group | str, Any]:
-        """The groups of the current default group (emptied if that group changed)."""
-        world = dist.group.WORLD
-        if self.world is not world:
-            if self.world is None:
-                atexit.register(self.release)
-            self.groups = {}
-            self.timeout = None
-            self.failure = None
-            self.announced = None
-            self.world = world  # holding it keeps its id from being reused
-        return self.groups
-
-    def release(self) -> None:
-        """Destroys our groups of the current world (at exit: left to interpreter teardown,
-        gloo's threads are sometimes destroyed while joinable, which aborts the process)."""
-        if not dist.is_initialized() or dist.group.WORLD is not self.world:
-            return
-        for group in self.groups.values():
-            if group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
-                dist.destroy_process_group(group)
-        self.groups = {}
-
-
-GROUPS = GroupCache()
-
-WORLD_GUARD = WorldGuard()
-"""One thread at a time communicates on the default group (hostir.comm.run_guard): shared by
-every TorchCommunicator of this process, as the group is."""
-
-
-class PendingWork(Work):
-    """torch work handles plus the post-processing that completes them in ``wait()``."""
-
-    def __init__(
-        self,
-        what: str,
-        handles: Sequence[Any],
-        finish: Callable[[], None] | None = None,
-        keep: Sequence[torch.Tensor] = (),
-        *,
-        on_error: Callable[[str, BaseException], CommunicationError],
-    ) -> None:
-        self._what = what
-        self._handles = list(handles)
-        self._finish = finish
-        # Buffers torch reads or writes asynchronously must outlive the call.
-        self._keep = list(keep)
-        self._on_error = on_error
-        self._done = False
-
-    def wait(self) -> None:
-        """Waits for the handles, then copies results into place (once)."""
-        if self._done:
-            return
-        try:
-            for handle in self._handles:
-                handle.wait()
-        except RuntimeError as exc:  # gloo reports timeouts and lost peers this way
-            raise self._on_error(self._what, exc) from exc
-        if self._finish is not None:
-            self._finish()
-        self._done = True
-        self._handles, self._finish, self._keep = [], None, []
-
-    def ready(self) -> bool:
-        """Whether :meth:`wait` would return (or raise) at once: every handle completed."""
-        return self._done or all(handle.is_completed() for handle in self._handles)
 
 
 class TorchCommunicator(Communicator):
@@ -495,49 +402,3 @@ class TorchCommunicator(Communicator):
     def _world(self) -> Any:
         """Our group of every rank (point-to-point calls run on it; ``prepare`` creates it)."""
         return self._group(tuple(range(self.world_size)), "point-to-point")
-
-
-# -- Helpers -----------------------------------------------------------------------
-
-
-def _arrive(rank: int) -> int | None:
-    """Counts this rank into one more agreement in the store; its count (None: no store)."""
-    try:
-        store = dist.distributed_c10d._get_default_store()
-        return int(store.add(f"{ARRIVALS}{rank}", 1))
-    except Exception:  # noqa: BLE001 - naming a missing rank is a courtesy, never a failure
-        return None
-
-
-def _notice(store: Any, rank: int) -> tuple[float, str] | None:
-    """(time, message) of the last failure ``rank`` posted in ``store`` (None: none)."""
-    key = f"{NOTICES}{rank}"
-    if not store.check([key]):
-        return None
-    stamp, _, message = store.get(key).decode(errors="replace").partition("|")
-    return float(stamp), message
-
-
-def _missing(world_size: int, arrivals: int | None) -> list[int]:
-    """The ranks that have entered fewer agreements than this one (empty if unknown)."""
-    if arrivals is None:
-        return []
-    try:
-        store = dist.distributed_c10d._get_default_store()
-        return [r for r in range(world_size) if int(store.add(f"{ARRIVALS}{r}", 0)) < arrivals]
-    except Exception:  # noqa: BLE001 - the store may be gone with a failed rank 0
-        return []
-
-
-def _contiguous_like(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` itself if contiguous, else an empty contiguous buffer of its shape."""
-    if tensor.is_contiguous():
-        return tensor
-    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-
-
-def _copy_back(buf: torch.Tensor, target: torch.Tensor) -> Callable[[], None] | None:
-    """A finisher copying ``buf`` into ``target`` when they differ (None when they are one)."""
-    if buf is target:
-        return None
-    return lambda: target.copy_(buf)

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hostir.comm.communicator import Communicator, LocalCommunicator, backend_failure
+from hostir.comm.backend_hooks import backend_failure
+from hostir.comm.communicator import Communicator, LocalCommunicator
 from hostir.comm.timeouts import collective_timeout
 from hostir.comm.torch_communicator import TorchCommunicator
 from hostir.errors import SettingError

@@ -188,6 +188,7 @@ SDPA_PHILOX = declare_op(
     " dropout; with it a seed drawn each run, and offset 0).",
     dtype_rule="Int",
     sharding=OpSharding(reads_no_tensor=True),
+    fd_method=False,  # recorded by fd.ops.sdpfa_fwd only
 )
 
 

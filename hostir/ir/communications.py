@@ -167,8 +167,8 @@ class AllToAllV:
     partial sums are combined with ``op`` in member order (replicas stay bitwise
     equal). ``rounds`` (default one) makes it that many alltoallv calls, each moving
     a slab of every piece, so that a member's buffers stay within its larger block
-    (the planner picks the fewest that do). See :mod:`hostir.analysis.blocks` for the pattern,
-    :mod:`hostir.run.all_to_all_v` for the run time."""
+    (the planner picks the fewest that do). See :mod:`hostir.analysis.member_exchanges` for
+    the pattern, :mod:`hostir.run.all_to_all_v` for the run time."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out", "request")
     INS: ClassVar[tuple[str, ...]] = ("src",)

@@ -6,6 +6,9 @@ Each computes on local data along a dim that is whole on every rank: lowering ga
 sharded ``dim`` of ``src`` before the op (the declaration maps no result axis to it, or
 marks the result axis ``whole``; docs/ops.md). Other dims may be sharded and compute
 locally.
+
+``argsort`` is declared at the end in the generating form: its declaration makes its
+class (docs/extending.md, "Adding an op", walks through it).
 """
 
 from __future__ import annotations
@@ -332,3 +335,39 @@ TOPK = declare_op(
     dtype_rule="same; indices Int",
     requirements=_topk_requirements,
 )
+
+
+# ----- argsort: declared in the generating form (docs/extending.md, "Adding an op") -------
+
+
+def _infer_argsort(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """Int positions of ``src``'s extents; the sorted ``dim`` is computed whole (a rank needs
+    all of it), every dim iterates with ``src``'s."""
+    src, dim = args["src"], args["dim"]
+    problem = _dim_problem("argsort", src, dim)
+    if problem is not None:
+        return problem
+    axes = tuple(
+        ResultAxis(extent=e, sources=(AxisSource("src", d),), whole=d == dim)
+        for d, e in enumerate(src.shape)
+    )
+    return (ResultType(dtype=DType.INT64, axes=axes),)
+
+
+ARGSORT = declare_op(
+    "argsort",
+    class_name="Argsort",
+    params=(
+        Param("src", ParamKind.TENSOR, TensorValue, nvfuser="arg"),
+        Param("dim", ParamKind.ATTRIBUTE, int, dim_of="src"),
+        Param("descending", ParamKind.ATTRIBUTE, bool, False),
+        Param("stable", ParamKind.ATTRIBUTE, bool, False),
+    ),
+    positional=("src",),
+    infer=_infer_argsort,
+    summary="The positions that sort ``arg`` along ``dim`` (``torch.argsort``).",
+    dtype_rule="Int",
+)
+Argsort = ARGSORT.cls
+"""``out = torch.argsort(src, dim, descending, stable=stable)``: the class the declaration
+made (text ``argsort(T0, dim=1, ...)``, JSON tag ``Argsort``)."""

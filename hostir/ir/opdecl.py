@@ -74,6 +74,9 @@ class Param:
     """The name ``fd.ops`` gives it where nvFuser's differs from the field's (``arg``)."""
     nvfuser_default: Any = REQUIRED
     """nvFuser's default where the instruction's field has none (``dims=None``)."""
+    dim_of: str | None = None
+    """The tensor param whose dim (or dims) this attribute names: ``fd.ops`` wraps a
+    negative one (``dim=-1``) and refuses one out of range before the op infers."""
 
     @property
     def name(self) -> str:
@@ -219,6 +222,9 @@ class OpDecl:
     nvfuser_signature: str | None = None
     """nvFuser's signature where the ``fd.ops`` method takes other arguments than the
     params (``cast(tv, dtype)``)."""
+    fd_method: bool = True
+    """``fd.ops`` has a method for it (made from the params unless one is written); False
+    for an op that only another op's method records (``sdpfa_philox``)."""
 
     def param(self, name: str) -> Param:
         """The param of field ``name``."""
@@ -294,6 +300,7 @@ def declare_op(
     check: Callable[[Any], str | None] | None = None,
     given: frozenset[str] = frozenset(),
     nvfuser_signature: str | None = None,
+    fd_method: bool = True,
     cls: type | None = None,
     class_name: str | None = None,
     positional: tuple[str, ...] = (),
@@ -309,7 +316,7 @@ def declare_op(
     those fields and declares it in the catalog, ``positional`` fields written first.
     """
     if cls is None:
-        cls = _make_class(name, class_name, params, results, summary, positional)
+        cls = _make_class(name, class_name, params, results, summary, positional, infer)
     fixed = _fixed(name, cls)
     _check_fields(name, cls, fixed, params, results)
     decl = OpDecl(
@@ -326,6 +333,7 @@ def declare_op(
         check=check,
         given=given,
         nvfuser_signature=nvfuser_signature,
+        fd_method=fd_method,
     )
     _DECLS[name] = decl
     return decl
@@ -338,6 +346,7 @@ def _make_class(
     results: tuple[Result, ...],
     summary: str,
     positional: tuple[str, ...],
+    infer: Callable,
 ) -> type:
     """The instruction class of a new op, declared in the catalog."""
     if class_name is None:
@@ -355,6 +364,7 @@ def _make_class(
         class_name, specs, namespace=namespace, frozen=True, slots=True, kw_only=True
     )
     made.__doc__ = summary
+    made.__module__ = infer.__module__  # the declaring module (a module run again replaces it)
     return declare(kind=Kind.COMPUTE, keyword=name, positional=positional)(made)
 
 

@@ -100,6 +100,7 @@ POINTWISE_OPS: dict[str, PointwiseOp] = {
         _unary("relu", _S, "``max(x, 0)``."),
         _unary("gelu", _F, "``x * Phi(x)`` (the exact GELU, with erf)."),
         _unary("tanh_gelu", _F, "GELU's tanh approximation."),
+        _unary("erf", _F, "The error function of ``x``."),
         _binary("add", _P, "``lhs + rhs``."),
         _binary("sub", _P, "``lhs - rhs``."),
         _binary("mul", _P, "``lhs * rhs``."),

@@ -1,8 +1,8 @@
 """The evaluator handler of ``AllToAllV``: one alltoallv moving boxes between block layouts.
 
 This rank's part of the pattern (which box it sends to whom, and receives from
-whom) comes from :func:`hostir.analysis.blocks.member_exchange`; this module moves the
-data. The
+whom) comes from :func:`hostir.analysis.member_exchanges.member_exchange`; this module
+moves the data. The
 point of the instruction is a redistribution whose temporaries stay below the
 larger of the local input and output, so:
 
@@ -17,14 +17,14 @@ larger of the local input and output, so:
   pieces it receives, in source order, are consecutive contiguous ranges of
   ``out``; otherwise a flat part of the workspace, unpacked at ``wait``.
 
-With ``rounds=k`` the exchange is k alltoallv calls (``hostir.analysis.blocks.exchange_rounds``),
-each moving a slab of every piece and waited for before the next. The calls
-share one workspace, allocated once and sized for the round that needs the
-most (its send and receive buffers side by side: ``hostir.analysis.blocks.round_buffers``
-counts exactly that). Buffers of their own per round would briefly coexist:
-gloo's worker thread drops its reference to a finished call after the caller's
-``wait`` returns, so a round's buffers can outlive it while the next round's
-are allocated (and the profiler records no free for them).
+With ``rounds=k`` the exchange is k alltoallv calls
+(``hostir.analysis.exchange_buffers.exchange_rounds``), each moving a slab of every
+piece and waited for before the next. The calls share one workspace, allocated once and
+sized for the round that needs the most (its send and receive buffers side by side:
+``hostir.analysis.exchange_buffers.round_buffers`` counts exactly that). Buffers of
+their own per round would briefly coexist: gloo's worker thread drops its reference to a
+finished call after the caller's ``wait`` returns, so a round's buffers can outlive it
+while the next round's are allocated (and the profiler records no free for them).
 
 With an ``op``, each region of ``out`` is combined from its pieces in member
 order of their sources (the first copied, the others combined), so every
@@ -39,17 +39,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hostir.analysis.blocks import (
-    Box,
-    Exchange,
-    Operand,
-    Piece,
-    exchange_rounds,
-    keeps_through,
-    member_exchange,
-    relative,
-    volume,
-)
+from hostir.analysis.boxes import Box, Operand, relative, volume
+from hostir.analysis.exchange_buffers import exchange_rounds, keeps_through
+from hostir.analysis.member_exchanges import Exchange, Piece, member_exchange
 from hostir.errors import EvaluationError
 from hostir.ir.communications import AllToAllV
 from hostir.ir.scalars import evaluate_scalar
@@ -137,7 +129,8 @@ def _layout(
     """The views of one call sending and receiving ``pieces``; nothing is copied yet.
 
     The piece this rank keeps goes through the call where that makes a buffer a plain
-    view (``hostir.analysis.blocks.keeps_through``); otherwise it is kept beside the call."""
+    view (``hostir.analysis.exchange_buffers.keeps_through``); otherwise it is kept beside
+    the call."""
     (src_tensor, out_tensor), (all_sends, all_receives) = tensors, pieces
     src_box, out_box, me = exchange.src_box, exchange.out_box, exchange.member
     through = keeps_through(exchange, all_sends, all_receives, op is not None)

@@ -365,7 +365,7 @@ def handler_buffers(
     """Elements of the packing and receive buffers the handler above allocates for
     ``instruction`` besides its operands, given the local elements of ``src`` and ``out``
     and whether each buffer is contiguous (the planner's memory model reads this; an
-    AllToAllV's buffers are ``hostir.analysis.blocks.round_buffers``)."""
+    AllToAllV's buffers are ``hostir.analysis.exchange_buffers.round_buffers``)."""
     zero = Const(value=0)
     landing = zero if out_contiguous else out  # chunks land in views of out, else a copy
     if isinstance(instruction, Allgather):

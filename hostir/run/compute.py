@@ -31,8 +31,9 @@ from hostir.ir.ops import OperandType, scalar_operand, tensor_operand
 from hostir.ir.scalars import Const
 from hostir.ir.values import TensorValue
 from hostir.run.attention import ATTENTION_HANDLERS
-from hostir.run.contraction import linear, linear_into, matmul_into
+from hostir.run.contraction import linear
 from hostir.run.handler_common import into_out
+from hostir.run.implementations import run_declared
 from hostir.run.pointwise import pointwise_call
 from hostir.run.reductions import reduction_call, run_reduction
 from hostir.run.shape_ops import SHAPE_HANDLERS
@@ -129,17 +130,13 @@ def run_cast(instruction: Cast, operands: Operands, out_shape: list[int]) -> tor
 
 
 def run_linear(instruction: Linear, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``linear``: ``input @ weight.T (+ bias)``; writes with ``matmul(out=)`` if preallocated."""
-    if not instruction.preallocated:
-        return _plain(instruction, operands)
-    return linear_into(instruction, operands)
+    """``linear``: ``input @ weight.T (+ bias)``; written in place if preallocated."""
+    return run_declared(instruction, operands, out_shape)
 
 
 def run_matmul(instruction: Matmul, operands: Operands, out_shape: list[int]) -> torch.Tensor:
-    """``matmul`` with torch's batching rules."""
-    if instruction.preallocated:
-        return matmul_into(operands["lhs"], operands["rhs"], operands["out"])
-    return _plain(instruction, operands)
+    """``matmul`` with torch's batching rules; written in place if preallocated."""
+    return run_declared(instruction, operands, out_shape)
 
 
 def run_broadcast_in_dim(

@@ -36,9 +36,7 @@ from hostir.analysis.pipeline_stages import has_pipelined_loop, is_pipelined
 from hostir.check.verify import verify_located
 from hostir.comm.communicator import Communicator
 from hostir.errors import ExtentError, VerifyError
-from hostir.ir.attention import SdpaBwd, SdpaFwd
 from hostir.ir.container import HostIrContainer
-from hostir.ir.indexing import TopK
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -64,7 +62,7 @@ from hostir.run.context import Listener, RunContext
 from hostir.run.creation import CREATION_HANDLERS
 from hostir.run.executable import Executable, prepare
 from hostir.run.handler_common import compute_handler
-from hostir.run.implementations import run_declared_op
+from hostir.run.implementations import implemented
 from hostir.run.interpreter import run_step
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
@@ -121,6 +119,12 @@ def register_handler(cls: type, handler: Handler) -> None:
     HANDLERS[cls] = handler
 
 
+def _runnable(instruction: Instruction) -> bool:
+    """Whether a handler runs ``instruction``: its class's, or its declared op's
+    implementation (an op declared outside the package needs no entry in the table)."""
+    return type(instruction) in HANDLERS or implemented(instruction)
+
+
 HANDLERS: dict[type, Handler] = {
     **COMMUNICATION_HANDLERS,
     **STREAM_HANDLERS,
@@ -131,7 +135,6 @@ HANDLERS: dict[type, Handler] = {
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
     **{cls: compute_handler(run) for cls, run in COMPUTE_HANDLERS.items()},
     **CREATION_HANDLERS,
-    **{cls: run_declared_op for cls in (TopK, SdpaFwd, SdpaBwd)},  # several results each
 }
 """One handler per instruction class."""
 
@@ -176,12 +179,13 @@ class HostIrEvaluator:
         agreements: AgreementLog | None = None,
     ) -> None:
         verify_located(checked_program(program))
-        used = {type(i) for i in walk_instructions(program.body)}
-        missing = sorted(cls.__name__ for cls in used if cls not in HANDLERS)
+        used = walk_instructions(program.body)
+        missing = sorted({type(i).__name__ for i in used if not _runnable(i)})
         if missing:
             raise VerifyError(
                 f"the evaluator has no handler for {', '.join(missing)}"
-                " (register one with hostir.run.evaluator.register_handler)"
+                " (register one with hostir.run.evaluator.register_handler, or an op's"
+                " implementation with hostir.run.implementations.implements)"
             )
         self.checks = checked_checks(checks)
         take_in(program, self.checks)
@@ -386,7 +390,7 @@ class HostIrEvaluator:
         step = self._steps.get(id(instruction))
         if step is None:
             step = self._steps[id(instruction)] = Step.prepare(
-                instruction, HANDLERS[type(instruction)]
+                instruction, HANDLERS.get(type(instruction))
             )
         return step
 

@@ -6,9 +6,11 @@ its operands (the instruction's ``INS`` fields, in order), made once when the in
 is prepared: the evaluator's handler calls it and checks the result's local shape; a
 compiled replay calls it directly (``hostir.run.replay``). The call of an op with several
 results returns them all, in ``OUTS`` order, from one kernel call; each is checked. An op
-whose result is written into a preallocated ``out`` gets the result copied there, unless
-its implementation writes it itself (``into``); an op of several results is never
-preallocated (the verifier refuses it). A handler of the evaluator's own form
+whose result is written into a preallocated ``out`` (a stream chunk of a tensor, say)
+writes it there in place where its implementation gives a write (``into``: torch's
+``out=`` forms), else gets the result copied there (:func:`write_call`); an op of several
+results is never preallocated (the verifier refuses it by name). A handler of the
+evaluator's own form
 (``handler=``) serves ops whose call needs the run's context.
 
 Every declared op must have an implementation: ``hostir.run`` checks it when it is
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
 
 TorchCall = Callable[..., torch.Tensor]
 Handler = Callable[["RunContext", Any, dict[str, Any]], list]
+WriteCall = Callable[..., torch.Tensor]
+"""``write(out, *ins)``: an op's result written into the existing tensor ``out`` from its
+``INS`` values in order; returns ``out``."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,10 @@ class Implementation:
     decl: OpDecl
     prepare: Callable[[Any], TorchCall] | None = None
     """The torch call of an instruction of the op, taking its ``INS`` values in order."""
-    into: Callable[[Any, dict[str, Any]], torch.Tensor] | None = None
-    """Writes the result into the preallocated ``operands["out"]`` and returns it (default:
-    a copy of the call's result)."""
+    into: Callable[[Any], WriteCall | None] | None = None
+    """``into(instruction)``: the write of an instruction's result into its preallocated
+    ``out`` in place, made once (torch's ``out=`` forms), or None where it has none for
+    this instruction (then, and without ``into``, the call's result is copied there)."""
     handler: Handler | None = None
     """A handler of the evaluator's form, for an op whose call needs the run's context."""
     fresh: bool = False
@@ -56,15 +62,16 @@ IMPLEMENTATIONS: dict[str, Implementation] = {}
 
 def implements(
     *names: str,
-    into: Callable[[Any, dict[str, Any]], torch.Tensor] | None = None,
+    into: Callable[[Any], WriteCall | None] | None = None,
     handler: bool = False,
     fresh: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Registers the decorated function as the implementation of the declared ops
     ``names``: ``prepare(instruction)`` returning the torch call on its ``INS`` values
-    (with ``into`` writing a preallocated ``out``, and ``fresh`` if the result is never a
-    view), or with ``handler=True`` a handler ``(context, instruction, operands) -> list
-    of OUTS values``. A name that no op declares is a TypeError."""
+    (with ``into(instruction)`` making the write into a preallocated ``out``, and
+    ``fresh`` if the result is never a view), or with ``handler=True`` a handler
+    ``(context, instruction, operands) -> list of OUTS values``. A name that no op
+    declares is a TypeError."""
 
     def register(function: Callable) -> Callable:
         for name in names:
@@ -95,6 +102,13 @@ def implementation_of(instruction: Any) -> Implementation | None:
     return found
 
 
+def implemented(instruction: Any) -> bool:
+    """Whether ``instruction``'s op is declared and has its implementation."""
+    decl = op_decl(instruction)
+    found = IMPLEMENTATIONS.get(decl.name) if decl is not None else None
+    return found is not None and found.decl is decl
+
+
 def plain_call(instruction: Any) -> tuple[TorchCall, tuple[str, ...]] | None:
     """The torch call of a declared op's instruction that defines a fresh ``out``, and the
     operand fields it takes in order; None if its op is not declared, its ``out`` is
@@ -114,7 +128,6 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
         return legacy
     if implementation.handler is not None:
         return implementation.handler
-    call = implementation.prepare(instruction)
     fields = type(instruction).INS
     if instruction.preallocated:
         if len(type(instruction).OUTS) > 1:
@@ -122,12 +135,14 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
                 f"{implementation.decl.name} defines several results; it cannot write into"
                 " preallocated tensors (the verifier refuses it)"
             )
-        into = implementation.into or _copy_into(call, fields)
+        write = write_call(instruction)[0]
 
         def handle_into(context: RunContext, instruction: Any, operands: dict) -> list:
-            return [checked_result(context, instruction, into(instruction, operands))]
+            result = write(operands["out"], *[operands.get(name) for name in fields])
+            return [checked_result(context, instruction, result)]
 
         return _named(handle_into, implementation.prepare)
+    call = implementation.prepare(instruction)
 
     if len(type(instruction).OUTS) > 1:
 
@@ -144,34 +159,53 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
     return _named(handle, implementation.prepare)
 
 
-def run_declared_op(context: RunContext, instruction: Any, operands: dict) -> list:
-    """A declared op's handler for ``instruction``, found when called: the evaluator's
-    table entry for a class whose op has no class handler (``topk``, ``sdpfa_fwd``,
-    ``sdpfa_bwd``). ``Step.prepare`` takes :func:`handler_for`'s handler itself, so a run
-    does not come here; the entry keeps the table complete."""
-    return handler_for(instruction, None)(context, instruction, operands)
+def write_call(instruction: Any) -> tuple[WriteCall, tuple[str, ...]] | None:
+    """The write of a declared op's instruction into its preallocated ``out``,
+    ``write(out, *ins)``, and the operand fields it takes after ``out``; None if its op is
+    not declared, its ``out`` is not preallocated, or its implementation is a handler.
+
+    The write is the implementation's in-place one (``into``) where it gives one; it
+    computes the result and copies it where the op has no in-place form, and where ``out``
+    and a tensor operand are views of one storage (told by the storage, so disjoint chunks
+    of one buffer too): torch's ``out=`` forms refuse or misread an operand they
+    overwrite, and a copy reads the operands first, as the instruction means."""
+    implementation = implementation_of(instruction)
+    if implementation is None or implementation.prepare is None or not instruction.preallocated:
+        return None
+    copy = _copy_into(implementation.prepare(instruction))
+    write = implementation.into(instruction) if implementation.into is not None else None
+    if write is None:
+        return copy, type(instruction).INS
+
+    def write_apart(out: torch.Tensor, *ins: Any) -> torch.Tensor:
+        storage = out.untyped_storage().data_ptr()
+        for value in ins:
+            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == storage:
+                return copy(out, *ins)
+        return write(out, *ins)
+
+    return write_apart, type(instruction).INS
 
 
 def run_declared(instruction: Any, operands: dict, out_shape: list[int]) -> torch.Tensor:
-    """A declared op's call on resolved ``operands``, written into a preallocated ``out``:
-    the entry of a class table of the ops not declared yet (``hostir.run.compute``'s
-    ``COMPUTE_HANDLERS``) for a class whose ops are declared, which the evaluator no longer
-    reaches (it runs :func:`handler_for`'s) but the tables' completeness asks for."""
-    implementation = implementation_of(instruction)
-    call = implementation.prepare(instruction)
-    result = call(*[operands.get(name) for name in type(instruction).INS])
+    """A declared op's call on resolved ``operands``, written into a preallocated ``out``
+    (:func:`write_call`): the entry of a class table of the ops not declared yet
+    (``hostir.run.compute``'s ``COMPUTE_HANDLERS``) for a class whose ops are declared,
+    which the evaluator no longer reaches (it runs :func:`handler_for`'s) but the tables'
+    completeness asks for."""
+    ins = [operands.get(name) for name in type(instruction).INS]
     if instruction.preallocated:
-        return operands["out"].copy_(result)
-    return result
+        return write_call(instruction)[0](operands["out"], *ins)
+    return implementation_of(instruction).prepare(instruction)(*ins)
 
 
-def _copy_into(call: TorchCall, fields: tuple[str, ...]) -> Callable:
-    """Writes ``call``'s result into the preallocated ``out`` (a copy)."""
+def _copy_into(call: TorchCall) -> WriteCall:
+    """Writes ``call``'s result into ``out`` (a copy)."""
 
-    def into(instruction: Any, operands: dict) -> torch.Tensor:
-        return operands["out"].copy_(call(*[operands.get(name) for name in fields]))
+    def copy_into(out: torch.Tensor, *ins: Any) -> torch.Tensor:
+        return out.copy_(call(*ins))
 
-    return into
+    return copy_into
 
 
 def _named(handler: Handler, prepare: Callable) -> Handler:

@@ -2,7 +2,9 @@
 call each on local data (lowering makes the indexed or scanned dim whole first),
 registered with ``hostir.run.implementations``. An indexing op's call checks its indices
 first, so a replay that makes the call directly checks them too; ``topk``'s call returns
-both of its results.
+both of its results from one ``torch.topk``.
+
+``argsort``'s implementation, at the end, is its torch call (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -83,3 +85,14 @@ INDEXING_HANDLERS: dict[type, Callable[[Any, dict, list[int]], torch.Tensor]] = 
 }
 """One handler per indexing instruction class whose op has one result (merged into
 ``COMPUTE_HANDLERS``; ``topk``'s is its implementation's)."""
+
+
+@implements("argsort", fresh=True)
+def prepare_argsort(instruction: Any) -> TorchCall:
+    """``torch.argsort`` (int64 positions)."""
+    return functools.partial(
+        torch.argsort,
+        dim=instruction.dim,
+        descending=instruction.descending,
+        stable=instruction.stable,
+    )

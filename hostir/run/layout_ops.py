@@ -16,18 +16,18 @@ if TYPE_CHECKING:
     from hostir.run.context import RunContext
 
 
-def copy_into(instruction: Set, operands: dict[str, Any]) -> torch.Tensor:
-    """``set`` into a preallocated ``out``: one copy."""
-    return operands["out"].copy_(operands["src"])
+def copy_into(out: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``set`` or ``cast`` into a preallocated ``out``: one copy (which casts)."""
+    return out.copy_(src)
 
 
-@implements("set", into=copy_into, fresh=True)
+@implements("set", into=lambda instruction: copy_into, fresh=True)
 def prepare_set(instruction: Set) -> TorchCall:
     """``set``: a copy of the source."""
     return torch.clone
 
 
-@implements("cast")
+@implements("cast", into=lambda instruction: copy_into)
 def prepare_cast(instruction: Cast) -> TorchCall:
     """``cast`` to the output's dtype (the source itself where it has it)."""
     return functools.partial(torch.Tensor.to, dtype=instruction.out.dtype.to_torch())

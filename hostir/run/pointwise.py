@@ -6,6 +6,8 @@
 dtype is not the op's compute dtype are cast to it first (nvFuser computes Half in Float
 and an int tensor with a float scalar in Double), then the torch op runs on the compute
 dtype, so its result has the declared dtype without torch's own promotion deciding.
+:func:`pointwise_into` builds the same computation writing a preallocated ``out`` (a
+stream chunk) in place, through torch's ``out=`` forms.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ TORCH_CALLS: dict[str, Callable[[DType], TorchCall]] = {
     "relu": _same(torch.relu),
     "gelu": _same(torch.nn.functional.gelu),
     "tanh_gelu": _same(functools.partial(torch.nn.functional.gelu, approximate="tanh")),
+    "erf": _same(torch.erf),
     # The operator module's functions take a scalar on either side (torch.add does not).
     "add": _same(operator.add),
     "sub": _same(operator.sub),
@@ -135,12 +138,95 @@ def _typed_when_called(
     return pointwise_call(name, known, out_dtype)(*args)
 
 
-@implements(*POINTWISE_DECLS, fresh=True)
+_OUT_FORMS: dict[str, Callable[[DType], TorchCall]] = {
+    **{
+        name: _same(getattr(torch, name))
+        for name in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh")
+    },
+    "sigmoid": _same(torch.sigmoid),
+    # torch.nn.functional's silu and gelu call these; their out= forms write in place.
+    "silu": _same(torch._C._nn.silu),
+    "gelu": _same(torch._C._nn.gelu),
+    "tanh_gelu": _same(functools.partial(torch._C._nn.gelu, approximate="tanh")),
+    # torch's relu is clamp_min(x, 0); its own relu(out=) computes, then copies.
+    "relu": _same(functools.partial(torch.clamp_min, min=0)),
+    "add": _same(torch.add),
+    "sub": _same(torch.sub),
+    "mul": _same(torch.mul),
+    "div": lambda compute: (
+        torch.div
+        if category(compute) is Category.FLOAT
+        else functools.partial(torch.div, rounding_mode="trunc")
+    ),
+    "truediv": _same(torch.div),
+    "pow": _same(torch.pow),
+    **{name: _same(getattr(torch, name)) for name in ("lt", "le", "gt", "ge", "eq", "ne")},
+    "where": _same(torch.where),
+}
+"""Per op name: the torch call taking ``out=`` (a tensor first, but ``pow``) that computes
+what :data:`TORCH_CALLS`' does, writing ``out`` in place."""
+
+_MIRRORED = {"add": "add", "mul": "mul", "eq": "eq", "ne": "ne"}
+_MIRRORED.update({"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"})
+"""The binary ops whose scalar left operand moves right (``2 < x`` is ``x > 2``), as
+torch's out= forms take a tensor first (``pow`` takes a scalar base as it is)."""
+
+
+def pointwise_into(
+    name: str, operands: Sequence[OperandType | None], out_dtype: DType
+) -> Callable[..., torch.Tensor] | None:
+    """``write(out, *operands)``: op ``name`` written into ``out`` in place (torch's
+    ``out=``), on operands as :func:`pointwise_call` takes them, computing the same
+    values; None where torch has no such form for these operands (a scalar left of
+    ``sub``, ``div`` or ``truediv``, a scalar ``where`` value, a scalar of a comparison
+    typed only when it runs): then the result is copied."""
+    op = POINTWISE_OPS[name]
+    scalar = [o is None or o.kind is OperandKind.SCALAR for o in operands]
+    if op.rule is DtypeRule.COMPARE and None in operands:
+        return None
+    first = 1 if op.rule is DtypeRule.SELECT else 0
+    if op.rule is DtypeRule.SELECT and any(scalar):
+        return None
+    if scalar[0] and (len(operands) == 1 or scalar[1]):
+        return None  # no tensor operand
+    swapped = scalar[0] and name != "pow"
+    if swapped:
+        if name not in _MIRRORED:
+            return None
+        name = _MIRRORED[name]
+    compute = out_dtype
+    if op.rule is DtypeRule.COMPARE:
+        compute = promote(op, tuple(operands)).compute
+    call = _OUT_FORMS[name](compute)
+    casts = [
+        i >= first and not s and o.dtype is not compute
+        for i, (o, s) in enumerate(zip(operands, scalar, strict=True))
+    ]
+    compute_dtype = compute.to_torch()
+    if not any(casts) and not swapped:
+        return lambda out, *args: call(*args, out=out)
+
+    def cast_then_write(out: torch.Tensor, *args: Any) -> torch.Tensor:
+        converted = [a.to(compute_dtype) if c else a for a, c in zip(args, casts, strict=True)]
+        return call(*(converted[::-1] if swapped else converted), out=out)
+
+    return cast_then_write
+
+
+def _operand_types(instruction: Any) -> list[OperandType | None]:
+    """What the dtype rule reads of each of a pointwise instruction's operands."""
+    return [_operand_type(getattr(instruction, name), name) for name in type(instruction).INS]
+
+
+def _into(instruction: Any) -> Callable[..., torch.Tensor] | None:
+    """A pointwise instruction's write into its preallocated ``out`` (:func:`pointwise_into`)."""
+    return pointwise_into(instruction.op.value, _operand_types(instruction), instruction.out.dtype)
+
+
+@implements(*POINTWISE_DECLS, into=_into, fresh=True)
 def prepare_pointwise(instruction: Any) -> TorchCall:
     """The torch call of a pointwise instruction (on its operands in ``INS`` order)."""
-    fields = type(instruction).INS
-    operands = [_operand_type(getattr(instruction, name), name) for name in fields]
-    return pointwise_call(instruction.op.value, operands, instruction.out.dtype)
+    return pointwise_call(instruction.op.value, _operand_types(instruction), instruction.out.dtype)
 
 
 def _operand_type(value: Any, name: str) -> OperandType | None:

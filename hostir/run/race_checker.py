@@ -19,7 +19,11 @@ The model:
 - An access by stream S is ordered after an access stamped (T, k) iff S is T
   or S's clock has ``clock[T] >= k``.
 - **Accesses.** An instruction reads its tensor operands (``INS``) and writes
-  the tensors it defines and its preallocated ``out``. An instruction whose
+  the tensors it defines and its preallocated ``out`` (in place through torch's
+  ``out=``, or as a copy of its result: an ``out`` sharing memory with an operand
+  always gets the copy, ``hostir.run.implementations.write_call``, so an
+  instruction's own read and write of one buffer never interleave, and one
+  stamp orders them). An instruction whose
   every defined tensor is a view of one of its operands (``shard_by_stream``,
   ``permute`` without ``out=``, ...) touches no memory. ``allocate`` writes its
   buffer. The inputs count as written by ``main`` before the first instruction

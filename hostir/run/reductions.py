@@ -16,8 +16,7 @@ from collections.abc import Callable
 import torch
 
 from hostir.ir.reductions import REDUCTION_DECLS, REDUCTION_OPS, Reduction
-from hostir.run.handler_common import into_out
-from hostir.run.implementations import implements
+from hostir.run.implementations import implements, run_declared
 
 TorchCall = Callable[[torch.Tensor], torch.Tensor]
 
@@ -45,7 +44,36 @@ if set(_TORCH_CALLS) != set(REDUCTION_OPS):  # a declaration without its call, o
     raise ImportError(f"torch calls {sorted(_TORCH_CALLS)} != reductions {sorted(REDUCTION_OPS)}")
 
 
-@implements(*REDUCTION_DECLS, fresh=True)
+def reduction_into(instruction: Reduction) -> Callable[..., torch.Tensor] | None:
+    """``write(out, src)``: ``instruction``'s reduction written into ``out`` in place
+    (torch's ``out=``: ``sum`` and ``prod`` with the result's dtype, ``amax``/``amin``,
+    whose ``out`` has the source's dtype, else None: a copy), computing what
+    :func:`reduction_call`'s call does; ``prod`` over several dims writes its last
+    one-dim product there."""
+    op, dims, keepdim = instruction.op.value, instruction.dims, instruction.keepdim
+    dtype = instruction.out.dtype.to_torch()
+    if op == "sum":
+        return lambda out, src: torch.sum(src, dims, keepdim, dtype=dtype, out=out)
+    if op == "prod" and dims:
+        return functools.partial(_prod_into, dim=dims, keepdim=keepdim, dtype=dtype)
+    if op == "prod" or instruction.src.dtype is not instruction.out.dtype:
+        return None
+    reduce = torch.amax if op == "max" else torch.amin
+    return lambda out, src: reduce(src, dims, keepdim, out=out)
+
+
+def _prod_into(
+    out: torch.Tensor, src: torch.Tensor, dim: tuple[int, ...], keepdim: bool, dtype: torch.dtype
+) -> torch.Tensor:
+    """:func:`_prod` with its last product written into ``out``."""
+    result = src.to(dtype)
+    ordered = sorted((d % src.dim() for d in dim), reverse=True)
+    for d in ordered[:-1]:
+        result = torch.prod(result, d, keepdim=keepdim)
+    return torch.prod(result, ordered[-1], keepdim=keepdim, out=out)
+
+
+@implements(*REDUCTION_DECLS, into=reduction_into, fresh=True)
 def reduction_call(instruction: Reduction) -> TorchCall:
     """The torch call ``instruction`` makes on its source tensor."""
     return functools.partial(
@@ -58,4 +86,4 @@ def reduction_call(instruction: Reduction) -> TorchCall:
 
 def run_reduction(instruction: Reduction, operands: dict, out_shape: list[int]) -> torch.Tensor:
     """A reduction of the local data (written into ``out`` if preallocated)."""
-    return into_out(instruction, operands, reduction_call(instruction)(operands["src"]))
+    return run_declared(instruction, operands, out_shape)

@@ -12,7 +12,9 @@ runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
 - a compute instruction that defines a fresh tensor is its torch call
   (``hostir.run.compute.plain_call``), without the handler's shape check: the inputs'
   shapes fix the results' shapes, and the signature's first run checked them (the call
-  of an op of several results returns them all: ``v_T5, v_T6 = F3(v_T0, 3)``);
+  of an op of several results returns them all: ``v_T5, v_T6 = F3(v_T0, 3)``); a declared
+  op's instruction that writes a preallocated ``out`` is its write
+  (``hostir.run.implementations.write_call``: in place, or a copy), likewise;
 - ``deallocate`` drops the local; a ``for`` loop is a Python loop in the same
   function; a wait is the request's ``wait()``;
 - an Allreduce over a group of this rank alone returns its source itself where no one
@@ -60,6 +62,7 @@ from hostir.run.compute import COMPUTE_HANDLERS, plain_call
 from hostir.run.context import RunContext
 from hostir.run.implementations import implementation_of
 from hostir.run.implementations import plain_call as declared_call
+from hostir.run.implementations import write_call as declared_write
 from hostir.run.steps import Step
 from hostir.run.stream_handlers import STREAM_HANDLERS, make_current
 from hostir.text.printer import print_instruction
@@ -237,6 +240,12 @@ class _ReplayWriter(_Writer):
             self.present.update(results)
             targets = ", ".join(self.variable(name) for name in results)
             return [f"{targets} = F{k}({arguments})"]  # an op of several results unpacks
+        written = declared_write(instruction)
+        if written is not None:
+            write, fields = written
+            self.names[f"F{k}"] = write
+            arguments = ", ".join(operands[name] for name in ("out", *fields))
+            return [f"F{k}({arguments})"]
         if type(instruction) is Wait and step.handler is run_wait:
             request = operands["request"]
             return [f"if {request} is not None:", INDENT + f"{request}.wait()"]

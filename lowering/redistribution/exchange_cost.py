@@ -1,11 +1,11 @@
 """What an AllToAllV step of a plan costs a rank: elements received and temporaries.
 
 Both follow from each rank's part of the exchange, as
-``hostir.analysis.blocks.member_exchange`` computes it at run time, and its rounds
-(``hostir.analysis.blocks.exchange_rounds``): the same pure functions, on the plan's
-concrete shape, maximised over the ranks of the mesh. The temporaries are the
-handler's buffers in its largest round (``hostir.analysis.blocks.call_buffers``), which
-the rounds keep within max(in, out).
+``hostir.analysis.member_exchanges.member_exchange`` computes it at run time, and its rounds
+(``hostir.analysis.exchange_buffers.exchange_rounds``): the same pure functions, on the
+plan's concrete shape, maximised over the ranks of the mesh. The temporaries are the
+handler's buffers in its largest round (``hostir.analysis.exchange_buffers.call_buffers``),
+which the rounds keep within max(in, out).
 """
 
 from __future__ import annotations
@@ -13,16 +13,10 @@ from __future__ import annotations
 import functools
 
 from hostir import AllToAllV, Sharding
-from hostir.analysis.blocks import (
-    ROUNDS_LIMIT,
-    Operand,
-    block_boxes,
-    intersect,
-    most_received,
-    rounds_needed,
-    volume,
-)
+from hostir.analysis.boxes import Operand, block_boxes, intersect, volume
 from hostir.analysis.exchange_bound import buffers_in, busiest_costs, is_bound, member_costs
+from hostir.analysis.exchange_buffers import ROUNDS_LIMIT, rounds_needed
+from hostir.analysis.exchange_profiles import most_received
 from hostir.analysis.exchanges import busiest_received
 from hostir.check.collector import collector_paused
 from hostir.errors import HostIrError
@@ -67,13 +61,14 @@ def exchange_rounds_for(
     exact: bool = True,
 ) -> int | None:
     """The ``rounds`` an AllToAllV from ``before`` to ``after`` needs so that no rank's
-    buffers pass ``allowance`` elements (``hostir.analysis.blocks.rounds_needed``); None for one
-    call (or a symbolic shape). Where the ranks' buffers are bounded rather than listed
+    buffers pass ``allowance`` elements
+    (``hostir.analysis.exchange_buffers.rounds_needed``); None for one call (or a symbolic
+    shape). Where the ranks' buffers are bounded rather than listed
     (``hostir.analysis.exchange_bound``), enough rounds for the bounds: no rank passes
     ``allowance``, perhaps in more rounds than needed. Not ``exact``: no more than it is,
     from one rank's pieces (``busiest_costs``: one call where that rank has too many), or,
-    for a reducing exchange, none (partial sums always arrive in a buffer: at least the
-    most received over the allowance)."""
+    for a reducing exchange, none (partial sums always arrive in a buffer: at least the most
+    received over the allowance)."""
     if not isinstance(allowance, Const):
         return None
     if exact or not reduced:  # every rank's profile, or the busiest rank's (a lower bound)
@@ -93,9 +88,9 @@ def exchange_rounds_for(
 
 
 def exchange_temporaries(plan: Plan, k: int) -> Scalar:
-    """The most elements of packing and receive buffers any rank holds in one round of
-    step ``k`` (``hostir.analysis.blocks.exchange_rounds``; the whole input and output when the
-    exchange cannot be computed: symbolic shapes). On a large mesh, an upper bound
+    """The most elements of packing and receive buffers any rank holds in one round of step
+    ``k`` (``hostir.analysis.exchange_buffers.exchange_rounds``; the whole input and output
+    when the exchange cannot be computed: symbolic shapes). On a large mesh, an upper bound
     (:func:`temporaries_bounded` says when)."""
     step, reduced = plan.steps[k], plan.steps[k].get("op") is not None
     costs = _of_exchange(member_costs, *_exchange_key(plan, k))

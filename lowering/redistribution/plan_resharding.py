@@ -32,8 +32,9 @@ from lowering.errors import ReshardingError
 from lowering.redistribution.distribution import Distribution
 from lowering.redistribution.explain_plan import ExplainedPlan
 from lowering.redistribution.plan import Plan, Step
-from lowering.redistribution.plan_same_mesh import plan_cost, plan_same_mesh
+from lowering.redistribution.plan_same_mesh import plan_same_mesh
 from lowering.redistribution.planner import Planner
+from lowering.redistribution.same_mesh_candidates import plan_cost
 
 __all__ = ["ExplainedPlan", "Plan", "Step", "plan_resharding"]
 

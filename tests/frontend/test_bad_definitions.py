@@ -82,6 +82,7 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "gather": lambda: fd.ops.gather(a, x, 1),
         "take_along_axis": lambda: fd.ops.take_along_axis(a, x, 1),
         "cumsum": lambda: fd.ops.cumsum(a, 0),
+        "argsort": lambda: fd.ops.argsort(a, 1),
         "topk": lambda: fd.ops.topk(a, 2),
         "sdpfa_fwd": lambda: fd.ops.sdpfa_fwd(a, x, x),
         "sdpfa_bwd": lambda: fd.ops.sdpfa_bwd(a, x, x, x, x, x, 0.0, False, x, x, None),

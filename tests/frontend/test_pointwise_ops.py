@@ -36,6 +36,7 @@ UNARY_REFERENCES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu,
     "gelu": torch.nn.functional.gelu,
     "tanh_gelu": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "erf": torch.erf,
 }
 BINARY_REFERENCES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add,

@@ -39,7 +39,9 @@ from hostir import (
     to_dot,
     to_traffic_dot,
 )
-from hostir.analysis.blocks import Operand, block_box, group_pieces, member_exchange, round_buffers
+from hostir.analysis.boxes import Operand, block_box
+from hostir.analysis.exchange_buffers import round_buffers
+from hostir.analysis.member_exchanges import group_pieces, member_exchange
 from hostir.check.verify import verify
 from hostir.errors import HostIrError
 from hostir.run.all_to_all_v import _flat_run

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hostir.comm import torch_communicator
+from hostir.comm import torch_communicator, torch_groups
 from hostir.comm.agreement import BoundExtent, RankFacts, agree
 from hostir.comm.communicator import Communicator, LocalCommunicator
 from hostir.comm.torch_communicator import TorchCommunicator
@@ -272,7 +272,7 @@ def test_prepare_creates_each_group_once(multidevice_test):
         comm.prepare(groups)
         return
     with (
-        mock.patch.object(torch_communicator.GROUPS, "groups", {}),
+        mock.patch.object(torch_groups.GROUPS, "groups", {}),
         mock.patch.object(dist, "new_group", wraps=dist.new_group) as new_group,
     ):
         comm.prepare(groups)
@@ -324,7 +324,7 @@ def test_torch_that_sorts_group_ranks_runs_ascending_teams_and_refuses_others(mu
     pairs = [(r - r % 2, r - r % 2 + 1) for r in range(0, n, 2)]  # ascending teams
     with (
         mock.patch.object(torch_communicator, "KEEPS_TEAM_ORDER", False),
-        mock.patch.object(torch_communicator.GROUPS, "groups", {}),
+        mock.patch.object(torch_groups.GROUPS, "groups", {}),
         mock.patch.object(dist, "new_group", wraps=dist.new_group) as new_group,
     ):
         comm.prepare(pairs)
@@ -346,7 +346,7 @@ def test_torch_that_sorts_group_ranks_runs_ascending_teams_and_refuses_others(mu
 def test_unprepared_group_is_refused(multidevice_test):
     comm = make_communicator(multidevice_test)
     pair = (0, 3) if comm.rank in (0, 3) else (1, 2)
-    with mock.patch.object(torch_communicator.GROUPS, "groups", {}):
+    with mock.patch.object(torch_groups.GROUPS, "groups", {}):
         with pytest.raises(
             CommunicationError, match=r"group \(\d, \d\): the group was not prepared"
         ):

@@ -77,7 +77,7 @@ from hostir import (
 from hostir.errors import JsonFormatError
 from hostir.ir.attention import EmbeddingFwd, GroupedMm, PhiloxResult, SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.creation import Distribution, Full, Iota, Random
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
+from hostir.ir.indexing import Argsort, Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
 from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.text import json_format
 from hostir.text.round_trip import check_round_trip
@@ -186,6 +186,7 @@ def every_instruction() -> tuple:
         Slice(out=y, src=x, dim=1, start=c(1), stop=Symbol(name="n")),
         Pad(out=y, src=x, dim=0, left=c(0), right=i, value=Const(value=-0.5), preallocated=True),
         Cat(out=y, lhs=x, rhs=w, dim=1),
+        Argsort(out=w, src=x, dim=0, descending=True, stable=True),  # a class declare_op made
     )
 
 
@@ -253,6 +254,14 @@ def creation_indexing() -> FusionDefinition:
         fd.add_output(fd.ops.gather(fd.ops.cumsum(x, 0), index, 1))
         fd.add_output(fd.ops.take_along_axis(fd.ops.normal(0.0, 1.0, [4, 6]), index, 1))
         fd.add_output(fd.ops.topk(noise, 2)[1])
+    return fd
+
+
+def walkthrough_ops() -> FusionDefinition:
+    """The ops docs/extending.md's "Adding an op" adds: erf and argsort."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 6))
+        fd.add_output(fd.ops.argsort(fd.ops.erf(x), 1, descending=True))
     return fd
 
 
@@ -396,6 +405,7 @@ FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
     "mesh_2d_all_to_all": mesh_2d_all_to_all,
     "mesh_2x4_all_to_all_v": mesh_2x4_all_to_all_v,
     "creation_indexing": creation_indexing,
+    "walkthrough_ops": walkthrough_ops,
 }
 
 

@@ -14,6 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
+import hostir.run.replay as replay_module
 from frontend import DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import EvaluationError, HostIrEvaluator, parse
 from hostir.ir.instructions import keyword
@@ -157,11 +158,25 @@ def _loops_program():
     return parse(LOOPS)
 
 
+def _fail(*args):
+    raise RuntimeError("boom")
+
+
+def _failing_write(failing, written=replay_module.declared_write):
+    """The replay's ``declared_write``, with ``failing``'s write raising."""
+
+    def write_of(instruction):
+        return (_fail, instruction.INS) if instruction is failing else written(instruction)
+
+    return write_of
+
+
 def test_a_failing_handler_in_a_replay_raises_what_the_interpreter_raises(monkeypatch):
-    """The handler of the preallocated ``add`` inside two loops fails on the second run
-    (a replay): the interpreter's error, with the note naming its line. (The suite's
-    checks are off, as a user runs: the compiled check's twin of the first run replays,
-    so the replay would be made before the handler is replaced.)"""
+    """The handler of the preallocated ``add`` inside two loops fails on the second run,
+    and so does its write, which a replay calls directly: the interpreter's error, with
+    the note naming its line. (The suite's checks are off, as a user runs: the compiled
+    check's twin of the first run replays, so the replay would be made before the handler
+    is replaced.)"""
     monkeypatch.setenv("HOSTIR_CHECK_COMPILED", "0")
     monkeypatch.setenv("HOSTIR_CHECK_RACES", "0")  # the race checker listens: interpreted
     program = _loops_program()
@@ -172,10 +187,8 @@ def test_a_failing_handler_in_a_replay_raises_what_the_interpreter_raises(monkey
         evaluator.run(inputs)  # the signature's first run: fine
         (add,) = [i for i in walk_instructions(program.body) if keyword(i) == "add"]
 
-        def fail(context, instruction, operands):
-            raise RuntimeError("boom")
-
-        evaluator.step(add).handler = fail
+        evaluator.step(add).handler = _fail
+        monkeypatch.setattr(replay_module, "declared_write", _failing_write(add))
         with pytest.raises(EvaluationError) as caught:
             evaluator.run(inputs)
         raised.append((str(caught.value), list(getattr(caught.value, "__notes__", []))))

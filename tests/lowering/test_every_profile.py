@@ -1,10 +1,10 @@
 """Where every member of an exchange is its own class (replicas take turns), the planner
 gets every member's profile from the receiving side alone
-(``hostir.analysis.blocks._every_profile``): each member's sends are the pieces the others
-receive from it. That must be, member by member and in order, the profile of what the
-member's own ``member_exchange`` computes: checked here on every member of every exchange
-between the sweep's distributions, over every team (in every order) of a 2-d mesh's axes
-and, on a 3-d mesh, the whole mesh in three orders (the distributions:
+(``hostir.analysis.exchange_profiles._every_profile``): each member's sends are the pieces
+the others receive from it. That must be, member by member and in order, the profile of what
+the member's own ``member_exchange`` computes: checked here on every member of every
+exchange between the sweep's distributions, over every team (in every order) of a 2-d mesh's
+axes and, on a 3-d mesh, the whole mesh in three orders (the distributions:
 ``tests.lowering.test_exchange_profiles.exchange_cases``)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import math
 import pytest
 
 from hostir import Mesh
-from hostir.analysis.blocks import _every_profile, _roles, member_exchange, profile
+from hostir.analysis.exchange_profiles import _every_profile, profile
+from hostir.analysis.member_exchanges import _roles, member_exchange
 from hostir.errors import HostIrError
 from hostir.ir.team import Team
 from tests.lowering.test_exchange_profiles import exchange_cases

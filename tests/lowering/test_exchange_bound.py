@@ -16,15 +16,11 @@ import pytest
 
 from hostir import AllToAllV, Mesh
 from hostir.analysis import exchange_bound
-from hostir.analysis.blocks import (
-    Operand,
-    cut,
-    member_exchange,
-    profile,
-    round_buffers,
-    volume,
-)
+from hostir.analysis.boxes import Operand, volume
 from hostir.analysis.exchange_bound import bound_buffers, buffer_bounds, member_bound
+from hostir.analysis.exchange_buffers import cut, round_buffers
+from hostir.analysis.exchange_profiles import profile
+from hostir.analysis.member_exchanges import member_exchange
 from hostir.errors import HostIrError
 from lowering.redistribution import exchange_cost
 from lowering.redistribution.distribution import parse_notation

@@ -1,10 +1,11 @@
 """The planner costs an AllToAllV from one rank per class of ranks with equal profiles
-(``hostir.analysis.blocks.member_profiles``) and takes the most received from block boxes alone
-(``hostir.analysis.blocks.most_received``), and bounds an exchange's rounds from below by the
-busiest rank's profile (``hostir.analysis.blocks.busiest_member_profile``): its profile must be
-that rank's, and the most received its. All must match what every rank's own exchange says:
-checked here on every rank of every exchange between the sweep's distributions, over
-every team of mesh axes, with nesting orders other than the mesh's among them."""
+(``hostir.analysis.exchange_profiles.member_profiles``) and takes the most received from
+block boxes alone (``hostir.analysis.exchange_profiles.most_received``), and bounds an
+exchange's rounds from below by the busiest rank's profile
+(``hostir.analysis.exchange_profiles.busiest_member_profile``): its profile must be that
+rank's, and the most received its. All must match what every rank's own exchange says:
+checked here on every rank of every exchange between the sweep's distributions, over every
+team of mesh axes, with nesting orders other than the mesh's among them."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ import math
 import pytest
 
 from hostir import Mesh
-from hostir.analysis.blocks import (
-    Operand,
+from hostir.analysis.boxes import Operand, volume
+from hostir.analysis.exchange_profiles import (
     busiest_member_profile,
-    member_exchange,
     member_profiles,
     most_received,
     profile,
-    volume,
 )
+from hostir.analysis.member_exchanges import member_exchange
 from hostir.errors import HostIrError
 from hostir.ir.team import Team
 from lowering.redistribution.distribution import parse_notation

@@ -95,7 +95,17 @@ def _shapes(events: list, name: str) -> list:
     """The shapes of the tensor operands of every ``name`` event, in order (two for mm,
     one for the others; an ``out=`` buffer, when the op writes into one, comes after)."""
     operands = 2 if name == "aten::mm" else 1
-    return [[list(s) for s in e.input_shapes[:operands]] for e in events if e.name == name]
+    return [[list(s) for s in e.input_shapes[:operands]] for e in events if _is(e, name)]
+
+
+def _is(event, name: str) -> bool:
+    """Whether ``event`` is a run of torch op ``name``: a relu written into a stream chunk
+    in place is torch's ``clamp_min(x, 0, out=)`` (hostir.run.pointwise; torch's relu
+    calls that clamp_min, which is then not another run)."""
+    if event.name == name:
+        return True
+    parent = event.cpu_parent.name if event.cpu_parent is not None else None
+    return name == "aten::relu" and event.name == "aten::clamp_min" and parent != name
 
 
 def _check(chain: str, placement: str, d: int | None, rank: int, device) -> None:

@@ -1,0 +1,176 @@
+"""Block layouts as boxes of the global tensor.
+
+A value is laid out in *blocks* when every sharded dim lists its mesh axes
+first (outer first) and then its local extent (``{0: [y, x, 4]}``); a dim
+without a mesh axis is whole. A rank's block is then a box of the global
+tensor: per dim, ``offset = (linear index of the rank's coordinates over the
+dim's mesh axes, outer first) * local extent`` and ``extent = local extent``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hostir.errors import EvaluationError
+from hostir.ir.mesh import Mesh, MeshAxis
+from hostir.ir.scalars import Const
+from hostir.ir.sharding import Sharding, print_sharding_dims
+
+Box = tuple[tuple[int, int], ...]
+"""Per dim ``(offset, extent)`` of a region of the global tensor."""
+
+
+def block_box(sharding: Sharding, shape: Sequence[int], rank: int, *, name: str = "value") -> Box:
+    """The box of the global tensor (of extents ``shape``) that ``rank`` holds.
+
+    Raises :class:`EvaluationError` naming ``name`` when the layout is not in
+    blocks (a cyclic ``[4, x]``), a dim does not divide evenly, or ``rank`` is
+    not on the sharding's mesh.
+    """
+    mesh = sharding.mesh
+    coords = mesh.coordinates(rank)
+    if coords is None:
+        raise EvaluationError(f"{name}: rank {rank} is not on its mesh {mesh}")
+    return _box(_layout(Operand(name, sharding, tuple(shape)), mesh), coords)
+
+
+def block_boxes(sharding: Sharding, shape: Sequence[int], *, name: str = "value") -> list[Box]:
+    """Every rank's :func:`block_box`, in the order of the mesh's devices (the layout
+    checked and cut once, not once per rank); raises what :func:`block_box` raises."""
+    mesh = sharding.mesh
+    return list(_boxes(_layout(Operand(name, sharding, tuple(shape)), mesh), mesh.shape))
+
+
+def _block_axes(sharding: Sharding, dim: int, name: str) -> tuple[MeshAxis, ...]:
+    """The mesh axes of ``dim`` after checking they all come before its local parts."""
+    seen_local = False
+    for part in sharding.dims[dim]:
+        if part.axis is None:
+            # A local part of extent 1 places nothing; any other one ends the mesh digits.
+            seen_local |= part.extent != Const(value=1)
+        elif seen_local:
+            raise EvaluationError(
+                f"{name}: dim {dim} is not laid out in blocks (its parts"
+                f" {print_sharding_dims(sharding)} place mesh axis {part.axis.value} inside"
+                " a local extent, a cyclic layout); AllToAllV needs mesh axes first, then"
+                " one local extent"
+            )
+    return sharding.mesh_axes_of(dim)
+
+
+def intersect(a: Box, b: Box) -> Box | None:
+    """The common box of ``a`` and ``b``, or None if they do not overlap."""
+    common = []
+    for (a_offset, a_extent), (b_offset, b_extent) in zip(a, b, strict=True):
+        start = max(a_offset, b_offset)
+        stop = min(a_offset + a_extent, b_offset + b_extent)
+        if stop <= start:
+            return None
+        common.append((start, stop - start))
+    return tuple(common)
+
+
+def volume(box: Box) -> int:
+    """The number of elements in ``box``."""
+    return math.prod(extent for _, extent in box)
+
+
+def relative(box: Box, origin: Box) -> tuple[slice, ...]:
+    """Slices selecting ``box`` inside a tensor holding the box ``origin``."""
+    return tuple(
+        slice(offset - start, offset - start + extent)
+        for (offset, extent), (start, _) in zip(box, origin, strict=True)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """What the pattern needs of ``src`` or ``out``: its name (for messages), sharding
+    and concrete global shape."""
+
+    name: str
+    sharding: Sharding
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _DimBlocks:
+    """How one dim is cut into blocks: its mesh dims (outer first), their sizes, and the
+    local extent of a block."""
+
+    dims: tuple[int, ...]
+    sizes: tuple[int, ...]
+    local: int
+
+    def index(self, coords: Sequence[int]) -> int:
+        """The block index of a member with mesh coordinates ``coords``."""
+        index = 0
+        for m, size in zip(self.dims, self.sizes, strict=True):
+            index = index * size + coords[m]
+        return index
+
+    def overlapping(
+        self, interval: tuple[int, int]
+    ) -> list[tuple[tuple[int, ...], tuple[int, int]]]:
+        """(coordinates on ``dims``, common interval) of each block overlapping ``interval``."""
+        start, extent = interval
+        found = []
+        for index in range(start // self.local, (start + extent - 1) // self.local + 1):
+            low = max(start, index * self.local)
+            high = min(start + extent, (index + 1) * self.local)
+            digits, rest = [], index
+            for size in reversed(self.sizes):
+                digits.append(rest % size)
+                rest //= size
+            found.append((tuple(reversed(digits)), (low, high - low)))
+        return found
+
+
+def _box(layout: tuple[_DimBlocks, ...], coords: Sequence[int]) -> Box:
+    return tuple((blocks.index(coords) * blocks.local, blocks.local) for blocks in layout)
+
+
+@lru_cache(maxsize=256)
+def _boxes(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> tuple[Box, ...]:
+    """Every member's :func:`_box` on a mesh of ``shape``, in device order; cached: the
+    planner walks a mesh's blocks several times per exchange."""
+    return tuple(_box(layout, coords) for coords in itertools.product(*map(range, shape)))
+
+
+@lru_cache(maxsize=32)
+def _members(mesh: Mesh) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(rank, coordinates) of every device of ``mesh``, in device order (row-major
+    coordinates, as :attr:`Mesh.devices` lists them); cached as :func:`_boxes` is."""
+    return tuple(zip(mesh.devices, itertools.product(*map(range, mesh.shape)), strict=True))
+
+
+@lru_cache(maxsize=256)
+def _layout(operand: Operand, mesh) -> tuple[_DimBlocks, ...]:
+    """Per dim, its blocks (checked: a block layout that divides evenly)."""
+    sharding, shape, name = operand.sharding, operand.shape, operand.name
+    if len(shape) != len(sharding.dims):
+        raise EvaluationError(
+            f"{name}: its sharding has {len(sharding.dims)} dims, its shape {len(shape)}"
+        )
+    layout = []
+    for dim, extent in enumerate(shape):
+        axes = _block_axes(sharding, dim, name)
+        sizes = tuple(mesh.axis_size(a) for a in axes)
+        parts_count = math.prod(sizes)
+        if extent % parts_count:
+            raise EvaluationError(
+                f"{name}: dim {dim} of extent {extent} does not split into {parts_count} blocks"
+                f" over mesh axes ({', '.join(a.value for a in axes)})"
+            )
+        dims = tuple(a.dim(mesh.ndim) for a in axes)
+        layout.append(_DimBlocks(dims, sizes, extent // parts_count))
+    return tuple(layout)
+
+
+def print_box(box: Box) -> str:
+    """``[0:4, 2:4]``: the box as Python slices of the global tensor."""
+    return "[" + ", ".join(f"{o}:{o + e}" for o, e in box) + "]"

@@ -1,0 +1,248 @@
+"""Members' profiles: what an AllToAllV member's buffers depend on, for the planner.
+
+A :func:`profile` is a member's exchange (:mod:`hostir.analysis.member_exchanges`) with
+the blocks at the origin and the members reduced to "itself" or "another"; members with
+equal profiles hold equal buffers in every number of rounds. :func:`member_profiles`
+lists the distinct ones of an exchange, :func:`busiest_member_profile` the one of the
+member that receives the most (:func:`most_received`), without listing every member's
+pieces where the mesh is large.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from hostir.analysis.boxes import (
+    Box,
+    Operand,
+    _box,
+    _boxes,
+    _DimBlocks,
+    _members,
+    intersect,
+    volume,
+)
+from hostir.analysis.member_exchanges import (
+    Exchange,
+    Piece,
+    _check_coverage,
+    _linear,
+    _Roles,
+    _roles,
+    _sources,
+    member_exchange,
+)
+from hostir.ir.team import Team
+
+
+def profile(exchange: Exchange) -> Exchange:
+    """``exchange`` with what its buffers do not depend on taken out: blocks at the
+    origin, pieces relative to them, members reduced to "itself" (0) or "another" (1).
+    Members with equal profiles hold equal buffers in every number of rounds, so the
+    planner costs each profile once (on a regular mesh, few)."""
+    sends = tuple(_relative_piece(p, exchange.member, exchange.src_box) for p in exchange.sends)
+    receives = tuple(
+        _relative_piece(p, exchange.member, exchange.out_box) for p in exchange.receives
+    )
+    origin_src = tuple((0, e) for _, e in exchange.src_box)
+    origin_out = tuple((0, e) for _, e in exchange.out_box)
+    return Exchange(0, 0, origin_src, origin_out, sends, receives, exchange.communicates)
+
+
+def member_profiles(
+    src: Operand, out: Operand, team: Team, reduced: bool, limit: int | None = None
+) -> tuple[Exchange, ...] | None:
+    """The distinct :func:`profile`s of the members of every group, in the order of the
+    first member (by rank) that has each. Where few classes of members have equal
+    profiles (:func:`_profile_key`, which costs no more than the member's coordinates),
+    one member per class is computed, so the work is linear in the mesh plus the pieces
+    of a few members; where every member is its own class, every member's part comes
+    from :func:`_every_profile`, linear in the pieces of the whole mesh. None where that
+    would list more than ``limit`` received pieces (counted from block geometry first:
+    :func:`_received_count`). Raises what :func:`member_exchange` raises."""
+    roles = _roles(src, out, team, reduced)
+    mesh = team.mesh
+    placed = {m for blocks in (*roles.src_layout, *roles.out_layout) for m in blocks.dims}
+    # Where replicas take turns, which receivers a member serves depends on all of its
+    # team coordinates; where an axis outside the team places blocks, so does the group
+    # it is in: every member is then its own class.
+    by_coordinates = roles.free_count > 1 or any(
+        mesh.shape[m] > 1 and m in placed for m in roles.outside
+    )
+    out_boxes = _boxes(roles.out_layout, mesh.shape)
+    if by_coordinates:
+        if limit is not None and sum(_received_count(roles, b) for b in out_boxes) > limit:
+            return None
+        if roles.uncoverable:  # what the first member whose group lacks a source raises
+            for rank in dict.fromkeys(min(team.group_of(r)) for r in mesh.devices):
+                _check_coverage(src, out, team, rank, roles)
+        return tuple(dict.fromkeys(_every_profile(roles, team)))
+    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
+    swept = sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
+    first = {}  # one member per class, the first by rank: (rank, its out box)
+    for (rank, coords), src_box, out_box in zip(
+        _members(mesh), _boxes(roles.src_layout, mesh.shape), out_boxes, strict=True
+    ):
+        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), (rank, out_box))
+    if limit is not None and sum(_received_count(roles, b) for _, b in first.values()) > limit:
+        return None
+    found = (profile(member_exchange(src, out, team, r, reduced)) for r, _ in first.values())
+    return tuple(dict.fromkeys(found))
+
+
+def _received_count(roles: _Roles, out_box: Box) -> int:
+    """How many pieces the member whose out block is ``out_box`` receives
+    (:func:`_sources`; where its group lacks a source, at least that many, and listing
+    raises): per dim the src blocks its out interval overlaps, times the reduced copies;
+    from geometry alone."""
+    count = roles.reduced_count
+    for blocks, (start, extent) in zip(roles.src_layout, out_box, strict=True):
+        count *= (start + extent - 1) // blocks.local - start // blocks.local + 1
+    return count
+
+
+def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
+    """Every member's :func:`profile` (that of its :func:`member_exchange`), in the mesh's
+    device order, from the receiving side alone: each member's receives
+    (:func:`_sources`) are linear in its own pieces, and its sends are the pieces the
+    others receive from it, so the work is linear in the pieces of the whole mesh.
+    :func:`~hostir.analysis.member_exchanges._sends` instead tries every member whose out
+    block overlaps the sender's src block and keeps those it serves: as many tries per
+    member as there are replicas times its pieces. The two sides agree piece by piece
+    (every member applies the rule of :func:`member_exchange`), and a member sends at most
+    one piece to each destination (the pieces a destination receives come from distinct
+    cells, so from distinct members), so sorting by destination gives the same order;
+    ``tests/lowering/test_exchange_profiles.py`` checks the result against
+    :func:`member_exchange` on every member of every exchange between the sweep's
+    distributions. The pieces are made relative as :func:`profile` makes them, without
+    the absolute exchange in between."""
+    mesh, shape = team.mesh, team.mesh.shape
+    everyone = [coords for _, coords in _members(mesh)]
+    member_of = {coords: _linear(coords, roles.team, shape) for coords in everyone}
+    src_of = dict(zip(everyone, _boxes(roles.src_layout, shape), strict=True))
+    # (destination or source member, relative piece) per member, to sort by member
+    sends: dict[tuple[int, ...], list[tuple[int, Piece]]] = {c: [] for c in everyone}
+    receives = {}
+    for coords, out_box in zip(everyone, _boxes(roles.out_layout, shape), strict=True):
+        member = member_of[coords]
+        got = []
+        for holder, box in _sources(roles, shape, coords, out_box):
+            source = member_of[holder]
+            other = int(source != member)
+            got.append((source, Piece(other, 0, _shifted(box, out_box))))
+            sends[holder].append((member, Piece(0, other, _shifted(box, src_of[holder]))))
+        receives[coords] = got
+    origin_src = tuple((0, e) for _, e in src_of[everyone[0]])
+    origin_out = tuple((0, e) for _, e in _box(roles.out_layout, everyone[0]))
+
+    def in_order(pieces: list[tuple[int, Piece]]) -> tuple[Piece, ...]:
+        return tuple(p for _, p in sorted(pieces, key=lambda mp: mp[0]))
+
+    return [
+        Exchange(
+            0,
+            0,
+            origin_src,
+            origin_out,
+            in_order(sends[coords]),
+            in_order(receives[coords]),
+            roles.communicates,
+        )
+        for coords in everyone
+    ]
+
+
+def _shifted(box: Box, block: Box) -> Box:
+    """``box`` relative to ``block``'s origin."""
+    return tuple((o - b, e) for (o, e), (b, _) in zip(box, block, strict=True))
+
+
+def busiest_member_profile(
+    src: Operand, out: Operand, team: Team, reduced: bool, limit: int | None = None
+) -> tuple[Exchange, ...]:
+    """The :func:`profile` of one member alone, the one that receives the most
+    (:func:`most_received`'s measure): the rounds it needs
+    (:func:`~hostir.analysis.exchange_buffers.rounds_needed`) are no more than all members
+    need, a lower bound the planner gets from one member's pieces.
+    None at all where it receives more than ``limit`` pieces (:func:`_received_count`)."""
+    busiest = _busiest(src, out, team, reduced)[1]
+    if limit is not None:
+        roles = _roles(src, out, team, reduced)
+        if _received_count(roles, _box(roles.out_layout, team.mesh.coordinates(busiest))) > limit:
+            return ()
+    return (profile(member_exchange(src, out, team, busiest, reduced)),)
+
+
+def most_received(src: Operand, out: Operand, team: Team, reduced: bool) -> int:
+    """The most elements a member receives from others: its out block once per reduced
+    coordinate (the sources tile it so), less the piece it keeps (its own ``src`` block
+    within its ``out`` block), at most over members; linear in the mesh, no pieces.
+    Raises what :func:`member_exchange` raises for the first member."""
+    roles = _roles(src, out, team, reduced)  # what member_exchange raises, without its pieces
+    if roles.uncoverable:
+        _check_coverage(src, out, team, _members(team.mesh)[0][0], roles)
+    return _busiest(src, out, team, reduced)[0]
+
+
+@lru_cache(maxsize=256)
+def _busiest(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[int, int]:
+    """(the most elements a member receives from others, the first such member); cached:
+    the planner asks for both."""
+    roles = _roles(src, out, team, reduced)
+    mesh = team.mesh
+    copies = math.prod(mesh.shape[m] for m in roles.reduced)
+    most = (0, _members(mesh)[0][0])
+    for (rank, _), src_box, out_box in zip(
+        _members(mesh),
+        _boxes(roles.src_layout, mesh.shape),
+        _boxes(roles.out_layout, mesh.shape),
+        strict=True,
+    ):
+        kept = intersect(src_box, out_box)
+        received = copies * volume(out_box) - (volume(kept) if kept else 0)
+        most = (received, rank) if received > most[0] else most
+    return most
+
+
+def _profile_key(
+    roles: _Roles, coords: tuple[int, ...], src_box: Box, out_box: Box, swept: list[int]
+) -> tuple:
+    """What a member's profile depends on (members with equal keys have equal profiles;
+    ``tests/lowering/test_exchange_profiles.py`` checks it on every member of every
+    exchange between the sweep's distributions).
+    A profile is relative, so it holds of the member only the geometry of the blocks
+    overlapping its two blocks (per dim, each block's offset modulo the other layout's
+    block, and where the carries fall among the overlapping blocks' mesh digits, which
+    orders the pieces by member) and, when the member keeps a piece of its own, where
+    that piece lies in that order (its offset against the out block, and the member's
+    coordinates on the ``swept`` axes: the reduced ones and those its sends run over).
+    ``src_box``, ``out_box``: its blocks."""
+    geometry = tuple(
+        (_within(o_off, theirs.local, mine), _within(s_off, mine.local, theirs))
+        for mine, theirs, (s_off, _), (o_off, _) in zip(
+            roles.src_layout, roles.out_layout, src_box, out_box, strict=True
+        )
+    )
+    if intersect(src_box, out_box) is None:
+        return geometry, None
+    offsets = tuple(s - o for (s, _), (o, _) in zip(src_box, out_box, strict=True))
+    return geometry, offsets, tuple(coords[m] for m in swept)
+
+
+def _within(offset: int, extent: int, blocks: _DimBlocks) -> tuple[int, ...]:
+    """Where the interval ``[offset, offset + extent)`` of one dim lies among ``blocks``:
+    its offset modulo their local extent and the carry into their mesh digits (which
+    orders the pieces by member), or nothing where it lies within one block (one piece,
+    the whole interval, from one block whatever its offset: a member's pieces in that dim
+    are alike wherever its block lies)."""
+    start = offset % blocks.local
+    if start + extent <= blocks.local:
+        return ()
+    return start, (offset // blocks.local) % math.prod(blocks.sizes[1:])
+
+
+def _relative_piece(piece: Piece, member: int, block: Box) -> Piece:
+    return Piece(
+        int(piece.source != member), int(piece.destination != member), _shifted(piece.box, block)
+    )
