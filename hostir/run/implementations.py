@@ -210,7 +210,7 @@ def _copy_into(call: TorchCall) -> WriteCall:
 
 def _named(handler: Handler, prepare: Callable) -> Handler:
     """``handler`` under its implementation's module and name: the CUDA-graph check asks
-    where a handler comes from (``hostir.run.cuda_graphs``)."""
+    where a handler comes from (``hostir.run.cuda_graph_checks``)."""
     handler.__module__ = prepare.__module__
     handler.__qualname__ = handler.__name__ = f"{prepare.__name__}_handler"
     return handler
