@@ -2,143 +2,33 @@
 ``embedding_fwd``, with nvFuser's signatures, shapes and dtypes (``csrc/ops/composite.cpp``,
 ``csrc/ops/arith.cpp``, ``python/python_direct/ops.cpp`` of NVIDIA/Fuser).
 
-Each result of a multi-result op is its own expression naming the result it takes (a
-projection, ``hostir.ir.attention``); lowering drops a projection no output depends on
-(``lowering.snapshot``). ``grouped_mm``, ``embedding_fwd`` and the philox projections
-(``sdpfa_philox``) are recorded from their declarations (``hostir.ir.attention``,
-``frontend.recording``; :class:`SdpaPhiloxExpr` is no longer made). Everything the ops
-refuse, they refuse when the fusion is defined: ranks, extents, dtypes, dropout, and scalars
-that are not constants (the rules on operands in ``hostir.ir.attention``, which the verifier
-applies too; argument forms here). docs/ops.md ("Attention and MoE ops") says how each op
-shards.
+Each is recorded from its declaration (``hostir.ir.attention``, ``frontend.recording``):
+``sdpfa_fwd``'s output and logsumexp are one expression (one instruction), its philox
+seed and offset two ``sdpfa_philox`` ones; ``sdpfa_bwd``'s three gradients are one
+expression. Everything the ops refuse, they refuse when the fusion is defined: ranks,
+extents, dtypes (the declarations' rules, which the verifier applies too), dropout, and
+scalars that are not constants (argument forms, here). docs/ops.md ("Attention and MoE
+ops") says how each op shards.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from frontend.errors import OperandError
-from frontend.exprs import Expr, Operand, ScalarVal
-from frontend.iter_domain import IterDomain
-from frontend.recording import placeholder, record
+from frontend.exprs import ScalarVal
+from frontend.recording import record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const
 from hostir.ir.attention import (
     EMBEDDING_FWD,
     GROUPED_MM,
+    SDPA_BWD,
+    SDPA_FWD,
     SDPA_PHILOX,
     PhiloxResult,
-    SdpaBwdResult,
-    SdpaFwdResult,
-    attention_operands_problem,
-    qkv_problem,
 )
-from hostir.ir.scalars import print_scalar
-
-AxisPairs = list[tuple[IterDomain, IterDomain]]
-
-# ----- expressions -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Dropout:
-    """An attention's dropout: the probability ``p`` (a constant in (0, 1)) and the philox
-    seed and offset tensors (Int, 0 dims) that choose the mask."""
-
-    p: float
-    seed: TensorView
-    offset: TensorView
-
-
-def _dropout_inputs(dropout: Dropout | None) -> list[Operand]:
-    return [] if dropout is None else [dropout.seed, dropout.offset]
-
-
-def _dropout_attribute(dropout: Dropout | None) -> str:
-    return "" if dropout is None else f", dropout_p={dropout.p}"
-
-
-@dataclass(eq=False)
-class SdpaFwdExpr(Expr):
-    """One result (``result``) of ``sdpfa_fwd``: the attention output or its logsumexp."""
-
-    query: TensorView
-    key: TensorView
-    value: TensorView
-    result: SdpaFwdResult
-    is_causal: bool
-    scale: float | None
-    dropout: Dropout | None = None
-
-    def inputs(self) -> list[Operand]:
-        return [self.query, self.key, self.value, *_dropout_inputs(self.dropout)]
-
-    def keyword(self) -> str:
-        return "sdpfa_fwd"
-
-    def attributes(self) -> str:
-        return (
-            f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
-            + _dropout_attribute(self.dropout)
-        )
-
-
-@dataclass(eq=False)
-class SdpaPhiloxExpr(Expr):
-    """``sdpfa_fwd``'s philox seed or offset. ``query`` is kept for its mesh only: the
-    result reads no data (with ``dropout`` the seed is drawn at run time, else 0)."""
-
-    query: TensorView
-    result: PhiloxResult
-    dropout: bool = False
-
-    def inputs(self) -> list[Operand]:
-        return [self.query]
-
-    def keyword(self) -> str:
-        return "sdpfa_philox"
-
-    def attributes(self) -> str:
-        return f", result={self.result.value}, dropout={self.dropout}"
-
-
-@dataclass(eq=False)
-class SdpaBwdExpr(Expr):
-    """One gradient (``result``) of ``sdpfa_bwd``."""
-
-    grad_output: TensorView
-    query: TensorView
-    key: TensorView
-    value: TensorView
-    attention: TensorView
-    logsumexp: TensorView
-    result: SdpaBwdResult
-    is_causal: bool
-    scale: float | None
-    dropout: Dropout | None = None
-
-    def inputs(self) -> list[Operand]:
-        return [
-            self.grad_output,
-            self.query,
-            self.key,
-            self.value,
-            self.attention,
-            self.logsumexp,
-            *_dropout_inputs(self.dropout),
-        ]
-
-    def keyword(self) -> str:
-        return "sdpfa_bwd"
-
-    def attributes(self) -> str:
-        return (
-            f", result={self.result.value}, is_causal={self.is_causal}, scale={self.scale}"
-            + _dropout_attribute(self.dropout)
-        )
-
 
 # ----- argument checks -------------------------------------------------------------------
 
@@ -177,45 +67,17 @@ def _dropout_p(op: str, dropout_p: Any) -> float | None:
     return float(p)
 
 
-def _flags(op: str, is_causal: Any, scale: Any) -> tuple[bool, float | None]:
-    """``is_causal`` and ``scale`` as constants."""
+def _flag_fields(op: str, is_causal: Any, scale: Any) -> dict[str, Any]:
+    """``is_causal`` and ``scale`` as constants: the declaration's attribute fields."""
     causal = False if is_causal is None else _constant(op, "is_causal", is_causal, (bool,))
     scale_value = None if scale is None else float(_constant(op, "scale", scale, (float, int)))
-    return causal, scale_value
+    return {"is_causal": causal, "scale": None if scale_value is None else Const(value=scale_value)}
 
 
-def _extent(axis: IterDomain) -> str:
-    return print_scalar(axis.extent)
-
-
-def _same_extent(op: str, a: TensorView, a_dim: int, b: TensorView, b_dim: int) -> None:
-    """Refuses two constant extents that differ (symbolic ones are checked when bound)."""
-    ea, eb = a.shape_domain()[a_dim].extent, b.shape_domain()[b_dim].extent
-    if isinstance(ea, Const) and isinstance(eb, Const) and ea != eb:
-        raise OperandError(
-            f"{op}: {a.name} dim {a_dim} has extent {print_scalar(ea)} but {b.name} dim"
-            f" {b_dim} has extent {print_scalar(eb)}; they must be equal"
-        )
-
-
-def _attention_tensors(op: str, named: dict[str, TensorView]) -> None:
-    """One dtype (Half, BFloat16 or Float) and one rank (4 or more) for all of ``named``
-    (``hostir.ir.attention``'s rule)."""
-    problem = attention_operands_problem(op, {r: placeholder(tv) for r, tv in named.items()})
-    if problem is not None:
-        raise OperandError(problem)
-
-
-def _check_qkv(op: str, query: TensorView, key: TensorView, value: TensorView) -> None:
-    """Query ``[*N, H, L, E]``, key ``[*N, H, S, E]``, value ``[*N, H, S, E]``
-    (``hostir.ir.attention``'s rule)."""
-    problem = qkv_problem(op, placeholder(query), placeholder(key), placeholder(value))
-    if problem is not None:
-        raise OperandError(problem)
-
-
-def _fresh(axis: IterDomain) -> IterDomain:
-    return IterDomain(axis.extent, axis.iter_type)
+def _dropout_fields(p: float, seed: TensorView, offset: TensorView) -> dict[str, Any]:
+    """A dropout's fields: its probability (a constant in (0, 1)) and the philox seed and
+    offset tensors (Int, 0 dims) that choose the mask."""
+    return {"dropout_p": Const(value=p), "philox_seed": seed, "philox_offset": offset}
 
 
 def _rank(tv: TensorView) -> int:
@@ -223,55 +85,7 @@ def _rank(tv: TensorView) -> int:
     return len(tv.shape_domain())
 
 
-def _add_pairs(axis_map: dict[TensorView, AxisPairs], tv: TensorView, pairs: AxisPairs) -> None:
-    """Adds ``pairs`` to ``tv``'s (a tensor passed as two operands maps through both)."""
-    axis_map.setdefault(tv, []).extend(pairs)
-
-
 # ----- sdpfa_fwd / sdpfa_bwd -------------------------------------------------------------
-
-
-def _fwd_result(
-    ops: Any,
-    q: TensorView,
-    k: TensorView,
-    v: TensorView,
-    result: SdpaFwdResult,
-    flags: tuple,
-    dropout: Dropout | None = None,
-) -> TensorView:
-    """The tensor of one ``sdpfa_fwd`` result: batch and head axes map to all of q, k, v,
-    L to the query's, Ev (the output) to the value's. ``dropout`` (the output's only)
-    adds the philox tensors, 0-d, as inputs."""
-    qd, kd, vd = q.shape_domain(), k.shape_domain(), v.shape_domain()
-    batch = _rank(q) - 2
-    axes = [_fresh(axis) for axis in qd[: batch + 1]]  # *N, H and L
-    axis_map: dict[TensorView, AxisPairs] = {}
-    _add_pairs(axis_map, q, list(zip(axes, qd[: batch + 1], strict=True)))
-    _add_pairs(axis_map, k, list(zip(axes[:batch], kd[:batch], strict=True)))
-    _add_pairs(axis_map, v, list(zip(axes[:batch], vd[:batch], strict=True)))
-    dtype = DataType.Float
-    if result is SdpaFwdResult.OUTPUT:
-        axes.append(_fresh(vd[-1]))
-        _add_pairs(axis_map, v, [(axes[-1], vd[-1])])
-        dtype = q.dtype
-    for tensor in _dropout_inputs(dropout):
-        _add_pairs(axis_map, tensor, [])
-    out = ops._fusion.new_tensor(dtype, axes)
-    causal, scale = flags
-    expr = SdpaFwdExpr(
-        out,
-        axis_map=axis_map,
-        query=q,
-        key=k,
-        value=v,
-        result=result,
-        is_causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    ops._fusion.add_expr(expr)
-    return out
 
 
 def _philox(ops: Any, query: TensorView, result: PhiloxResult, dropout: bool) -> TensorView:
@@ -309,24 +123,17 @@ def sdpfa_fwd(
     for role, extra in (("bias", bias), ("mask", mask)):
         if extra is not None:
             raise OperandError(f"{op}: {role} is not supported (leave it None)")
-    _attention_tensors(op, {"query": q, "key": k, "value": v})
-    _check_qkv(op, q, k, v)
     p = _dropout_p(op, dropout_p)
-    flags = _flags(op, is_causal, scale)
+    operands = {"query": q, "key": k, "value": v, **_flag_fields(op, is_causal, scale)}
     if p is None:  # the philox tensors after the results, as before dropout existed
-        output = _fwd_result(self, q, k, v, SdpaFwdResult.OUTPUT, flags)
-        logsumexp = _fwd_result(self, q, k, v, SdpaFwdResult.LOGSUMEXP, flags)
+        output, logsumexp = record(self._fusion, SDPA_FWD, operands)
         seed = _philox(self, q, PhiloxResult.SEED, False)
         return output, logsumexp, seed, _philox(self, q, PhiloxResult.OFFSET, False)
-    seed = _philox(self, q, PhiloxResult.SEED, True)  # the output reads them: first
+    seed = _philox(self, q, PhiloxResult.SEED, True)  # the forward reads them: first
     offset = _philox(self, q, PhiloxResult.OFFSET, True)
-    dropout = Dropout(p, seed, offset)
-    return (
-        _fwd_result(self, q, k, v, SdpaFwdResult.OUTPUT, flags, dropout),
-        _fwd_result(self, q, k, v, SdpaFwdResult.LOGSUMEXP, flags),
-        seed,
-        offset,
-    )
+    operands.update(_dropout_fields(p, seed, offset))
+    output, logsumexp = record(self._fusion, SDPA_FWD, operands)
+    return output, logsumexp, seed, offset
 
 
 def _check_philox(op: str, role: str, value: Any, dropout: bool) -> TensorView:
@@ -375,68 +182,11 @@ def sdpfa_bwd(
     p = _dropout_p(op, dropout_p)
     seed = _check_philox(op, "philox_seed", philox_seed, p is not None)
     offset = _check_philox(op, "philox_offset", philox_offset, p is not None)
-    _attention_tensors(op, named)
-    q, k, v = named["query"], named["key"], named["value"]
-    _check_qkv(op, q, k, v)
-    last = _rank(q) - 1
-    for role in ("grad_output", "output"):
-        for dim in range(last + 1):
-            _same_extent(op, named[role], dim, q if dim < last else v, dim)
-    if lse.dtype is not DataType.Float or _rank(lse) != last:
-        raise OperandError(
-            f"{op}: logsumexp {lse.name} must be sdpfa_fwd's logsumexp (Float, [*N, H, L]),"
-            f" got {lse.dtype.name} with {_rank(lse)} dims"
-        )
-    for dim in range(last):
-        _same_extent(op, lse, dim, q, dim)
-    flags = _flags(op, is_causal, scale)
-    dropout = None if p is None else Dropout(p, seed, offset)
-    return tuple(  # type: ignore[return-value]
-        _bwd_result(self, named, lse, result, flags, dropout) for result in SdpaBwdResult
-    )
-
-
-def _bwd_result(
-    ops: Any,
-    named: dict[str, TensorView],
-    lse: TensorView,
-    result: SdpaBwdResult,
-    flags: tuple,
-    dropout: Dropout | None,
-) -> TensorView:
-    """One gradient: its input's axes; batch and head axes map to every operand, the
-    query's L to grad_output's, output's and logsumexp's."""
-    source = named[result.value.removeprefix("grad_")]
-    dims = source.shape_domain()
-    axes = [_fresh(axis) for axis in dims]
-    batch = _rank(source) - 2
-    axis_map: dict[TensorView, AxisPairs] = {}
-    for tv in [*named.values(), lse]:
-        _add_pairs(axis_map, tv, list(zip(axes[:batch], tv.shape_domain()[:batch], strict=True)))
-    _add_pairs(axis_map, source, list(zip(axes[batch:], dims[batch:], strict=True)))
-    if result is SdpaBwdResult.GRAD_QUERY:  # L of the forward's output and logsumexp too
-        for tv in (named["grad_output"], named["output"], lse):
-            _add_pairs(axis_map, tv, [(axes[batch], tv.shape_domain()[batch])])
-    for tensor in _dropout_inputs(dropout):
-        _add_pairs(axis_map, tensor, [])
-    out = ops._fusion.new_tensor(source.dtype, axes)
-    causal, scale = flags
-    expr = SdpaBwdExpr(
-        out,
-        axis_map=axis_map,
-        grad_output=named["grad_output"],
-        query=named["query"],
-        key=named["key"],
-        value=named["value"],
-        attention=named["output"],
-        logsumexp=lse,
-        result=result,
-        is_causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    ops._fusion.add_expr(expr)
-    return out
+    operands = {**named, "logsumexp": lse, **_flag_fields(op, is_causal, scale)}
+    if p is not None:
+        operands.update(_dropout_fields(p, seed, offset))
+    grad_query, grad_key, grad_value = record(self._fusion, SDPA_BWD, operands)
+    return grad_query, grad_key, grad_value
 
 
 # ----- grouped_mm ------------------------------------------------------------------------

@@ -154,12 +154,13 @@ def integer_limits(fusion: Fusion) -> dict[str, list[tuple[DataType, str]]]:
             own = [(value.dtype, "its dtype")] if value.dtype in INT_RANGES else []
             limits[value.name] = own
     for expr in fusion.exprs():
-        if expr.output.dtype not in INT_RANGES:
-            continue
-        for operand in expr.inputs():
-            if isinstance(operand, ScalarVal) and operand.name in limits:
-                why = f"the dtype of {expr.describe()}, which it is computed in"
-                limits[operand.name].append((expr.output.dtype, why))
+        for dtype in dict.fromkeys(tv.dtype for tv in expr.outputs()):
+            if dtype not in INT_RANGES:
+                continue
+            for operand in expr.inputs():
+                if isinstance(operand, ScalarVal) and operand.name in limits:
+                    why = f"the dtype of {expr.describe()}, which it is computed in"
+                    limits[operand.name].append((dtype, why))
     return {name: found for name, found in limits.items() if found}
 
 

@@ -5,10 +5,9 @@ and ``axis_map``: for each tensor input, the pairs (output logical axis, input
 logical axis) that iterate over the same index. Sharding propagation and
 resharding detection read those maps; broadcast (expanded) axes are not mapped.
 
-An op declared in ``hostir.ir.opdecl`` is recorded as a :class:`FusionOp`, which holds
-its host IR instruction (``frontend.recording``); the ops not declared yet (``topk``, the
-sdpfa ops) have their own expression classes (``frontend.indexing_ops``,
-``frontend.attention_ops``).
+Every op is declared in ``hostir.ir.opdecl`` and recorded as a :class:`FusionOp`, which
+holds its host IR instruction (``frontend.recording``): the fusion's expressions are the
+host IR's own compute instructions over placeholder values.
 """
 
 from __future__ import annotations
@@ -83,6 +82,15 @@ class Expr(ABC):
         """The TensorView operands."""
         return [x for x in self.inputs() if isinstance(x, TensorView)]
 
+    def outputs(self) -> tuple[TensorView, ...]:
+        """Every tensor the expression defines, in order: its ``output`` (and, for an op of
+        several results, the others: :class:`FusionOp`)."""
+        return (self.output,)
+
+    def output_axis_maps(self) -> tuple[dict[TensorView, list[tuple[IterDomain, IterDomain]]], ...]:
+        """The axis map of each of :meth:`outputs`, in order."""
+        return (self.axis_map,)
+
     def mapped_input_axis(self, producer: TensorView, out_axis: IterDomain) -> IterDomain | None:
         """The logical axis of ``producer`` that ``out_axis`` maps to, if any."""
         for out, inp in self.axis_map.get(producer, []):
@@ -91,11 +99,12 @@ class Expr(ABC):
         return None
 
     def describe(self) -> str:
-        """``T2 = linear(T0, T1)``-style text."""
+        """``T2 = linear(T0, T1)``-style text (``T2, T3 = topk(...)`` for several results)."""
         args = ", ".join(
             x.name if isinstance(x, TensorView | ScalarVal) else repr(x) for x in self.inputs()
         )
-        return f"{self.output.name} = {self.keyword()}({args}{self.attributes()})"
+        names = ", ".join(tv.name for tv in self.outputs())
+        return f"{names} = {self.keyword()}({args}{self.attributes()})"
 
     @abstractmethod
     def keyword(self) -> str:
@@ -117,13 +126,25 @@ def placeholder(tv: TensorView) -> TensorValue:
 class FusionOp(Expr):
     """An op recorded from its declaration (``frontend.recording``): its host IR
     instruction over placeholder values (the output's and the operands', named as the
-    fusion's tensors), and the operands as the user gave them."""
+    fusion's tensors), and the operands as the user gave them. An op of several results
+    (``topk``, ``sdpfa_fwd``, ``sdpfa_bwd``) is one FusionOp: ``output`` is its first
+    result, ``more_outputs`` the others, each with its axis map."""
 
     instruction: Any
     decl: OpDecl
     operands: tuple[Any, ...]
     """The tensor and scalar operands in the declaration's order (None: an optional one
     not given)."""
+    more_outputs: tuple[TensorView, ...] = ()
+    """The results after the first, in the declaration's order."""
+    more_axis_maps: tuple[dict[TensorView, list[tuple[IterDomain, IterDomain]]], ...] = ()
+    """The axis map of each of ``more_outputs``."""
+
+    def outputs(self) -> tuple[TensorView, ...]:
+        return (self.output, *self.more_outputs)
+
+    def output_axis_maps(self) -> tuple[dict[TensorView, list[tuple[IterDomain, IterDomain]]], ...]:
+        return (self.axis_map, *self.more_axis_maps)
 
     def inputs(self) -> list[Operand]:
         return [x for x in self.operands if x is not None]

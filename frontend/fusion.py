@@ -74,9 +74,10 @@ class Fusion:
         self._outputs.append(tv)
 
     def add_expr(self, expr: Expr) -> None:
-        """Records ``expr`` and links it to its operands and output."""
+        """Records ``expr`` and links it to its operands and outputs."""
         self._exprs.append(expr)
-        expr.output.definition = expr
+        for tv in expr.outputs():
+            tv.definition = expr
         for tv in expr.tensor_inputs():
             tv.uses.append(expr)
 
@@ -150,7 +151,7 @@ class Fusion:
             lines.append(f"  input {value!r}")
         for expr in self._exprs:
             lines.append(f"  {expr.describe()}")
-            lines.append(f"    {expr.output!r}")
+            lines += [f"    {tv!r}" for tv in expr.outputs()]
         lines.append("  outputs " + ", ".join(tv.name for tv in self._outputs))
         lines.append("}")
         return "\n".join(lines)

@@ -51,7 +51,7 @@ from hostir.errors import SettingError
 from hostir.ir.program_info import check_meshes_fit
 from hostir.run.agreements import AgreementLog, refuse_before_run
 from hostir.run.bindings import RecentlyUsed
-from hostir.run.cuda_graphs import graphing
+from hostir.run.cuda_graph_checks import graphing
 from hostir.run.executable import Executable
 from hostir.run.self_checks import SelfChecks
 from hostir.run.signature import call_key, input_kinds

@@ -1,71 +1,34 @@
 """``fd.ops`` indexing and scan ops, as nvFuser's Python frontend names and defines them:
 ``index_select``, ``gather``, ``take_along_axis``, ``cumsum`` and ``topk``.
 
-All but ``topk`` are recorded from their declarations (``hostir.ir.indexing``,
-``frontend.recording``); the methods here check the form of their arguments and wrap a
-negative ``dim``. Their axis maps say how they shard: a dim that is indexed or scanned is
-computed whole (lowering gathers it first where it is sharded, see ``lowering.op_layouts``);
-the other dims map to the output's and compute locally. ``topk`` is a frontend expression
-here that lowering turns into its host IR instruction; it returns two tensors, each its own
-expression naming its result (a projection): each used result computes the op, and a result
-nothing uses is not computed. The methods are joined to ``frontend.ops.Ops`` by
+Each is recorded from its declaration (``hostir.ir.indexing``, ``frontend.recording``);
+the methods here check the form of their arguments and wrap a negative ``dim``. Their
+axis maps say how they shard: a dim that is indexed or scanned is computed whole (lowering
+gathers it first where it is sharded, see ``lowering.op_layouts``); the other dims map to
+the output's and compute locally. ``topk`` returns two tensors, both defined by one
+expression (one instruction): the op runs once for both, and a result nothing uses is
+defined and freed at once. The methods are joined to ``frontend.ops.Ops`` by
 :data:`INDEXING_METHODS`; their ``self`` is that ``Ops`` (not imported here:
 ``frontend.ops`` imports this module).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from frontend.arguments import MAX_EXTENT, check_bool, is_int, shown
 from frontend.errors import OperandError
-from frontend.exprs import Expr, Operand, ScalarVal
+from frontend.exprs import ScalarVal
 from frontend.iter_domain import IterDomain, IterType
 from frontend.recording import record
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
-from hostir.ir.indexing import (
-    CUMSUM,
-    GATHER_DECLS,
-    INDEX_SELECT,
-    GatherKind,
-    TopKResult,
-    index_problem,
-)
-from hostir.ir.requirements import topk_requirements
+from hostir.ir.indexing import CUMSUM, GATHER_DECLS, INDEX_SELECT, TOPK, GatherKind, index_problem
 
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
 
 AxisPairs = list[tuple[IterDomain, IterDomain]]
-
-
-# ----- expressions ------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class TopKOp(Expr):
-    """One result of ``topk(arg, k, dim, largest, sorted)``: its values or its indices."""
-
-    src: TensorView
-    k: Operand
-    dim: int
-    largest: bool
-    sorted: bool
-    result: TopKResult
-
-    def inputs(self) -> list[Operand]:
-        return [self.src, self.k]
-
-    def keyword(self) -> str:
-        return "topk"
-
-    def attributes(self) -> str:
-        return (
-            f", dim={self.dim}, largest={self.largest}, sorted={self.sorted},"
-            f" result={self.result.value}"
-        )
 
 
 # ----- argument checks --------------------------------------------------------------------
@@ -163,9 +126,10 @@ def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
     return record(self._fusion, CUMSUM, {"src": arg, "dim": dim})[0]
 
 
-def _k_extent(fusion: Any, arg: TensorView, dim: int, k: Any) -> Scalar:
+def _k_extent(arg: TensorView, k: Any) -> Scalar:
     """``k`` as the extent of the results' dim ``dim``: an int, or an Int scalar that is
-    a constant or a size; at most ``arg``'s extent there where both are known."""
+    a constant or a size (the declaration's requirements check it against ``arg``'s
+    extent: now where both are constants, else when the inputs bind them)."""
     if isinstance(k, ScalarVal):
         if k.dtype not in _INDEX_DTYPES:
             raise OperandError(f"topk: k = {k.name} must be an integer, not a {k.dtype.name}")
@@ -174,16 +138,10 @@ def _k_extent(fusion: Any, arg: TensorView, dim: int, k: Any) -> Scalar:
                 f"topk: k = {k.name} is a scalar input, bound only at execute; k is the"
                 " extent of the results' dim: an int or a size of a tensor of the fusion"
             )
-        extent = k.extent if k.value is None else Const(value=int(k.value))
-    elif is_int(k) and 0 <= k <= MAX_EXTENT:
-        extent = Const(value=int(k))
-    else:
-        raise OperandError(f"topk: k must be a non-negative int, got {shown(k)}")
-    source = arg.shape_domain()[dim].extent
-    # Checked now where both are constants; else the topk instruction shows them and the
-    # runtime checks them when the inputs bind them (hostir.check.value_rules).
-    fusion.require(topk_requirements(arg.name, dim, source, extent))
-    return extent
+        return k.extent if k.value is None else Const(value=int(k.value))
+    if is_int(k) and 0 <= k <= MAX_EXTENT:
+        return Const(value=int(k))
+    raise OperandError(f"topk: k must be a non-negative int, got {shown(k)}")
 
 
 def topk(
@@ -191,35 +149,16 @@ def topk(
 ) -> tuple[TensorView, TensorView]:
     """nvFuser's ``topk(arg, k, dim=-1, largest=True, sorted=False)``: ``(values,
     indices)`` of the ``k`` largest (or smallest) entries along ``dim``, as ``torch.topk``;
-    values have ``arg``'s dtype, indices are Int. Each result used computes the op (a
-    result nothing uses is not computed). Shards: ``dim`` is read whole (gathered first
-    where sharded); the other dims compute locally."""
+    values have ``arg``'s dtype, indices are Int. One instruction defines both (the op runs
+    once; a result nothing uses is freed at once). Shards: ``dim`` is read whole (gathered
+    first where sharded); the other dims compute locally."""
     arg = _tensor("topk", "arg", arg)
     dim = _dim("topk", arg, dim)
     largest = check_bool(OperandError, "topk", "largest", largest)
     sorted = check_bool(OperandError, "topk", "sorted", sorted)
-    if arg.dtype in (DataType.Bool, DataType.UInt64):
-        raise OperandError(f"topk: {arg.name} is {arg.dtype.name}; topk compares numbers")
-    extent = _k_extent(self._fusion, arg, dim, k)
-    results = []
-    for result, dtype in ((TopKResult.VALUES, arg.dtype), (TopKResult.INDICES, DataType.Int)):
-        source = arg.shape_domain()
-        axes = [_copy(axis, extent if d == dim else None) for d, axis in enumerate(source)]
-        pairs = [(axes[d], axis) for d, axis in enumerate(source) if d != dim]
-        out = self._new(dtype, axes)
-        expr = TopKOp(
-            out,
-            axis_map={arg: pairs},
-            src=arg,
-            k=k,
-            dim=dim,
-            largest=largest,
-            sorted=sorted,
-            result=result,
-        )
-        self._fusion.add_expr(expr)
-        results.append(out)
-    return results[0], results[1]
+    operands = {"src": arg, "k": _k_extent(arg, k), "dim": dim}
+    values, indices = record(self._fusion, TOPK, {**operands, "largest": largest, "sorted": sorted})
+    return values, indices
 
 
 INDEXING_METHODS = {

@@ -5,9 +5,10 @@ every declared op.
 value of its name, dtype and extents; a scalar into its expression), asks the op's
 ``infer`` for its results (a refusal is an :class:`OperandError` in the declaration's
 words), makes each result's TensorView, its axes of the declared kinds, maps them to the
-operand axes they iterate with, and records a :class:`~frontend.exprs.FusionOp` holding
-the op's instruction. An ``fd.ops`` method only checks the form of its arguments (and
-translates nvFuser's to the declaration's) before it records.
+operand axes they iterate with, and records one :class:`~frontend.exprs.FusionOp` holding
+the op's instruction (an op of several results too: one expression, several outputs).
+An ``fd.ops`` method only checks the form of its arguments (and translates nvFuser's to
+the declaration's) before it records.
 """
 
 from __future__ import annotations
@@ -82,15 +83,22 @@ def record(
     instruction = decl.cls(**decl.fixed, **outs, **values)
     fusion.require(decl.requirements(instruction) if decl.requirements is not None else ())
     users += [tv for tv in mesh_from if tv not in users]
+    axis_maps = []
     for tv, result_type in zip(results, inferred, strict=True):
         axis_map = _axis_map(decl, tensors, tv, result_type.axes)
         for tensor in mesh_from:
             axis_map.setdefault(tensor, [])
-        fusion.add_expr(
-            FusionOp(
-                tv, axis_map=axis_map, instruction=instruction, decl=decl, operands=tuple(users)
-            )
-        )
+        axis_maps.append(axis_map)
+    op = FusionOp(
+        results[0],
+        axis_map=axis_maps[0],
+        instruction=instruction,
+        decl=decl,
+        operands=tuple(users),
+        more_outputs=tuple(results[1:]),
+        more_axis_maps=tuple(axis_maps[1:]),
+    )
+    fusion.add_expr(op)  # one expression, however many results the op has
     return tuple(results)
 
 

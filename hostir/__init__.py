@@ -45,7 +45,7 @@ from hostir.ir.communications import (
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.dtypes import DType
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
 from hostir.ir.instructions import (
     COMPUTE,
     INSTRUCTIONS,
@@ -102,7 +102,6 @@ __all__ = [
     "Iota",
     "Random",
     "TopK",
-    "TopKResult",
     "COLLECTIVES",
     "ROOTED",
     "AllToAll",

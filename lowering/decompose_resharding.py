@@ -22,8 +22,9 @@ from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.layouts import copy_layout, local_parts, tensor_layout, without_mesh_axes
 from lowering.op_layouts import computed_whole, reads_no_tensor, refuse_streamed_whole_axes
+from lowering.result_groups import chunked_alike, compute_from_inputs, stream_splits
 from lowering.shape_ops import compute_layout, keep_blocks, with_layout_pairs
-from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor
+from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor, op_units
 
 
 class _Builder:
@@ -35,6 +36,8 @@ class _Builder:
         first = 1 + max((int(n[1:]) for n in self.order if n[1:].isdigit()), default=-1)
         self.numbers: Iterator[int] = itertools.count(first)
         self.ops: list[LoweringOp] = []
+        self.read = {name for op in fusion.ops for name in op.inputs} | set(fusion.outputs)
+        """The tensors an op reads or the fusion outputs."""
 
     def new_tensor(self, like: LoweringTensor, **changes: object) -> LoweringTensor:
         tensor = dataclasses.replace(like, name=f"T{next(self.numbers)}", **changes)
@@ -63,11 +66,13 @@ class _Builder:
 def decompose_resharding(fusion: LoweringFusion) -> LoweringFusion:
     """Returns ``fusion`` where only ``set`` ops change shardings (see module docstring)."""
     builder = _Builder(fusion)
-    for op in fusion.ops:
-        if isinstance(op.instruction, Set):
-            builder.ops.append(op)  # a user's set is a resharding point already
-            continue
-        _decompose(op, builder)
+    for ops in op_units(fusion.ops):
+        if len(ops) > 1:
+            _decompose_group(ops, builder)  # an op of several results
+        elif isinstance(ops[0].instruction, Set):
+            builder.ops.append(ops[0])  # a user's set is a resharding point already
+        else:
+            _decompose(ops[0], builder)
     return dataclasses.replace(
         fusion,
         tensors=tuple(builder.tensors[name] for name in builder.order),
@@ -134,6 +139,77 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     summed = builder.new_tensor(out, dtype=added)
     _decompose(_bias_add(op, reduced, summed, bias, bias_dtype), builder)
     builder.add_elementwise(Cast(out=out.value(), src=summed.value()), summed, out)
+
+
+def _decompose_group(ops: list[LoweringOp], builder: _Builder) -> None:
+    """The results of one op of several (``ops``, one per result), as
+    ``lowering.result_groups`` lays them out: the compute layout decided once, from the
+    first result, as :func:`_decompose` decides a one-result op's; the inputs moved into
+    the layout it reads them in; each other result computed where those inputs put it;
+    all chunked alike (one instruction defines them all). A result whose compute layout is
+    not its own gets a ``set`` after the op (one nothing reads takes the compute layout
+    instead)."""
+    tensors = builder.tensors
+    outs = [tensors[op.output] for op in ops]
+    for op, out in zip(ops, outs, strict=True):
+        refuse_streamed_whole_axes(op, out.axes)  # lowering.op_layouts
+    renames: dict[str, str] = {}
+    computes = outs  # a single-device fusion: computed where the results are
+    if outs[0].mesh is not None:
+        computes = _group_compute(ops, builder, renames)
+    computes = chunked_alike(ops, computes)
+    results = [_group_result(c, out, builder) for c, out in zip(computes, outs, strict=True)]
+    first = ops[0]
+    values = {name: tensors[renames.get(name, name)].value() for name in first.inputs}
+    values |= {op.output: result.value() for op, result in zip(ops, results, strict=True)}
+    bound = bind_values(first.instruction, values)
+    for op, result in zip(ops, results, strict=True):
+        builder.ops.append(_rewrite(op, bound, renames, result, tensors, bound=True))
+    for result, out in zip(results, outs, strict=True):
+        if result.name != out.name:
+            builder.add_set(result, out)
+
+
+def _group_compute(
+    ops: list[LoweringOp], builder: _Builder, renames: dict[str, str]
+) -> list[LoweringTensor]:
+    """The results of an op of several as it computes them (see :func:`_decompose_group`),
+    its inputs moved where it reads them (their new names in ``renames``)."""
+    tensors = builder.tensors
+    first = ops[0]
+    compute = _compute_tensor(first, tensors, tensors[first.output])
+    _refuse_sharded_repeats(first, tensors, compute)
+    maps = dict(first.axis_maps)
+    wanted = {
+        name: _wanted_input(tensors[name], maps.get(name, ()), compute)
+        for op in ops
+        for name, _ in op.axis_maps
+    }
+    for name, laid_out in wanted.items():
+        if tensor_layout(laid_out) != tensor_layout(tensors[name]):
+            moved = builder.new_tensor(laid_out)
+            builder.add_set(tensors[name], moved)
+            renames[name] = moved.name
+    others = [compute_from_inputs(op, tensors[op.output], wanted, compute.mesh) for op in ops[1:]]
+    return [compute, *others]
+
+
+def _group_result(
+    compute: LoweringTensor, out: LoweringTensor, builder: _Builder
+) -> LoweringTensor:
+    """The tensor a result of an op of several is computed into: ``out`` if it is laid out
+    and chunked as ``compute``; ``out`` taking ``compute``'s layout if nothing reads it (it
+    is freed right after the op), or its chunking if it has none of its own (a stream loop
+    writes it chunk by chunk, whole after the loop as before); else a new tensor, which a
+    ``set`` copies into ``out``."""
+    same_layout = tensor_layout(compute) == tensor_layout(out)
+    if same_layout and stream_splits(compute) == stream_splits(out):
+        return out
+    unchunked = all(axis.stream is None for axis in out.axes)
+    if out.name not in builder.read or (same_layout and unchunked):
+        builder.tensors[out.name] = dataclasses.replace(compute, name=out.name)
+        return builder.tensors[out.name]
+    return builder.new_tensor(compute)
 
 
 def _add_dtype(lhs: DType, rhs: DType) -> DType:
@@ -209,10 +285,8 @@ def _refuse_sharded_repeats(
     operand position needs its own layout of it, and inputs are resharded by name, so
     one copy cannot serve both (it gave wrong local shapes): refused by name."""
     decl = op_decl(op.instruction)
-    # Elementwise operands map dims alike: one layout serves both. The ops not declared yet
-    # (topk, the sdpfa ops) are let through too, as the class rule this replaces did.
-    if decl is None or decl.sharding.elementwise:
-        return
+    if decl is not None and decl.sharding.elementwise:
+        return  # elementwise operands map dims alike: one layout serves both
     names = _operand_names(op.instruction)
     sharded = any(axis.mesh_axes() for axis in compute.axes)
     for name in dict.fromkeys(names):
@@ -250,27 +324,31 @@ def _rewrite(
     renames: dict[str, str],
     result: LoweringTensor,
     tensors: dict[str, LoweringTensor],
+    bound: bool = False,
 ) -> LoweringOp:
-    """``op`` reading renamed inputs and writing ``result``."""
-    # Only the op's own tensors: building every tensor's value per op made this pass
-    # quadratic in the fusion's size.
-    values = {name: tensors[renames.get(name, name)].value() for name in op.inputs}
-    values[op.output] = result.value()
-    bound = bind_values(instruction, values)
-    reads = _operand_names(bound)
+    """``op`` reading renamed inputs and writing ``result`` (``bound``: ``instruction``
+    holds its final values already, as the one instruction of an op of several results)."""
+    if not bound:
+        # Only the op's own tensors: building every tensor's value per op made this pass
+        # quadratic in the fusion's size.
+        values = {name: tensors[renames.get(name, name)].value() for name in op.inputs}
+        values[op.output] = result.value()
+        instruction = bind_values(instruction, values)
+    reads = _operand_names(instruction)
     names = tuple(renames.get(name, name) for name in op.inputs if renames.get(name, name) in reads)
     maps = tuple(
         (renames.get(name, name), pairs)
         for name, pairs in op.axis_maps
         if renames.get(name, name) in names
     )
-    return LoweringOp(instruction=bound, output=result.name, inputs=names, axis_maps=maps)
+    return dataclasses.replace(
+        op, instruction=instruction, output=result.name, inputs=names, axis_maps=maps
+    )
 
 
 def _operand_names(instruction: object) -> list[str]:
     """The names of the tensors ``instruction`` reads, one per operand field."""
-    fields = dataclasses.fields(instruction)
-    values = (getattr(instruction, f.name) for f in fields if f.name != "out")
+    values = (getattr(instruction, name) for name in type(instruction).INS)
     return [v.name for v in values if isinstance(v, TensorValue)]
 
 

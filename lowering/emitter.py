@@ -55,7 +55,11 @@ class Emitter:
         self, op: LoweringOp, values: Mapping[str, TensorValue], preallocated: bool = False
     ) -> list[Instruction]:
         """The instructions of ``op`` with its tensors bound to ``values``; with
-        ``preallocated`` its output exists already and is written in place."""
+        ``preallocated`` its output exists already and is written in place. An op of
+        several results is one instruction, emitted with its first result (the others'
+        LoweringOps give none; ``values`` binds every result)."""
+        if op.group is not None and op.result > 0:
+            return []
         instruction = bind_values(op.instruction, values)
         if isinstance(instruction, Set) and layout_of(instruction.src) != layout_of(
             instruction.out

@@ -19,16 +19,14 @@
 - **Ops that read no tensor** (:func:`reads_no_tensor`): ``sdpfa_philox``, whose
   expression's input gives it a mesh only, needs none of its inputs resharded.
 
-A declared op says both in its declaration (``hostir.ir.opdecl``: ``ResultAxis.whole``,
-``OpSharding.reads_no_tensor``: ``grouped_mm``, ``cumsum``, ``gather``, ``sdpfa_philox``);
-the rules here serve the ops not declared yet (``sdpfa_fwd``, ``sdpfa_bwd``, ``topk``).
+Each op says both in its declaration (``hostir.ir.opdecl``: ``ResultAxis.whole``,
+``OpSharding.reads_no_tensor``), which the functions here read; an instruction of no
+declared op (none the frontend records) has neither.
 """
 
 from __future__ import annotations
 
-from hostir.ir.attention import SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.catalog import keyword
-from hostir.ir.indexing import TopK
 from hostir.ir.instructions import Instruction
 from hostir.ir.opdecl import op_decl
 from lowering.errors import LoweringError
@@ -39,18 +37,14 @@ from lowering.snapshot import AxisLayout, LoweringOp
 def whole_axes(op: LoweringOp) -> tuple[int, ...]:
     """The logical axes of its output (reduction axes included) that ``op`` computes
     unsharded and unchunked (see the module docstring): those its op's declaration marks
-    ``whole`` (``hostir.ir.opdecl``), else the rules below."""
+    ``whole`` (``hostir.ir.opdecl``)."""
     instruction = op.instruction
     decl = op_decl(instruction)
     if decl is not None:
         inferred = decl.infer_of(instruction)
         if isinstance(inferred, str):  # the verifier names it
             return ()
-        return tuple(i for i, axis in enumerate(inferred[0].axes) if axis.whole)
-    if isinstance(instruction, SdpaFwd | SdpaBwd):
-        return tuple(range(instruction.query.ndim - 2, instruction.out.ndim))  # L (or S), E
-    if isinstance(instruction, TopK):
-        return (instruction.dim,)  # no reduction axes: logical axes are the data dims
+        return tuple(i for i, axis in enumerate(inferred[op.result].axes) if axis.whole)
     return ()
 
 
@@ -65,14 +59,14 @@ def refuse_streamed_whole_axes(op: LoweringOp, axes: tuple[AxisLayout, ...]) -> 
         for index, axis in enumerate(axes):
             if axis.stream is not None:
                 raise LoweringError(
-                    f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                    f"{op.output} = {keyword(instruction)}(...): its axis {index} is"
                     " stream-parallel, but attention with dropout takes its mask by the"
                     " global index of each weight; shard that axis over devices instead"
                 )
     for index in whole_axes(op):
         if axes[index].stream is not None:
             raise LoweringError(
-                f"{instruction.out.name} = {keyword(instruction)}(...): its axis {index} is"
+                f"{op.output} = {keyword(instruction)}(...): its axis {index} is"
                 " stream-parallel, but the op computes that axis whole (a chunk alone gives"
                 " a different result); stream-split an axis the op computes element by"
                 " element (a batch or head dim), or none"
@@ -89,6 +83,4 @@ def reads_no_tensor(instruction: Instruction) -> bool:
     """Whether the instruction reads no tensor (``sdpfa_philox``): it needs none of its
     expression's inputs resharded (its declaration says so, ``OpSharding``)."""
     decl = op_decl(instruction)
-    if decl is not None:
-        return decl.sharding.reads_no_tensor
-    return isinstance(instruction, SdpaPhilox)
+    return decl is not None and decl.sharding.reads_no_tensor

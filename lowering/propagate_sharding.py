@@ -140,7 +140,7 @@ def _reference_inputs(
     sharding to the output."""
     instruction = op.instruction
     decl = op_decl(instruction)
-    # The operands its declaration names lend theirs first (an op not declared yet: none).
+    # The operands its declaration names lend theirs first (an instruction of no op: none).
     priority = decl.sharding.mesh_priority if decl is not None else ()
     if priority:
         order = [getattr(instruction, field) for field in priority]

@@ -129,7 +129,8 @@ def changed_dims(op: LoweringOp) -> tuple[int, ...]:
     inferred = decl.infer_of(op.instruction) if decl is not None else ()
     if isinstance(inferred, str) or not inferred:
         return ()
-    return tuple(i for i, axis in enumerate(inferred[0].axes) if axis.whole and not axis.sources)
+    axes = inferred[op.result].axes
+    return tuple(i for i, axis in enumerate(axes) if axis.whole and not axis.sources)
 
 
 def keep_blocks(

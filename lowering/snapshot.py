@@ -12,7 +12,6 @@ so the first step copies what lowering needs into immutable data:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from frontend import exprs as fe
@@ -37,8 +36,6 @@ from hostir import (
 from hostir.ir.instructions import Instruction
 from hostir.ir.requirements import Requirement
 from hostir.ir.sharding import normalized
-from lowering.attention import attention_builders
-from lowering.creation_indexing import BUILDERS as CREATION_INDEXING_BUILDERS
 from lowering.errors import LoweringError
 
 
@@ -103,12 +100,35 @@ AxisPairs = tuple[tuple[int, int], ...]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoweringOp:
     """An expression: its compute instruction and, per tensor input, axis index pairs
-    (output logical axis, input logical axis)."""
+    (output logical axis, input logical axis).
+
+    An op of several results (``topk``, ``sdpfa_fwd``, ``sdpfa_bwd``) is one LoweringOp per
+    result, consecutive, each holding the whole instruction: the passes see one output per
+    op, and the op's ``group`` (shared by its results) lets them keep it together:
+    ``drop_dead_ops`` keeps every result of a group one of whose results is live,
+    ``decompose_resharding`` decides the group's compute layout once, and emission makes
+    one instruction of it (``lowering.emitter``, ``lowering.stream_loops``)."""
 
     instruction: Instruction
     output: str
     inputs: tuple[str, ...]
     axis_maps: tuple[tuple[str, AxisPairs], ...]
+    group: int | None = None
+    """The number of the op of several results this is a result of (None: an op of one)."""
+    result: int = 0
+    """Which result of the instruction ``output`` is (its index in ``OUTS``)."""
+
+
+def op_units(ops: tuple[LoweringOp, ...] | list[LoweringOp]) -> list[list[LoweringOp]]:
+    """``ops`` in the units the passes keep together: an op alone, or the consecutive
+    results of one op of several (one ``group``)."""
+    units: list[list[LoweringOp]] = []
+    for op in ops:
+        if op.group is not None and units and units[-1][0].group == op.group:
+            units[-1].append(op)
+        else:
+            units.append([op])
+    return units
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,38 +244,36 @@ def _finish_scattered_reductions(
     return tuple(finished)
 
 
-_BUILDERS: dict[type, Callable[..., Instruction]] = {
-    **attention_builders(placeholder),  # sdpfa_fwd, sdpfa_bwd
-}
-"""One instruction builder per frontend expression class of the ops not declared yet (a
-declared op's :class:`~frontend.exprs.FusionOp` holds its instruction)."""
-_BUILDERS.update(CREATION_INDEXING_BUILDERS)
-
-
-def snapshot_op(expr: fe.Expr) -> LoweringOp:
-    """The frozen form of ``expr``: a declared op's recorded instruction (its output
-    re-bound where ``rfactor`` gave the expression another), else the one its class's
-    builder makes."""
+def snapshot_op(expr: fe.FusionOp, group: int | None = None) -> tuple[LoweringOp, ...]:
+    """The frozen form of ``expr``: its op's recorded instruction (its output re-bound
+    where ``rfactor`` gave the expression another); one LoweringOp per result, numbered
+    ``group`` where there are several."""
+    outputs = expr.outputs()
+    instruction = expr.instruction
+    field = expr.decl.results[0].field
     out = placeholder(expr.output)
-    if isinstance(expr, fe.FusionOp):
-        instruction = expr.instruction
-        field = expr.decl.results[0].field
-        if getattr(instruction, field) != out:
-            instruction = dataclasses.replace(instruction, **{field: out})
-    else:
-        instruction = _BUILDERS[type(expr)](expr, out)
-    out_axes = expr.output.get_logical_domain()
-    axis_maps = []
-    for producer, pairs in expr.axis_map.items():
-        in_axes = producer.get_logical_domain()
-        indexed = tuple((out_axes.index(o), in_axes.index(i)) for o, i in pairs)
-        axis_maps.append((producer.name, indexed))
-    return LoweringOp(
-        instruction=instruction,
-        output=expr.output.name,
-        inputs=tuple(tv.name for tv in expr.tensor_inputs()),
-        axis_maps=tuple(axis_maps),
-    )
+    if len(outputs) == 1 and getattr(instruction, field) != out:
+        instruction = dataclasses.replace(instruction, **{field: out})
+    inputs = tuple(tv.name for tv in expr.tensor_inputs())
+    ops = []
+    for index, (output, axis_map) in enumerate(zip(outputs, expr.output_axis_maps(), strict=True)):
+        out_axes = output.get_logical_domain()
+        axis_maps = []
+        for producer, pairs in axis_map.items():
+            in_axes = producer.get_logical_domain()
+            indexed = tuple((out_axes.index(o), in_axes.index(i)) for o, i in pairs)
+            axis_maps.append((producer.name, indexed))
+        ops.append(
+            LoweringOp(
+                instruction=instruction,
+                output=output.name,
+                inputs=inputs,
+                axis_maps=tuple(axis_maps),
+                group=group if len(outputs) > 1 else None,
+                result=index,
+            )
+        )
+    return tuple(ops)
 
 
 def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
@@ -271,6 +289,6 @@ def snapshot_fusion(fusion: Fusion) -> LoweringFusion:
             if isinstance(v, fe.ScalarVal)
         ),
         outputs=tuple(tv.name for tv in fusion.outputs()),
-        ops=tuple(snapshot_op(expr) for expr in fusion.exprs()),
+        ops=tuple(op for k, expr in enumerate(fusion.exprs()) for op in snapshot_op(expr, k)),
         requires=tuple(fusion.requires()),
     )

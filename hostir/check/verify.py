@@ -10,7 +10,7 @@ Checked in one pass over the program (linear in its size):
   again); outputs are never deallocated;
 - each compute result's dtype and extents agree with its op and operands (its op's
   declaration, :mod:`hostir.check.verify_ops`; :mod:`hostir.check.verify_compute` for
-  the classes without one) and each communication's operands agree with
+  ``shard_by_stream``) and each communication's operands agree with
   what it does (:mod:`hostir.check.verify_communication`) and its team lies on the
   devices of the tensors it reads and writes (:mod:`hostir.check.verify_teams`); every
   sharding's parts multiply to its dim's extent (:mod:`hostir.check.verify_shardings`);

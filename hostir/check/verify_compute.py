@@ -1,13 +1,10 @@
-"""The verifier's rules for the instructions that compute (or alias) a tensor and that no
-op declaration covers: a result's dtype and extents agree with the instruction and its
-operands.
+"""The verifier's rule for ``shard_by_stream``, the one instruction that makes a tensor
+without an op declaration (an alias of a stream chunk): its result's dtype and extents
+agree with its source.
 
-A declared op's instruction is checked against its declaration
-(``hostir.check.verify_ops.check_declared``); the rules here, one per class in
-:data:`COMPUTE_RULES`, serve the others: ``shard_by_stream`` (an alias of a stream chunk,
-no op), and the ops of several results not declared yet (``sdpfa_fwd`` and ``sdpfa_bwd``:
-``hostir.check.verify_attention``; ``topk``: ``hostir.check.verify_creation``). A rule
-returns the problem as a sentence, or None. Extents are global and compared symbolically
+A compute instruction is checked against its op's declaration
+(``hostir.check.verify_ops.check_declared``); :data:`COMPUTE_RULES` holds the rule of each
+class that has none, as a sentence or None. Extents are global and compared symbolically
 (:mod:`hostir.ir.extents`).
 """
 
@@ -17,8 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hostir.check.result_checks import shape_text
-from hostir.check.verify_attention import ATTENTION_RULES
-from hostir.check.verify_creation import CREATION_RULES
 from hostir.ir.extents import differ
 from hostir.ir.instructions import ShardByStream
 
@@ -43,8 +38,6 @@ def _rule_shard_by_stream(instruction: ShardByStream, scalars: ScalarTypes) -> s
 
 COMPUTE_RULES: dict[type, Callable[[Any, ScalarTypes], str | None]] = {
     ShardByStream: _rule_shard_by_stream,
-    **ATTENTION_RULES,  # sdpfa_fwd, sdpfa_bwd
-    **CREATION_RULES,  # topk
 }
-"""One rule per instruction class that computes (or aliases) a tensor and whose ops are
-not declared."""
+"""One rule per instruction class that computes (or aliases) a tensor without an op
+declaration."""

@@ -21,8 +21,7 @@ from hostir.ir.opdecl import OpDecl, op_decl
 def compute_problem(instruction: Any, scalar_types: Mapping[str, type]) -> str | None:
     """The problem with a compute (or memory) instruction's types and extents, or None:
     its op's declaration's rule (:func:`check_declared`), else its class's rule in
-    ``hostir.check.verify_compute`` (``shard_by_stream``, and ``topk``, ``sdpfa_fwd`` and
-    ``sdpfa_bwd`` until they are declared)."""
+    ``hostir.check.verify_compute`` (``shard_by_stream``'s)."""
     decl = op_decl(instruction) if kind_of(type(instruction)) is Kind.COMPUTE else None
     if decl is not None:
         return check_declared(instruction, decl, scalar_types)
@@ -32,9 +31,17 @@ def compute_problem(instruction: Any, scalar_types: Mapping[str, type]) -> str |
 
 def check_declared(instruction: Any, decl: OpDecl, scalar_types: Mapping[str, type]) -> str | None:
     """The problem with ``instruction`` under its op's declaration ``decl``, as a sentence,
-    or None: its ``check`` fails, the declaration refuses its operands, or a result is not
-    declared with the extents and dtype the op gives (``scalar_types``: each scalar
+    or None: it writes the results of an op of several into preallocated tensors, its
+    ``check`` fails, the declaration refuses its operands, or a result is not declared
+    with the extents and dtype the op gives (``scalar_types``: each scalar
     symbol's Python type)."""
+    if getattr(instruction, "preallocated", False) and len(decl.results) > 1:
+        fields = ", ".join(r.field for r in decl.results)
+        return (
+            f"defines {len(decl.results)} results ({fields}); an op of several results"
+            " cannot write into existing tensors (out=): define its results and copy each"
+            " where it goes (set(..., out=...))"
+        )
     if decl.check is not None:
         problem = decl.check(instruction)
         if problem is not None:

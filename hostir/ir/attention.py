@@ -1,38 +1,39 @@
-"""Attention and MoE compute instructions: nvFuser's ``sdpfa_fwd``, ``sdpfa_bwd``,
-``grouped_mm`` and ``embedding_fwd``.
+"""Attention and MoE compute instructions: nvFuser's ``sdpfa_fwd``, ``sdpfa_philox``,
+``sdpfa_bwd``, ``grouped_mm`` and ``embedding_fwd``, and their declarations
+(``hostir.ir.opdecl``).
 
-nvFuser's attention ops return several tensors. Each host IR instruction here defines
-one of them, named by its ``result`` field (a projection): a program that uses the
-attention output and its logsumexp runs the forward twice (a known cost, until
-instructions may define several tensors), and an output nobody uses is not computed.
-The philox seed and offset of ``sdpfa_fwd`` depend on no data and have their own
-instruction, ``sdpfa_philox``, which reads nothing: zeros without dropout; with dropout
-the seed is drawn at run time (``hostir.run.attention_dropout``) and the forward's
-output and the backward read the seed and offset tensors, so that one draw serves
-every instruction that needs the dropout mask.
+nvFuser's attention ops return several tensors. ``sdpfa_fwd`` is one instruction defining
+the attention output and its logsumexp, ``sdpfa_bwd`` one defining the three gradients:
+one kernel call gives every result, and lowering keeps an unused one defined (and frees
+it at once). The philox seed and offset of ``sdpfa_fwd`` depend on no data and have their
+own instruction, ``sdpfa_philox``, which reads nothing: zeros without dropout; with
+dropout the seed is drawn at run time (``hostir.run.attention_dropout``) and the forward
+and the backward read the seed and offset tensors, so that one draw serves every
+instruction that needs the dropout mask.
 
 Shapes (docs/ops.md, "Attention and MoE ops"): attention tensors are ``[*N, H, L, E]``,
 batch dims first; ``grouped_mm`` takes the three rank combinations of nvFuser's
-``createGroupedMmaOutput``. An attention's ``scale`` is typed as an operand (the field type
-that admits a float constant); its verifier rule takes constants only.
-
-``sdpfa_philox``, ``grouped_mm`` and ``embedding_fwd`` are declared (``hostir.ir.opdecl``);
-``sdpfa_fwd`` and ``sdpfa_bwd``, which define one result per instruction, keep their
-class's rules until they define all of them, and share the operand checks here
-(:data:`ATTENTION_DTYPES`, :func:`attention_operands_problem`, :func:`qkv_problem`) with
-``fd.ops``.
+``createGroupedMmaOutput``. An attention's ``scale`` and ``dropout_p`` are typed as
+operands (the field type that admits a float constant); the declaration's ``check`` takes
+constants only. The rules on operands are ``hostir.ir.attention_operands``'.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hostir.ir.attention_operands import (
+    ATTENTION_DTYPES,
+    attention_operands_problem,
+    bwd_operands_problem,
+    constants_problem,
+    extent_problem,
+    qkv_problem,
+)
 from hostir.ir.catalog import Kind, declare
 from hostir.ir.dtypes import NVFUSER_NAMES, DType
-from hostir.ir.extents import differ
 from hostir.ir.opdecl import (
     AxisKind,
     AxisSource,
@@ -40,27 +41,13 @@ from hostir.ir.opdecl import (
     OpSharding,
     Param,
     ParamKind,
+    Result,
     ResultAxis,
     ResultType,
     declare_op,
 )
-from hostir.ir.scalars import Scalar, print_scalar
+from hostir.ir.scalars import Scalar
 from hostir.ir.values import TensorValue
-
-
-class SdpaFwdResult(enum.Enum):
-    """Which result of ``sdpfa_fwd`` an instruction defines."""
-
-    OUTPUT = "output"  # [*N, H, L, Ev], the query's dtype
-    LOGSUMEXP = "logsumexp"  # [*N, H, L], Float
-
-
-class SdpaBwdResult(enum.Enum):
-    """Which result of ``sdpfa_bwd`` an instruction defines."""
-
-    GRAD_QUERY = "grad_query"
-    GRAD_KEY = "grad_key"
-    GRAD_VALUE = "grad_value"
 
 
 class PhiloxResult(enum.Enum):
@@ -73,23 +60,23 @@ class PhiloxResult(enum.Enum):
 @declare(kind=Kind.COMPUTE, keyword="sdpfa_fwd", positional=("query", "key", "value"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SdpaFwd:
-    """One result of scaled dot-product attention: ``dropout(softmax(q k^T * scale
-    (+ causal mask))) v`` (``result=output``) or the logsumexp of each query row's scores
-    (``result=logsumexp``, which dropout does not change). ``scale`` None is
-    ``1 / sqrt(E)``. With ``dropout_p`` (a constant in (0, 1)) the output reads the
-    ``philox_seed`` and ``philox_offset`` tensors that choose the mask
-    (``hostir.run.attention_dropout``)."""
+    """Scaled dot-product attention, both results of one kernel call: ``output =
+    dropout(softmax(q k^T * scale (+ causal mask))) v`` (``[*N, H, L, Ev]``, the query's
+    dtype) and ``logsumexp``, the logsumexp of each query row's scores (``[*N, H, L]``,
+    float32; dropout does not change it). ``scale`` None is ``1 / sqrt(E)``. With
+    ``dropout_p`` (a constant in (0, 1)) the output reads the ``philox_seed`` and
+    ``philox_offset`` tensors that choose the mask (``hostir.run.attention_dropout``)."""
 
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    OUTS: ClassVar[tuple[str, ...]] = ("output", "logsumexp")
     INS: ClassVar[tuple[str, ...]] = ("query", "key", "value", "philox_seed", "philox_offset")
-    out: TensorValue
+    output: TensorValue
+    logsumexp: TensorValue
     query: TensorValue
     key: TensorValue
     value: TensorValue
-    result: SdpaFwdResult
     is_causal: bool = False
-    scale: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
-    dropout_p: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
+    scale: TensorValue | Scalar | None = None  # a constant (the declaration's check)
+    dropout_p: TensorValue | Scalar | None = None  # a constant (the declaration's check)
     philox_seed: TensorValue | None = None  # with dropout_p: int64 [] tensors
     philox_offset: TensorValue | None = None
     preallocated: bool = False
@@ -117,10 +104,11 @@ class SdpaPhilox:
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SdpaBwd:
-    """One gradient (``result``) of :class:`SdpaFwd`'s output; with ``dropout_p`` of the
-    output that the mask of ``philox_seed`` and ``philox_offset`` dropped."""
+    """The three gradients of :class:`SdpaFwd`'s output (of the query, the key and the
+    value, each of its input's shape and dtype), from one kernel call; with ``dropout_p``
+    of the output that the mask of ``philox_seed`` and ``philox_offset`` dropped."""
 
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    OUTS: ClassVar[tuple[str, ...]] = ("grad_query", "grad_key", "grad_value")
     INS: ClassVar[tuple[str, ...]] = (
         "grad_output",
         "query",
@@ -131,17 +119,18 @@ class SdpaBwd:
         "philox_seed",
         "philox_offset",
     )
-    out: TensorValue
+    grad_query: TensorValue
+    grad_key: TensorValue
+    grad_value: TensorValue
     grad_output: TensorValue
     query: TensorValue
     key: TensorValue
     value: TensorValue
     output: TensorValue
     logsumexp: TensorValue
-    result: SdpaBwdResult
     is_causal: bool = False
-    scale: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
-    dropout_p: TensorValue | Scalar | None = None  # a constant (the verifier's rule)
+    scale: TensorValue | Scalar | None = None  # a constant (the declaration's check)
+    dropout_p: TensorValue | Scalar | None = None  # a constant (the declaration's check)
     philox_seed: TensorValue | None = None  # with dropout_p: int64 [] tensors
     philox_offset: TensorValue | None = None
     preallocated: bool = False
@@ -179,67 +168,6 @@ ATTENTION_INSTRUCTIONS: tuple[type, ...] = (SdpaFwd, SdpaPhilox, SdpaBwd, Groupe
 """The classes of this module, for the tables that key on instruction classes."""
 
 
-# ----- operand checks ---------------------------------------------------------------------
-
-ATTENTION_DTYPES = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32)
-"""The dtypes torch's flash-attention and grouped-mm kernels compute in."""
-
-
-def _named(dtype: DType) -> str:
-    return NVFUSER_NAMES[dtype]
-
-
-def extent_problem(op: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> str | None:
-    """Why dim ``a_dim`` of ``a`` and dim ``b_dim`` of ``b`` cannot be one extent (they
-    certainly differ; symbolic ones are checked when bound), or None."""
-    ea, eb = a.shape[a_dim], b.shape[b_dim]
-    if not differ(ea, eb):
-        return None
-    return (
-        f"{op}: {a.name} dim {a_dim} has extent {print_scalar(ea)} but {b.name} dim {b_dim}"
-        f" has extent {print_scalar(eb)}; they must be equal"
-    )
-
-
-def attention_operands_problem(op: str, named: Mapping[str, TensorValue]) -> str | None:
-    """Why the attention operands ``named`` (by role, the first the reference) do not have
-    one dtype of :data:`ATTENTION_DTYPES` and one rank of at least 4, or None."""
-    (first_role, first), *_ = named.items()
-    for role, value in named.items():
-        if value.dtype is not first.dtype:
-            return (
-                f"{op}: {role} {value.name} is {_named(value.dtype)} but {first_role}"
-                f" {first.name} is {_named(first.dtype)}; they must have one dtype"
-            )
-        if value.ndim < 4 or value.ndim != first.ndim:
-            return (
-                f"{op}: {role} {value.name} has {value.ndim} dims; expected [*N, H, L, E] with"
-                f" at least 4 dims, as many as {first_role} {first.name}"
-            )
-    if first.dtype not in ATTENTION_DTYPES:
-        return (
-            f"{op}: {first_role} {first.name} is {_named(first.dtype)}; attention takes Half,"
-            " BFloat16 or Float"
-        )
-    return None
-
-
-def qkv_problem(op: str, q: TensorValue, k: TensorValue, v: TensorValue) -> str | None:
-    """Why query ``[*N, H, L, E]``, key ``[*N, H, S, E]`` and value ``[*N, H, S, E]`` do not
-    go together, or None: batch and head extents agree, key and value have one sequence
-    length, and the value's head size is the query's (torch's flash kernels require it)."""
-    batch = q.ndim - 2
-    for dim in range(batch):
-        problem = extent_problem(op, q, dim, k, dim) or extent_problem(op, q, dim, v, dim)
-        if problem is not None:
-            return problem
-    return (
-        extent_problem(op, k, batch, v, batch)
-        or extent_problem(op, q, batch + 1, k, batch + 1)
-        or extent_problem(op, q, batch + 1, v, batch + 1)
-    )
-
-
 # ----- the declarations -------------------------------------------------------------------
 
 
@@ -263,6 +191,106 @@ SDPA_PHILOX = declare_op(
     fd_method=False,  # recorded by fd.ops.sdpfa_fwd only
 )
 
+
+def _head_axes(reference: TensorValue, roles: tuple[str, ...]) -> list[ResultAxis]:
+    """The batch and head axes ``[*N, H]`` of an attention result: ``reference``'s extents
+    (the first of ``roles``, whose iter types they take), iterating with those dims of every
+    operand of ``roles``: they compute locally, sharded or not."""
+    return [
+        _axis(reference.shape[d], *((role, d) for role in roles)) for d in range(reference.ndim - 2)
+    ]
+
+
+def _infer_sdpa_fwd(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """The output ``[*N, H, L, Ev]`` in the query's dtype and the logsumexp ``[*N, H, L]``
+    in Float: batch and head axes iterate with every operand's, L with the query's, Ev with
+    the value's; L and Ev are computed whole (a shard of them would need ring attention, or
+    a causal mask offset by the shard's first row)."""
+    q, k, v = args["query"], args["key"], args["value"]
+    problem = attention_operands_problem(
+        "sdpfa_fwd", {"query": q, "key": k, "value": v}
+    ) or qkv_problem("sdpfa_fwd", q, k, v)
+    if problem is not None:
+        return problem
+    heads = _head_axes(q, ("query", "key", "value"))
+    rows = _axis(q.shape[-2], ("query", q.ndim - 2), whole=True)
+    width = _axis(v.shape[-1], ("value", v.ndim - 1), whole=True)
+    return (
+        ResultType(dtype=q.dtype, axes=(*heads, rows, width)),
+        ResultType(dtype=DType.FLOAT32, axes=(*heads, rows)),
+    )
+
+
+SDPA_FWD = declare_op(
+    "sdpfa_fwd",
+    cls=SdpaFwd,
+    params=(
+        Param("query", ParamKind.TENSOR, TensorValue),
+        Param("key", ParamKind.TENSOR, TensorValue),
+        Param("value", ParamKind.TENSOR, TensorValue),
+        Param("is_causal", ParamKind.ATTRIBUTE, bool, False),
+        Param("scale", ParamKind.ATTRIBUTE, TensorValue | Scalar | None, None),
+        Param("dropout_p", ParamKind.ATTRIBUTE, TensorValue | Scalar | None, None),
+        Param("philox_seed", ParamKind.TENSOR, TensorValue | None, None),
+        Param("philox_offset", ParamKind.TENSOR, TensorValue | None, None),
+    ),
+    results=(Result("output"), Result("logsumexp")),
+    infer=_infer_sdpa_fwd,
+    summary="Scaled dot-product flash attention: its output and the logsumexp of each"
+    " query row's scores, one instruction (the philox seed and offset: ``sdpfa_philox``).",
+    dtype_rule="same; logsumexp Float",
+    check=constants_problem,
+    nvfuser_signature="sdpfa_fwd(query, key, value, bias=None, mask=None, dropout_p=None,"
+    " is_causal=None, scale=None)",
+)
+
+_BWD_OPERANDS = ("grad_output", "query", "key", "value", "output", "logsumexp")
+"""``sdpfa_bwd``'s tensor operands but the philox ones, in field order."""
+
+
+def _infer_sdpa_bwd(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """Each gradient has its input's extents and dtype: batch and head axes iterate with
+    every operand's, the sequence and head-size axes with its input's (the query's L also
+    with grad_output's, output's and logsumexp's), computed whole as the forward's."""
+    problem = bwd_operands_problem(args)
+    if problem is not None:
+        return problem
+    results = []
+    for role in ("query", "key", "value"):
+        source = args[role]
+        others = tuple(r for r in _BWD_OPERANDS if r != role)
+        rows = ((role, source.ndim - 2),)
+        if role == "query":
+            rows += tuple((r, source.ndim - 2) for r in ("grad_output", "output", "logsumexp"))
+        axes = (
+            *_head_axes(source, (role, *others)),
+            _axis(source.shape[-2], *rows, whole=True),
+            _axis(source.shape[-1], (role, source.ndim - 1), whole=True),
+        )
+        results.append(ResultType(dtype=source.dtype, axes=axes))
+    return tuple(results)
+
+
+SDPA_BWD = declare_op(
+    "sdpfa_bwd",
+    cls=SdpaBwd,
+    params=(
+        *(Param(role, ParamKind.TENSOR, TensorValue) for role in _BWD_OPERANDS),
+        Param("is_causal", ParamKind.ATTRIBUTE, bool, False),
+        Param("scale", ParamKind.ATTRIBUTE, TensorValue | Scalar | None, None),
+        Param("dropout_p", ParamKind.ATTRIBUTE, TensorValue | Scalar | None, None),
+        Param("philox_seed", ParamKind.TENSOR, TensorValue | None, None),
+        Param("philox_offset", ParamKind.TENSOR, TensorValue | None, None),
+    ),
+    results=(Result("grad_query"), Result("grad_key"), Result("grad_value")),
+    infer=_infer_sdpa_bwd,
+    summary="The gradients of ``sdpfa_fwd``'s output for query, key and value, one instruction.",
+    dtype_rule="same as each input",
+    check=constants_problem,
+    nvfuser_signature="sdpfa_bwd(grad_output, query, key, value, output, logsumexp,"
+    " dropout_p, is_causal, philox_seed, philox_offset, scale)",
+)
+
 _GROUPED = {(2, 3): "rows", (3, 2): "columns", (2, 2): "K"}
 """What ``grouped_mm``'s groups split, by the ranks of mat1 and mat2."""
 
@@ -276,15 +304,15 @@ def _infer_grouped_mm(args: OpArgs) -> tuple[ResultType, ...] | str:
     if offsets.ndim != 1 or offsets.dtype is not DType.INT32:
         return (
             f"{op}: offsets {offsets.name} must be a 1-d Int32 tensor of group ends, got"
-            f" {_named(offsets.dtype)} with {offsets.ndim} dims"
+            f" {NVFUSER_NAMES[offsets.dtype]} with {offsets.ndim} dims"
         )
     if a.dtype is not b.dtype:
         return (
-            f"{op}: mat1 {a.name} is {_named(a.dtype)} but mat2 {b.name} is"
-            f" {_named(b.dtype)}; they must have one dtype"
+            f"{op}: mat1 {a.name} is {NVFUSER_NAMES[a.dtype]} but mat2 {b.name} is"
+            f" {NVFUSER_NAMES[b.dtype]}; they must have one dtype"
         )
     if a.dtype not in ATTENTION_DTYPES:
-        return f"{op}: mat1 {a.name} is {_named(a.dtype)}; expected Half, BFloat16 or Float"
+        return f"{op}: mat1 {a.name} is {NVFUSER_NAMES[a.dtype]}; expected Half, BFloat16 or Float"
     grouped = _GROUPED.get((a.ndim, b.ndim))
     if grouped is None:
         return (
@@ -333,7 +361,9 @@ def _infer_embedding_fwd(args: OpArgs) -> tuple[ResultType, ...] | str:
     indices, weight = args["input"], args["weight"]
     op = "embedding_fwd"
     if indices.dtype not in (DType.INT64, DType.INT32):
-        return f"{op}: input {indices.name} is {_named(indices.dtype)}; expected Int or Int32"
+        return (
+            f"{op}: input {indices.name} is {NVFUSER_NAMES[indices.dtype]}; expected Int or Int32"
+        )
     if indices.ndim < 1:
         return f"{op}: input {indices.name} must have at least 1 dim"
     if weight.ndim != 2:

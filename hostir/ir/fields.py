@@ -81,11 +81,21 @@ def _kind_of(hint: Any) -> tuple[FieldKind, Any, bool]:
 
 
 def defined_fields(instruction: Any) -> list[str]:
-    """The fields whose values ``instruction`` defines (``out`` not when preallocated)."""
+    """The fields whose values ``instruction`` defines: its results, but not, when it is
+    preallocated, the tensors it writes into (``out``; every tensor result of an op of
+    several results, which the verifier refuses)."""
     names = list(type(instruction).OUTS)
     if getattr(instruction, "preallocated", False):
-        names.remove("out")
+        kinds = field_kinds(type(instruction))
+        return [name for name in names if kinds[name][0] is not FieldKind.TENSOR]
     return names
+
+
+def written_fields_of(instruction: Any) -> list[str]:
+    """The result fields of a preallocated ``instruction`` that name existing tensors it
+    writes into (``out``); none if it is not preallocated."""
+    defined = defined_fields(instruction)
+    return [name for name in type(instruction).OUTS if name not in defined]
 
 
 @cache

@@ -1,7 +1,6 @@
-"""The indexing and scan instructions: ``index_select``, ``gather``,
-``take_along_axis``, ``cumsum`` and ``topk``, and the declarations of all but ``topk``
-(``hostir.ir.opdecl``; ``topk``, which defines one of its two results per instruction,
-keeps its class's rules until it defines both).
+"""The indexing and scan instructions, and their declarations (``hostir.ir.opdecl``):
+``index_select``, ``gather``, ``take_along_axis``, ``cumsum`` and ``topk`` (one
+instruction defining both of its results, the values and their indices).
 
 Each computes on local data along a dim that is whole on every rank: lowering gathers a
 sharded ``dim`` of ``src`` before the op (the declaration maps no result axis to it, or
@@ -27,12 +26,12 @@ from hostir.ir.opdecl import (
     OpArgs,
     Param,
     ParamKind,
+    Result,
     ResultAxis,
     ResultType,
     declare_op,
 )
 from hostir.ir.requirements import (
-    INSTRUCTION_REQUIREMENTS,
     Requirement,
     gather_requirement,
     topk_requirements,
@@ -96,28 +95,22 @@ class Cumsum:
     preallocated: bool = False
 
 
-class TopKResult(enum.Enum):
-    """Which result of ``topk`` an instruction gives (nvFuser returns both)."""
-
-    VALUES = "values"
-    INDICES = "indices"
-
-
 @declare(kind=Kind.COMPUTE, keyword="topk", positional=("src",))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopK:
-    """One result of ``torch.topk(src, k, dim, largest, sorted)``: the values or their
-    indices (int64). Each instruction computes the op for its own result."""
+    """``values, indices = torch.topk(src, k, dim, largest, sorted)``: the ``k`` largest
+    (or smallest) entries of ``src`` along ``dim`` and their indices (int64), both from one
+    kernel call."""
 
-    OUTS: ClassVar[tuple[str, ...]] = ("out",)
+    OUTS: ClassVar[tuple[str, ...]] = ("values", "indices")
     INS: ClassVar[tuple[str, ...]] = ("src", "k")
-    out: TensorValue
+    values: TensorValue
+    indices: TensorValue
     src: TensorValue
     k: Scalar
     dim: int
     largest: bool = True
     sorted: bool = False
-    result: TopKResult = TopKResult.VALUES
     preallocated: bool = False
 
 
@@ -302,16 +295,46 @@ CUMSUM = declare_op(
 )
 
 
-def _topk(instruction: TopK) -> tuple[Requirement, ...]:
-    """``topk``'s rules on bound values (``0 <= k <=`` the extent of ``dim``), read by
-    ``hostir.ir.requirements`` off its class until ``topk`` is declared."""
+def _infer_topk(args: OpArgs) -> tuple[ResultType, ...] | str:
+    """The values (``src``'s dtype) and the indices (Int): ``src``'s extents, ``k`` along
+    ``dim``, which is computed whole (a rank needs all of it to find the top ``k``)."""
+    src, k, dim = args["src"], args["k"], args["dim"]
+    problem = _dim_problem("topk", src, dim)
+    if problem is not None:
+        return problem
+    if src.dtype in (DType.BOOL, DType.UINT64):
+        return f"topk: {src.name} is {NVFUSER_NAMES[src.dtype]}; topk compares numbers"
+    axes = tuple(
+        _axis(k, whole=True) if d == dim else _axis(e, ("src", d)) for d, e in enumerate(src.shape)
+    )
+    return (ResultType(dtype=src.dtype, axes=axes), ResultType(dtype=DType.INT64, axes=axes))
+
+
+def _topk_requirements(instruction: TopK) -> tuple[Requirement, ...]:
+    """``topk``'s rules on bound values: ``0 <= k <=`` the extent of ``dim``."""
     src = instruction.src
     if not 0 <= instruction.dim < src.ndim:
-        return ()
+        return ()  # its infer names it
     return topk_requirements(src.name, instruction.dim, src.shape[instruction.dim], instruction.k)
 
 
-INSTRUCTION_REQUIREMENTS[TopK] = _topk
+TOPK = declare_op(
+    "topk",
+    cls=TopK,
+    params=(
+        Param("src", ParamKind.TENSOR, TensorValue, nvfuser="arg"),
+        Param("k", ParamKind.SCALAR, Scalar),
+        Param("dim", ParamKind.ATTRIBUTE, int, nvfuser_default=-1),
+        Param("largest", ParamKind.ATTRIBUTE, bool, True),
+        Param("sorted", ParamKind.ATTRIBUTE, bool, False),
+    ),
+    results=(Result("values"), Result("indices")),
+    infer=_infer_topk,
+    summary="The ``k`` largest (or smallest) entries of ``arg`` along ``dim`` and their"
+    " indices: ``(values, indices)``, one instruction.",
+    dtype_rule="same; indices Int",
+    requirements=_topk_requirements,
+)
 
 
 # ----- argsort: declared in the generating form (docs/extending.md, "Adding an op") -------

@@ -18,7 +18,7 @@ from hostir.ir.catalog import Instruction, Kind, classes_of_kind, declare, instr
 from hostir.ir.catalog import keyword as keyword
 from hostir.ir.contraction import Linear as Linear
 from hostir.ir.contraction import Matmul as Matmul
-from hostir.ir.fields import SCALAR_TYPES, FieldKind, field_kinds
+from hostir.ir.fields import SCALAR_TYPES, FieldKind, defined_fields, field_kinds, written_fields_of
 from hostir.ir.layout_ops import BroadcastInDim as BroadcastInDim
 from hostir.ir.layout_ops import Cast as Cast
 from hostir.ir.layout_ops import Permute as Permute
@@ -120,17 +120,12 @@ declared later, from outside the package)."""
 
 def defined_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
     """The values ``instruction`` defines (not counting loop bodies)."""
-    names = list(instruction.OUTS)
-    if getattr(instruction, "preallocated", False):
-        names.remove("out")
-    return [getattr(instruction, name) for name in names]
+    return [getattr(instruction, name) for name in defined_fields(instruction)]
 
 
 def used_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
     """The tensors and requests ``instruction`` reads or writes without defining them."""
-    names = list(instruction.INS)
-    if getattr(instruction, "preallocated", False):
-        names.append("out")
+    names = list(instruction.INS) + written_fields_of(instruction)
     used = [getattr(instruction, name) for name in names]
     return [v for v in used if isinstance(v, TensorValue | RequestValue)]
 

@@ -198,8 +198,9 @@ def gather_requirement(
 
 
 INSTRUCTION_REQUIREMENTS: dict[type, Callable[[Any], tuple[Requirement, ...]]] = {}
-"""The requirements each instruction class shows in its fields, of the ops not declared
-(``topk``'s is added by ``hostir.ir.indexing``, which imports this module)."""
+"""The requirements each instruction class shows in its fields, of the classes whose ops
+are not declared (a declared op's are its declaration's ``requirements``): empty now that
+every compute op of the package is declared."""
 
 
 def instruction_requirements(instruction: object) -> tuple[Requirement, ...]:

@@ -11,10 +11,13 @@ kernel does not take, among them) the same computation written with matmuls
 take their reference input's layout (the output the query's, each gradient its input's),
 as nvFuser lays out ``sdpfa_fwd``'s output like the query.
 
-``grouped_mm`` and ``embedding_fwd`` are declared (``hostir.ir.attention``): their
-implementations are registered with ``hostir.run.implementations``, each a torch call that
-checks its offsets or indices first (``hostir.run.index_checks``), so a replay making the
-call directly checks them too. ``sdpfa_philox``'s is in ``hostir.run.attention_dropout``.
+``grouped_mm`` and ``embedding_fwd``'s implementations are registered here with
+``hostir.run.implementations``, each a torch call that checks its offsets or indices first
+(``hostir.run.index_checks``), so a replay making the call directly checks them too.
+``sdpfa_fwd``'s, ``sdpfa_bwd``'s and ``sdpfa_philox``'s, which a dropout mask makes depend
+on the rank, are in ``hostir.run.attention_dropout``; the computations without dropout
+are here (:func:`sdpa_fwd_results`, :func:`sdpa_bwd_results`: every result of one kernel
+call).
 """
 
 from __future__ import annotations
@@ -24,16 +27,7 @@ from typing import Any
 
 import torch
 
-from hostir.ir.attention import (
-    EmbeddingFwd,
-    GroupedMm,
-    SdpaBwd,
-    SdpaBwdResult,
-    SdpaFwd,
-    SdpaFwdResult,
-    SdpaPhilox,
-)
-from hostir.run.handler_common import into_out
+from hostir.ir.attention import EmbeddingFwd, GroupedMm, SdpaBwd, SdpaFwd
 from hostir.run.implementations import TorchCall, implements
 from hostir.run.index_checks import check_indices, check_offsets
 
@@ -174,8 +168,8 @@ def attention_backward(
 
 
 def sdpa_fwd_results(instruction: SdpaFwd, operands: Operands) -> tuple[torch.Tensor, ...]:
-    """Both results of ``sdpfa_fwd`` without dropout, in :class:`SdpaFwdResult`'s order:
-    the output (laid out like the query) and the logsumexp (Float)."""
+    """Both results of ``sdpfa_fwd`` without dropout, from one kernel call, in ``OUTS``
+    order: the output (laid out like the query) and the logsumexp (Float)."""
     q, k, v = operands["query"], operands["key"], operands["value"]
     scale = _scale(instruction, q.shape[-1])
     output, logsumexp = attention_forward(
@@ -183,38 +177,6 @@ def sdpa_fwd_results(instruction: SdpaFwd, operands: Operands) -> tuple[torch.Te
     )
     output = _laid_out_like(output.reshape(q.shape[:-1] + v.shape[-1:]), q)
     return output, logsumexp.reshape(q.shape[:-1]).float()
-
-
-FWD_POSITION = {SdpaFwdResult.OUTPUT: 0, SdpaFwdResult.LOGSUMEXP: 1}
-"""Each ``sdpfa_fwd`` result's place among :func:`sdpa_fwd_results`'."""
-
-
-def run_sdpa_fwd(
-    instruction: SdpaFwd,
-    operands: Operands,
-    out_shape: list[int],
-    results: tuple[torch.Tensor, ...] | None = None,
-) -> torch.Tensor:
-    """``sdpfa_fwd``'s result ``instruction.result``, from ``results`` (every result of
-    the op, hostir.run.shared_results) when given."""
-    if results is None:
-        results = sdpa_fwd_results(instruction, operands)
-    return into_out(instruction, operands, results[FWD_POSITION[instruction.result]])
-
-
-def run_sdpa_philox(
-    instruction: SdpaPhilox, operands: Operands, out_shape: list[int]
-) -> torch.Tensor:
-    """The philox seed or offset of a forward that ran no dropout: 0."""
-    return into_out(instruction, operands, torch.zeros(out_shape, dtype=torch.int64))
-
-
-_GRADIENT_OF: dict[SdpaBwdResult, tuple[int, str]] = {
-    SdpaBwdResult.GRAD_QUERY: (0, "query"),
-    SdpaBwdResult.GRAD_KEY: (1, "key"),
-    SdpaBwdResult.GRAD_VALUE: (2, "value"),
-}
-"""Each result's position among the backward kernel's results, and its input."""
 
 
 def laid_out_gradients(
@@ -230,27 +192,14 @@ def laid_out_gradients(
 
 
 def sdpa_bwd_results(instruction: SdpaBwd, operands: Operands) -> tuple[torch.Tensor, ...]:
-    """The three gradients of ``sdpfa_bwd`` without dropout (query's, key's, value's),
-    each laid out like its input."""
+    """The three gradients of ``sdpfa_bwd`` without dropout (query's, key's, value's), from
+    one kernel call, each laid out like its input."""
     names = ("grad_output", "query", "key", "value", "output")
     grad, q, k, v, out = (_flat(operands[name]) for name in names)
     logsumexp = operands["logsumexp"].reshape(q.shape[:-1])
     scale = _scale(instruction, q.shape[-1])
     gradients = attention_backward(grad, q, k, v, out, logsumexp, instruction.is_causal, scale)
     return laid_out_gradients(gradients, operands)
-
-
-def run_sdpa_bwd(
-    instruction: SdpaBwd,
-    operands: Operands,
-    out_shape: list[int],
-    results: tuple[torch.Tensor, ...] | None = None,
-) -> torch.Tensor:
-    """``sdpfa_bwd``'s gradient ``instruction.result``, from ``results`` (the three
-    gradients, hostir.run.shared_results) when given."""
-    if results is None:
-        results = sdpa_bwd_results(instruction, operands)
-    return into_out(instruction, operands, results[_GRADIENT_OF[instruction.result][0]])
 
 
 def grouped_mm(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,10 @@
-"""Attention with dropout: the handlers of ``sdpfa_fwd`` (output), ``sdpfa_bwd`` and
-``sdpfa_philox`` that take the run context, because a dropout mask depends on where this
-rank's shard lies in the global tensor. Instructions without ``dropout_p`` go to the
-plain handlers (``hostir.run.attention``) unchanged. ``sdpfa_philox``'s handler is its
-implementation (the op is declared: ``hostir.ir.attention``), dropout or not.
+"""The implementations of ``sdpfa_fwd``, ``sdpfa_bwd`` and ``sdpfa_philox``: handlers that
+take the run context, because a dropout mask depends on where this rank's shard lies in
+the global tensor. Without ``dropout_p`` the forward and the backward are the flash
+kernels' (``hostir.run.attention``); with it, the math path below. Either way one call
+gives every result of the instruction: the forward's output and logsumexp (dropout does
+not change the logsumexp; it is taken of the same scores), the backward's three
+gradients.
 
 The mask. For attention weights of global shape ``[*N, H, L, S]`` (the query's batch,
 head and sequence extents, the key's sequence extent)::
@@ -21,32 +23,27 @@ the math path (matmul, softmax, mask, matmul; Float) instead of the flash kernel
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from hostir.errors import EvaluationError
-from hostir.ir.attention import PhiloxResult, SdpaBwd, SdpaFwd, SdpaFwdResult, SdpaPhilox
+from hostir.ir.attention import PhiloxResult, SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.scalars import evaluate_scalar
 from hostir.ir.sharding import slice_global_tensor
 from hostir.ir.values import TensorValue
 from hostir.run.attention import (
-    _GRADIENT_OF,
     _flat,
     _laid_out_like,
     _scale,
     attention_scores,
     laid_out_gradients,
-    run_sdpa_bwd,
-    run_sdpa_fwd,
     sdpa_bwd_results,
     sdpa_fwd_results,
 )
 from hostir.run.creation import generator_seed
-from hostir.run.handler_common import checked_result, compute_handler, into_out
+from hostir.run.handler_common import checked_result, checked_results, into_out
 from hostir.run.implementations import implements
-from hostir.run.shared_results import shared, sharing
 
 Operands = dict[str, Any]
 
@@ -99,10 +96,13 @@ def attention_dropout(
     dropout_p: float,
     is_causal: bool,
     scale: float,
-) -> torch.Tensor:
-    """``(softmax(q k^T * scale) * keep / (1 - p)) v``, in the query's dtype."""
-    weights = _probabilities(q, k, is_causal, scale) * keep / (1.0 - dropout_p)
-    return torch.matmul(weights, v.float()).to(q.dtype)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(softmax(q k^T * scale) * keep / (1 - p)) v`` in the query's dtype, and the
+    logsumexp of the same scores (Float), which dropout does not change."""
+    scores = attention_scores(q, k, is_causal, scale)
+    weights = torch.softmax(scores, dim=-1) * keep / (1.0 - dropout_p)
+    output = torch.matmul(weights, v.float()).to(q.dtype)
+    return output, torch.logsumexp(scores, dim=-1)
 
 
 def attention_dropout_backward(
@@ -129,51 +129,34 @@ def attention_dropout_backward(
     return grad_query.to(q.dtype), grad_key.to(k.dtype), grad_value.to(v.dtype)
 
 
-def _checked(context: Any, instruction: Any, operands: Operands, result: torch.Tensor) -> list:
-    """``[result]`` after the local-shape check, copied into a preallocated ``out``."""
-    return [into_out(instruction, operands, checked_result(context, instruction, result))]
-
-
-# The plain (no dropout) handlers, the forward's and backward's results shared by their
-# sibling instructions; the logsumexp beside a dropout output has no sibling to share with.
-_run_fwd_plain = compute_handler(run_sdpa_fwd, sdpa_fwd_results)
-_run_fwd_alone = compute_handler(run_sdpa_fwd)
-_run_bwd_plain = compute_handler(run_sdpa_bwd, sdpa_bwd_results)
-
-
-def run_sdpa_fwd_dropout(context: Any, instruction: SdpaFwd, operands: Operands) -> list:
-    """``sdpfa_fwd``: with dropout, the output over this rank's mask slice."""
+@implements("sdpfa_fwd", handler=True)
+def run_sdpa_fwd(context: Any, instruction: SdpaFwd, operands: Operands) -> list:
+    """``sdpfa_fwd``: the output and the logsumexp, from the flash kernel without dropout,
+    with it from the math path over this rank's mask slice."""
     if instruction.dropout_p is None:
-        return _run_fwd_plain(context, instruction, operands)
-    if instruction.result is SdpaFwdResult.LOGSUMEXP:
-        return _run_fwd_alone(context, instruction, operands)
+        return checked_results(context, instruction, sdpa_fwd_results(instruction, operands))
     q, k, v = operands["query"], operands["key"], operands["value"]
     keep = _local_mask(context, instruction, operands)
     p = float(instruction.dropout_p.value)
     scale = _scale(instruction, q.shape[-1])
-    output = attention_dropout(q, k, v, keep, p, instruction.is_causal, scale)
-    return _checked(context, instruction, operands, _laid_out_like(output, q))
+    output, logsumexp = attention_dropout(q, k, v, keep, p, instruction.is_causal, scale)
+    return checked_results(context, instruction, (_laid_out_like(output, q), logsumexp))
 
 
-def run_sdpa_bwd_dropout(context: Any, instruction: SdpaBwd, operands: Operands) -> list:
-    """``sdpfa_bwd``: with dropout, the gradient through this rank's mask slice."""
+@implements("sdpfa_bwd", handler=True)
+def run_sdpa_bwd(context: Any, instruction: SdpaBwd, operands: Operands) -> list:
+    """``sdpfa_bwd``: the three gradients, from the flash kernel without dropout, with it
+    through this rank's mask slice."""
     if instruction.dropout_p is None:
-        return _run_bwd_plain(context, instruction, operands)
-
-    def gradients() -> tuple[torch.Tensor, ...]:
-        grad, q, k, v = (operands[name] for name in ("grad_output", "query", "key", "value"))
-        keep = _local_mask(context, instruction, operands)
-        p = float(instruction.dropout_p.value)
-        scale = _scale(instruction, q.shape[-1])
-        flat = attention_dropout_backward(
-            _flat(grad), _flat(q), _flat(k), _flat(v), _flat(keep), p, instruction.is_causal,
-            scale,
-        )  # fmt: skip
-        return laid_out_gradients(flat, operands)
-
-    results = shared(context, instruction, operands, gradients)
-    result = results[_GRADIENT_OF[instruction.result][0]]
-    return _checked(context, instruction, operands, result)
+        return checked_results(context, instruction, sdpa_bwd_results(instruction, operands))
+    grad, q, k, v = (operands[name] for name in ("grad_output", "query", "key", "value"))
+    keep = _local_mask(context, instruction, operands)
+    p = float(instruction.dropout_p.value)
+    scale = _scale(instruction, q.shape[-1])
+    flat = attention_dropout_backward(
+        _flat(grad), _flat(q), _flat(k), _flat(v), _flat(keep), p, instruction.is_causal, scale
+    )
+    return checked_results(context, instruction, laid_out_gradients(flat, operands))
 
 
 @implements("sdpfa_philox", handler=True)
@@ -185,16 +168,4 @@ def run_sdpa_philox_dropout(context: Any, instruction: SdpaPhilox, operands: Ope
         value = torch.randint(0, 2**62, (), dtype=torch.int64)
     else:
         value = torch.zeros(context.local_shape(instruction.out), dtype=torch.int64)
-    return _checked(context, instruction, operands, value)
-
-
-sharing(SdpaFwd)
-sharing(SdpaBwd)
-
-ATTENTION_DROPOUT_HANDLERS: dict[type, Callable[..., list]] = {
-    SdpaFwd: run_sdpa_fwd_dropout,
-    SdpaBwd: run_sdpa_bwd_dropout,
-    SdpaPhilox: run_sdpa_philox_dropout,
-}
-"""Context handlers of the attention instructions a dropout mask changes; the evaluator's
-table takes them over the plain ones (``hostir.run.attention``)."""
+    return [into_out(instruction, operands, checked_result(context, instruction, value))]

@@ -31,10 +31,6 @@ class Runner(Protocol):
     def stream_pool(self, device: torch.device) -> StreamPool:
         """The stream pool for ``device``."""
 
-    def siblings(self, instruction: Instruction) -> int:
-        """How many instructions of the program compute ``instruction``'s op, itself
-        included (hostir.run.shared_results)."""
-
 
 class RunContext:
     """The state of one run: bound tensors and scalars, rank, device, current stream."""
@@ -60,9 +56,6 @@ class RunContext:
         self.shape_cache: dict[int, tuple[TensorValue, list[int]]] = {}
         # bound from a signature that ran before: a compiled run may replay (hostir.run.replay)
         self.replays = False
-        # the results of an op with several, kept for its sibling instructions this run
-        # (hostir.run.shared_results)
-        self.shared_results: dict[tuple, list] = {}
         self.stream_pool = runner.stream_pool(device)
 
     @property

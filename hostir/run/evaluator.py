@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +37,6 @@ from hostir.check.verify import verify_located
 from hostir.comm.communicator import Communicator
 from hostir.errors import ExtentError, VerifyError
 from hostir.ir.container import HostIrContainer
-from hostir.ir.indexing import TopK
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -55,21 +53,17 @@ from hostir.run.arguments import (
     checked_listeners,
     checked_program,
 )
-from hostir.run.attention_dropout import ATTENTION_DROPOUT_HANDLERS
 from hostir.run.bindings import InputChecks, RecentlyUsed
 from hostir.run.communication_handlers import COMMUNICATION_HANDLERS
 from hostir.run.compiled import CompiledProgram, compile_program
 from hostir.run.compiled_runs import compiling
 from hostir.run.context import Listener, RunContext
 from hostir.run.executable import Executable, prepare
-from hostir.run.handler_common import compute_handler
 from hostir.run.implementations import implemented
-from hostir.run.indexing import run_topk, topk_results
 from hostir.run.interpreter import run_step
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
 from hostir.run.self_checks import NO_CHECKS, SelfChecks, checked_checks, take_in, with_checkers
-from hostir.run.shared_results import op_key, sibling_counts
 from hostir.run.signature import call_key, input_kinds
 from hostir.run.steps import Handler, Step, profiling
 from hostir.run.stream_handlers import STREAM_HANDLERS
@@ -136,8 +130,6 @@ HANDLERS: dict[type, Handler] = {
     ShardByStream: _run_shard_by_stream,
     ForLoop: _run_for_loop,
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
-    **ATTENTION_DROPOUT_HANDLERS,  # over the plain sdpfa handlers: a mask needs the rank
-    TopK: compute_handler(run_topk, topk_results),  # values and indices computed once
 }
 """One handler per instruction class whose ops are not declared (a declared op's instruction
 runs its implementation: ``hostir.run.implementations.handler_for``)."""
@@ -215,7 +207,6 @@ class HostIrEvaluator:
         self._fits: set[int] = set()  # world sizes every mesh of the program fits in
         self._steps: dict[int, Step] = {}  # by id: the program holds the instructions alive
         self._stream_pools: dict[torch.device, StreamPool] = {}
-        self._siblings: Counter | None = None  # instructions per shared op (shared_results)
         self._compiled: dict[tuple[int, bool], CompiledProgram] = {}  # by rank, pipelining
         # by rank, pipelining and whether on the CPU
         self._replays: dict[tuple[int, bool, bool], ReplayProgram | None] = {}
@@ -302,13 +293,6 @@ class HostIrEvaluator:
         if self._digest is None:
             self._digest = hashlib.sha256(str(self.program).encode()).hexdigest()
         return self._digest
-
-    def siblings(self, instruction: Instruction) -> int:
-        """How many instructions of the program compute ``instruction``'s op, itself
-        included (hostir.run.shared_results; counted at the first ask)."""
-        if self._siblings is None:
-            self._siblings = sibling_counts(self.program)
-        return self._siblings.get(op_key(instruction), 1)
 
     def stream_pool(self, device: torch.device) -> StreamPool:
         """This evaluator's stream pool for ``device`` (CUDA streams are reused across runs)."""

@@ -41,7 +41,8 @@ from hostir.run.arguments import run_inputs
 from hostir.run.bindings import Binding, device_of
 from hostir.run.compiled_runs import compiling
 from hostir.run.context import RunContext
-from hostir.run.cuda_graphs import GraphedProgram, check_capturable, graphing
+from hostir.run.cuda_graph_checks import check_capturable, graphing
+from hostir.run.cuda_graphs import GraphedProgram
 from hostir.run.self_checks import check_run, checked_call, draws_for
 from hostir.run.signature import input_kinds
 from hostir.run.stream_pool import MAIN

@@ -1,7 +1,6 @@
 """What handlers share: for communications, the request a handler returns and the
-``out`` buffer and operands it needs on this rank; for compute, the check of a result's
-local shape, the copy into a preallocated ``out``, and the context handler made from a
-plain compute handler (``topk``'s, the attention ops')."""
+``out`` buffer and operands it needs on this rank; for compute, the check of each result's
+local shape and the copy into a preallocated ``out``."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import torch
 
 from hostir.errors import EvaluationError
 from hostir.ir.instructions import keyword
-from hostir.run.shared_results import shared
 
 if TYPE_CHECKING:
     from hostir.run.context import RunContext
@@ -65,18 +63,33 @@ def need(value: torch.Tensor | None, instruction: Any, role: str, context: RunCo
     return value
 
 
-def checked_result(context: RunContext, instruction: Any, result: torch.Tensor) -> torch.Tensor:
-    """``result``, once checked to have ``instruction.out``'s local shape: operands that
-    disagree with their declared extents (two symbolic extents unified at definition,
-    say) must not yield a silently different tensor."""
-    shape = context.local_shape(instruction.out)
+def checked_result(
+    context: RunContext, instruction: Any, result: torch.Tensor, field: str = "out"
+) -> torch.Tensor:
+    """``result``, once checked to have the local shape of ``instruction``'s result
+    ``field``: operands that disagree with their declared extents (two symbolic extents
+    unified at definition, say) must not yield a silently different tensor."""
+    value = getattr(instruction, field)
+    shape = context.local_shape(value)
     if list(result.shape) != shape:
         raise EvaluationError(
             f"{keyword(instruction)} produced a tensor of shape {list(result.shape)}, but"
-            f" {instruction.out.name} is declared with local shape {shape} on rank"
-            f" {context.rank}"
+            f" {value.name} is declared with local shape {shape} on rank {context.rank}"
         )
     return result
+
+
+def checked_results(context: RunContext, instruction: Any, results: Any) -> list:
+    """The results of a compute instruction, in ``OUTS`` order, each checked by
+    :func:`checked_result`: ``results`` is the one tensor of an op of one result, or the
+    sequence of an op's several."""
+    outs = type(instruction).OUTS
+    if len(outs) == 1:
+        return [checked_result(context, instruction, results, outs[0])]
+    return [
+        checked_result(context, instruction, result, field)
+        for field, result in zip(outs, results, strict=True)
+    ]
 
 
 def into_out(instruction: Any, operands: dict, result: torch.Tensor) -> torch.Tensor:
@@ -84,26 +97,3 @@ def into_out(instruction: Any, operands: dict, result: torch.Tensor) -> torch.Te
     if instruction.preallocated:
         return operands["out"].copy_(result)
     return result
-
-
-def compute_handler(
-    run: Callable[..., torch.Tensor], results_of: Callable[[Any, dict], tuple] | None = None
-) -> Callable[[RunContext, Any, dict], list]:
-    """The context handler of a plain compute handler ``run(instruction, operands,
-    out_shape)`` (which writes a preallocated ``out`` itself), its result checked; with
-    ``results_of(instruction, operands)`` (every result of an op that has several),
-    ``run`` also takes those, computed once for the op's sibling instructions
-    (hostir.run.shared_results)."""
-
-    def handle(context: RunContext, instruction: Any, operands: dict) -> list:
-        shape = context.local_shape(instruction.out)
-        if results_of is None:
-            result = run(instruction, operands, shape)
-        else:
-            results = shared(
-                context, instruction, operands, lambda: results_of(instruction, operands)
-            )
-            result = run(instruction, operands, shape, results)
-        return [checked_result(context, instruction, result)]
-
-    return handle

@@ -4,10 +4,13 @@
 An implementation is, per instruction, the torch call that computes the op's result from
 its operands (the instruction's ``INS`` fields, in order), made once when the instruction
 is prepared: the evaluator's handler calls it and checks the result's local shape; a
-compiled replay calls it directly (``hostir.run.replay``). An op whose result is written
-into a preallocated ``out`` (a stream chunk of a tensor, say) writes it there in place
-where its implementation gives a write (``into``: torch's ``out=`` forms), else gets the
-result copied there (:func:`write_call`). A handler of the evaluator's own form
+compiled replay calls it directly (``hostir.run.replay``). The call of an op with several
+results returns them all, in ``OUTS`` order, from one kernel call; each is checked. An op
+whose result is written into a preallocated ``out`` (a stream chunk of a tensor, say)
+writes it there in place where its implementation gives a write (``into``: torch's
+``out=`` forms), else gets the result copied there (:func:`write_call`); an op of several
+results is never preallocated (the verifier refuses it by name). A handler of the
+evaluator's own form
 (``handler=``) serves ops whose call needs the run's context.
 
 Every declared op must have an implementation: ``hostir.run`` checks it when it is
@@ -22,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hostir.errors import EvaluationError
 from hostir.ir.opdecl import OpDecl, declared_ops, op_decl, op_named
-from hostir.run.handler_common import checked_result
+from hostir.run.handler_common import checked_result, checked_results
 
 if TYPE_CHECKING:
     from hostir.run.context import RunContext
@@ -88,7 +92,7 @@ def implements(
 
 def implementation_of(instruction: Any) -> Implementation | None:
     """The implementation of ``instruction``'s declared op; None if its op is not
-    declared (the evaluator's own table handles it)."""
+    declared (a communication, a loop, ...: the evaluator's own table handles it)."""
     decl = op_decl(instruction)
     if decl is None:
         return None
@@ -115,17 +119,22 @@ def plain_call(instruction: Any) -> tuple[TorchCall, tuple[str, ...]] | None:
     return implementation.prepare(instruction), type(instruction).INS
 
 
-def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
+def handler_for(instruction: Any, class_handler: Handler | None) -> Handler | None:
     """The handler running ``instruction``: its declared op's implementation, made for
-    this instruction (its call prepared once), else ``legacy`` (the evaluator's handler
-    for its class)."""
+    this instruction (its call prepared once), else ``class_handler`` (the evaluator's
+    handler for its class: a communication, a loop, ``allocate``, ...)."""
     implementation = implementation_of(instruction)
     if implementation is None:
-        return legacy
+        return class_handler
     if implementation.handler is not None:
         return implementation.handler
     fields = type(instruction).INS
     if instruction.preallocated:
+        if len(type(instruction).OUTS) > 1:
+            raise EvaluationError(
+                f"{implementation.decl.name} defines several results; it cannot write into"
+                " preallocated tensors (the verifier refuses it)"
+            )
         write = write_call(instruction)[0]
 
         def handle_into(context: RunContext, instruction: Any, operands: dict) -> list:
@@ -134,6 +143,14 @@ def handler_for(instruction: Any, legacy: Handler | None) -> Handler | None:
 
         return _named(handle_into, implementation.prepare)
     call = implementation.prepare(instruction)
+
+    if len(type(instruction).OUTS) > 1:
+
+        def handle_several(context: RunContext, instruction: Any, operands: dict) -> list:
+            results = call(*[operands.get(name) for name in fields])
+            return checked_results(context, instruction, results)
+
+        return _named(handle_several, implementation.prepare)
 
     def handle(context: RunContext, instruction: Any, operands: dict) -> list:
         result = call(*[operands.get(name) for name in fields])
@@ -181,7 +198,7 @@ def _copy_into(call: TorchCall) -> WriteCall:
 
 def _named(handler: Handler, prepare: Callable) -> Handler:
     """``handler`` under its implementation's module and name: the CUDA-graph check asks
-    where a handler comes from (``hostir.run.cuda_graphs``)."""
+    where a handler comes from (``hostir.run.cuda_graph_checks``)."""
     handler.__module__ = prepare.__module__
     handler.__qualname__ = handler.__name__ = f"{prepare.__name__}_handler"
     return handler

@@ -1,13 +1,8 @@
 """The implementations of the indexing and scan ops (``hostir.ir.indexing``): one torch
-call each on local data (lowering makes the indexed or scanned dim whole first).
-
-``index_select``, ``gather``, ``take_along_axis`` and ``cumsum`` are declared: their
-implementations are registered with ``hostir.run.implementations`` (an indexing op's call
-checks its indices first, so a replay that makes the call directly checks them too).
-``topk`` keeps its handler here (one result per instruction, computed once for both:
-``hostir.run.shared_results``; the evaluator's table holds it), which takes the instruction,
-its resolved operands and the local shape of ``out``, and writes into a preallocated
-``out`` with ``copy_``.
+call each on local data (lowering makes the indexed or scanned dim whole first),
+registered with ``hostir.run.implementations``. An indexing op's call checks its indices
+first, so a replay that makes the call directly checks them too; ``topk``'s call returns
+both of its results from one ``torch.topk``.
 
 ``argsort``'s implementation, at the end, is its torch call (docs/extending.md).
 """
@@ -19,11 +14,9 @@ from typing import Any
 
 import torch
 
-from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK, TopKResult
-from hostir.run.handler_common import into_out
+from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
 from hostir.run.implementations import TorchCall, implements
 from hostir.run.index_checks import check_indices
-from hostir.run.shared_results import sharing
 
 
 def _check_along(
@@ -72,32 +65,16 @@ def prepare_cumsum(instruction: Cumsum) -> TorchCall:
     )
 
 
-def topk_results(instruction: TopK, operands: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both results of ``torch.topk``: (values, indices)."""
-    values, indices = torch.topk(
-        operands["src"],
-        int(operands["k"]),
-        instruction.dim,
-        largest=instruction.largest,
-        sorted=instruction.sorted,
-    )
-    return values, indices
+@implements("topk", fresh=True)
+def prepare_topk(instruction: TopK) -> TorchCall:
+    """``torch.topk``: the values and their indices, from one call."""
+    dim, largest, ordered = instruction.dim, instruction.largest, instruction.sorted
 
+    def topk(src: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        values, indices = torch.topk(src, int(k), dim, largest=largest, sorted=ordered)
+        return values, indices
 
-def run_topk(
-    instruction: TopK,
-    operands: dict,
-    out_shape: list[int],
-    results: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> Any:
-    """``torch.topk``, keeping the result the instruction names; from ``results`` (both,
-    hostir.run.shared_results) when given."""
-    values, indices = results if results is not None else topk_results(instruction, operands)
-    result = values if instruction.result is TopKResult.VALUES else indices
-    return into_out(instruction, operands, result)
-
-
-sharing(TopK)  # its evaluator handler computes values and indices once (hostir.run.evaluator)
+    return topk
 
 
 @implements("argsort", fresh=True)

@@ -10,8 +10,9 @@ runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
 - tensors are Python locals, not entries of ``ctx.tensors``; the inputs arrive as
   arguments and the outputs leave as the return value;
 - a compute instruction that defines a fresh tensor is its torch call
-  (``hostir.run.implementations.plain_call``), without the handler's shape check: the inputs'
-  shapes fix the results' shapes, and the signature's first run checked them; a declared
+  (``hostir.run.implementations.plain_call``), without the handler's shape check: the
+  inputs' shapes fix the results' shapes, and the signature's first run checked them (the
+  call of an op of several results returns them all: ``v_T5, v_T6 = F3(v_T0, 3)``); a declared
   op's instruction that writes a preallocated ``out`` is its write
   (``hostir.run.implementations.write_call``: in place, or a copy), likewise;
 - ``deallocate`` drops the local; a ``for`` loop is a Python loop in the same
@@ -224,8 +225,10 @@ class _ReplayWriter(_Writer):
             call, fields = plain
             self.names[f"F{k}"] = call
             arguments = ", ".join(operands[name] for name in fields)
-            self.present.add(instruction.out.name)
-            return [f"{self.variable(instruction.out.name)} = F{k}({arguments})"]
+            results = [getattr(instruction, name).name for name in instruction.OUTS]
+            self.present.update(results)
+            targets = ", ".join(self.variable(name) for name in results)
+            return [f"{targets} = F{k}({arguments})"]  # an op of several results unpacks
         written = declared_write(instruction)
         if written is not None:
             write, fields = written
@@ -366,7 +369,8 @@ def _aliasable(program: HostIrContainer) -> set[str]:
         if getattr(instruction, "preallocated", False):
             touched.add(instruction.out.name)
         elif _fresh(instruction):
-            fresh.add(instruction.out.name)
+            outs = (getattr(instruction, name) for name in instruction.OUTS)
+            fresh.update(value.name for value in outs if isinstance(value, TensorValue))
         if isinstance(instruction, ShardByStream):
             touched.add(instruction.src.name)
     return fresh - touched

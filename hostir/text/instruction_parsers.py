@@ -85,8 +85,13 @@ def _results(
     kinds = field_kinds(cls)
     values: dict[str, Any] = {}
     if preallocated:
-        values["out"], values["preallocated"] = b.tensor(keywords["out"]), True
-        outs = [field for field in outs if field != "out"]
+        written = [field for field in outs if kinds[field][0] is FieldKind.TENSOR]
+        node = keywords["out"]
+        nodes = [node] if len(written) == 1 else _written_list(b, name, node, written)
+        for field, given in zip(written, nodes, strict=True):
+            values[field] = b.tensor(given)
+        values["preallocated"] = True
+        outs = [field for field in outs if field not in written]
     if len(targets) != len(outs):
         raise b.fail(name, f"{name} defines {len(outs)} value(s) here, got {len(targets)}")
     for field, target in zip(outs, targets, strict=True):
@@ -107,6 +112,16 @@ def _results(
         )
         b.define(token, values[field])
     return values
+
+
+def _written_list(b: Builder, name: lark.Token, node: Any, written: list[str]) -> list:
+    """The tensors ``out=[T5, T6]`` names, one per tensor result in ``written``."""
+    if not (isinstance(node, lark.Tree) and node.data == "list"):
+        raise b.fail(node, f"{name} has {len(written)} results: write out=[{', '.join(written)}]")
+    items = [child for child in node.children if child is not None]
+    if len(items) != len(written):
+        raise b.fail(node, f"{name} writes {len(written)} tensors, got {len(items)}")
+    return items
 
 
 # ----- reading one value --------------------------------------------------------------

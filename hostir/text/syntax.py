@@ -11,7 +11,8 @@ The keyword and the positional fields come from the class's declaration
 (``hostir.ir.catalog``); every other field is written ``name=value`` in field order,
 ``None`` left out. The values it defines are on the left: a tensor with its
 full type, a request or a stream by name; with ``preallocated``, ``out`` is an
-existing tensor written ``out=NAME``. How a field is written and read follows
+existing tensor written ``out=NAME`` (the tensor results of an op of several results
+``out=[NAME, NAME]``, which the verifier refuses). How a field is written and read follows
 from its annotated type (:func:`hostir.ir.fields.field_kinds`), so a class declared anywhere,
 with any fields of these types, prints and parses with no code of its own.
 """
@@ -23,7 +24,13 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from hostir.ir.catalog import declaration_of
-from hostir.ir.fields import FieldKind, defined_fields, field_kinds, written_fields
+from hostir.ir.fields import (
+    FieldKind,
+    defined_fields,
+    field_kinds,
+    written_fields,
+    written_fields_of,
+)
 from hostir.ir.values import TensorValue
 
 # ----- printing -----------------------------------------------------------------------
@@ -44,8 +51,9 @@ def print_call(instruction: Any, keyword: str, values: Printers, declare: Callab
         value = getattr(instruction, name)
         if value is not None:
             args.append(f"{name}={values[kinds[name][0]](value)}")
-    if getattr(instruction, "preallocated", False):
-        args.append(f"out={instruction.out.name}")
+    written = [getattr(instruction, name).name for name in written_fields_of(instruction)]
+    if written:  # preallocated: ``out=T5`` (an op of several results: ``out=[T5, T6]``)
+        args.append(f"out={written[0]}" if len(written) == 1 else f"out=[{', '.join(written)}]")
     targets = []
     for name in defined_fields(instruction):
         value = getattr(instruction, name)

@@ -555,11 +555,11 @@ def test_a_stream_split_sequence_is_refused_by_name() -> None:
     ("line", "fragment"),
     [
         (
-            "T3 : bfloat16[1, 2, 4] = sdpfa_fwd(T0, T1, T2, result=logsumexp)",
-            "T3 is declared bfloat16, but the op gives float32",
+            "T3 : bfloat16[1, 2, 4, 8], T4 : bfloat16[1, 2, 4] = sdpfa_fwd(T0, T1, T2)",
+            "T4 is declared bfloat16, but the op gives float32",
         ),
         (
-            "T3 : bfloat16[1, 2, 4, 8] = sdpfa_fwd(T0, T1, T2, result=output, scale=s)",
+            "T3 : bfloat16[1, 2, 4, 8], T4 : float32[1, 2, 4] = sdpfa_fwd(T0, T1, T2, scale=s)",
             "scale s must be a constant",
         ),
         (

@@ -213,13 +213,15 @@ def test_new_op_seeds_shard_their_ops():
         fd, _ = load(case)["define"]()
         sharded = set()
         for instruction in walk_instructions(fd.host_ir().body):
-            sharding = getattr(getattr(instruction, "out", None), "sharding", None)
-            if sharding is not None and any(
-                part.axis is not None and sharding.mesh.axis_size(part.axis) > 1
-                for dim in sharding.dims
-                for part in dim
-            ):
-                sharded.add(keyword(instruction))
+            # every result: an op of several (topk) defines values and indices, no out
+            for field in getattr(instruction, "OUTS", ()):
+                sharding = getattr(getattr(instruction, field, None), "sharding", None)
+                if sharding is not None and any(
+                    part.axis is not None and sharding.mesh.axis_size(part.axis) > 1
+                    for dim in sharding.dims
+                    for part in dim
+                ):
+                    sharded.add(keyword(instruction))
         for family in families:
             assert f"op:{family}" in case.features, f"seed {seed} draws no {family}"
             assert SHARDED_KEYWORDS.get(family, {family}) & sharded, (seed, family, sharded)

@@ -18,7 +18,8 @@ PROGRAM = """%HostIrContainer {
   T4 : float32[4, 2] = gather(T0, T2, dim=1)
   T5 : float32[4, 2] = take_along_axis(T0, T2, dim=1)
   T6 : float32[4, 6] = cumsum(T0, dim=0)
-  T7 : int64[4, 2] = topk(T0, k=2, dim=1, largest=false, sorted=true, result=indices)
+  T12 : float32[4, 2], T7 : int64[4, 2] = topk(T0, k=2, dim=1, largest=false, sorted=true)
+  deallocate T12
   T8 : bfloat16[2, 3] = full(-1)
   T9 : float64[5] = iota(1.0, 0.5)
   T10 : float32[4, 3] = uniform(-1.0, 1.0, seed=S0, offset=3)
@@ -64,7 +65,10 @@ def test_text_json_and_run() -> None:
     assert outs[8].dtype == torch.float16 and outs[8].shape == (4, 3)
 
 
-INPUTS = "input T0 : float32[4, 6]\n  input T1 : int64[3]\n  input T2 : int64[5, 2]"
+INPUTS = (
+    "input T0 : float32[4, 6]\n  input T1 : int64[3]\n  input T2 : int64[5, 2]\n"
+    "  input T3 : bool[4, 6]"
+)
 
 
 def _program(line: str, inputs: str = INPUTS) -> str:
@@ -79,7 +83,9 @@ def _program(line: str, inputs: str = INPUTS) -> str:
         ("T9 : float32[4, 3] = index_select(T0, T1, dim=2)", "dim 2 is out of range"),
         ("T9 : float32[4, 3] = gather(T0, T1, dim=1)", "has 1 dims"),
         ("T9 : int32[4, 6] = cumsum(T0, dim=1)", "the op gives float32"),
-        ("T9 : float32[4, 2] = topk(T0, k=2, dim=1, result=indices)", "the op gives int64"),
+        ("T9 : float32[4, 2], T8 : float32[4, 2] = topk(T0, k=2, dim=1)", "the op gives int64"),
+        ("T9 : float32[4, 2], T8 : int64[4, 2] = topk(T0, k=2.0, dim=1)", "expected an integer"),
+        ("T9 : bool[4, 2], T8 : int64[4, 2] = topk(T3, k=2, dim=1)", "topk compares numbers"),
         ("T9 : int64[4, 3] = iota(0, 1)", "must be 1-d"),
         ("T9 : float32[4] = iota(0, 1)", "iota takes a float start"),
         ("T9 : bool[4] = iota(0, 1)", "neither an integer nor a float dtype"),

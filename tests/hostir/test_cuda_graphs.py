@@ -1,8 +1,9 @@
-"""CUDA graphs (hostir.run.cuda_graphs): what cannot be captured is refused by name (no
-CUDA, inputs off CUDA, listeners, foreign handlers, a backend other than NCCL, a blocking
-wait), the ``cuda_graph`` option and ``HOSTIR_CUDA_GRAPH``; on a GPU, a replay gives
-bitwise what the uncaptured run gives, new inputs give new results, earlier results stay
-as they were, and a changed scalar input is refused.
+"""CUDA graphs (hostir.run.cuda_graph_checks, hostir.run.cuda_graphs): what cannot be
+captured is refused by name (no CUDA, inputs off CUDA, listeners, foreign handlers, a
+backend other than NCCL, a blocking wait), the ``cuda_graph`` option and
+``HOSTIR_CUDA_GRAPH``; on a GPU, a replay gives bitwise what the uncaptured run gives,
+new inputs give new results, earlier results stay as they were, and a changed scalar
+input is refused.
 
 The GPU tests skip on a machine without CUDA; the rest runs everywhere."""
 
@@ -29,15 +30,15 @@ from hostir.errors import SettingError
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
 from hostir.run.compiled_runs import bitwise_equal
-from hostir.run.cuda_graphs import (
+from hostir.run.cuda_graph_checks import (
     NEEDS_CUDA,
-    GraphedProgram,
     _blocking_wait_problems,
     capture_problems,
     check_capturable,
     cuda_backend,
     graphing,
 )
+from hostir.run.cuda_graphs import GraphedProgram
 from tests.hostir.test_compiled import LOOPS, _row_parallel
 from tests.hostir.test_pipelined_loops import environment
 

@@ -160,7 +160,8 @@ def test_grouped_mm_refuses_offsets_out_of_order_or_range(
 TOPK_FED = """%HostIrContainer {
   input T0 : float32[4, 8]
   input T1 : float32[4, 6]
-  T2 : int64[4, 2] = topk(T0, k=2, dim=1, largest=true, sorted=true, result=indices)
+  T4 : float32[4, 2], T2 : int64[4, 2] = topk(T0, k=2, dim=1, largest=true, sorted=true)
+  deallocate T4
   T3 : float32[4, 2] = take_along_axis(T1, T2, dim=1)
   output T3
 }

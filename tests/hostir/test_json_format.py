@@ -75,26 +75,9 @@ from hostir import (
     parse,
 )
 from hostir.errors import JsonFormatError
-from hostir.ir.attention import (
-    EmbeddingFwd,
-    GroupedMm,
-    PhiloxResult,
-    SdpaBwd,
-    SdpaBwdResult,
-    SdpaFwd,
-    SdpaFwdResult,
-    SdpaPhilox,
-)
+from hostir.ir.attention import EmbeddingFwd, GroupedMm, PhiloxResult, SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.creation import Distribution, Full, Iota, Random
-from hostir.ir.indexing import (
-    Argsort,
-    Cumsum,
-    GatherAlong,
-    GatherKind,
-    IndexSelect,
-    TopK,
-    TopKResult,
-)
+from hostir.ir.indexing import Argsort, Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
 from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.text import json_format
 from hostir.text.round_trip import check_round_trip
@@ -197,7 +180,7 @@ def every_instruction() -> tuple:
         GatherAlong(kind=GatherKind.GATHER, out=y, src=x, index=w, dim=0),
         GatherAlong(kind=GatherKind.TAKE_ALONG_AXIS, out=y, src=x, index=w, dim=1),
         Cumsum(out=y, src=x, dim=1, preallocated=True),
-        TopK(out=w, src=x, k=c(2), dim=0, largest=False, sorted=True, result=TopKResult.INDICES),
+        TopK(values=y, indices=w, src=x, k=c(2), dim=0, largest=False, sorted=True),
         *attention_instructions(x, y, w),
         Reshape(out=y, src=x),
         Slice(out=y, src=x, dim=1, start=c(1), stop=Symbol(name="n")),
@@ -210,15 +193,15 @@ def every_instruction() -> tuple:
 def attention_instructions(x, y, w) -> tuple:
     """The attention and MoE instructions (hostir.ir.attention), their fields varied."""
     return (
-        SdpaFwd(out=y, query=x, key=x, value=y, result=SdpaFwdResult.LOGSUMEXP),
+        SdpaFwd(output=x, logsumexp=y, query=x, key=x, value=y),
         SdpaFwd(
-            out=y, query=x, key=x, value=x, result=SdpaFwdResult.OUTPUT, is_causal=True,
+            output=y, logsumexp=w, query=x, key=x, value=x, is_causal=True,
             scale=Const(value=0.25), preallocated=True,
         ),
         SdpaPhilox(out=y, result=PhiloxResult.OFFSET),
         SdpaBwd(
-            out=y, grad_output=x, query=x, key=y, value=x, output=x, logsumexp=w,
-            result=SdpaBwdResult.GRAD_KEY, is_causal=True,
+            grad_query=y, grad_key=x, grad_value=w, grad_output=x, query=x, key=y, value=x,
+            output=x, logsumexp=w, is_causal=True,
         ),
         GroupedMm(out=y, mat1=x, mat2=y, offsets=w),
         EmbeddingFwd(out=y, input=w, weight=x, preallocated=True),
@@ -878,3 +861,32 @@ def test_mangled_documents_raise_only_host_ir_errors():
                 HostIrContainer.from_json(json.dumps(document))
             except HostIrError:
                 pass
+
+
+def test_documents_of_one_instruction_per_result_are_refused_by_name():
+    """``topk``, ``sdpfa_fwd`` and ``sdpfa_bwd`` were one instruction per result (an ``out``
+    and a ``result`` naming it, of the enums ``TopKResult``, ``SdpaFwdResult`` and
+    ``SdpaBwdResult``); they are one instruction defining every result now. A document
+    written before is refused, naming the fields and the enum (docs/design.md)."""
+    program = parse(
+        "%HostIrContainer {\n  input T0 : float32[4, 9]\n"
+        "  T1 : float32[4, 3], T2 : int64[4, 3] = topk(T0, k=3, dim=1, largest=true,"
+        " sorted=false)\n  output T1\n}\n"
+    )
+    document = json.loads(program.to_json())
+    node = document["program"]["body"][0]
+    old = {key: value for key, value in node.items() if key not in ("values", "indices")}
+    old = {"node": "TopK", "out": node["values"], **old}
+    old["result"] = {"enum": "TopKResult", "value": "values"}
+    document["program"]["body"][0] = old
+    with pytest.raises(JsonFormatError) as info:
+        json_format.read_document(json.dumps(document))
+    assert str(info.value) == ("program.body[0]: TopK lacks field(s) values, indices"), info.value
+    del old["out"]
+    old.update(values=node["values"], indices=node["indices"])
+    with pytest.raises(JsonFormatError, match=r"TopK has no field\(s\) result; its fields are"):
+        json_format.read_document(json.dumps(document))
+    old.pop("result")
+    old["largest"] = {"enum": "SdpaFwdResult", "value": "output"}
+    with pytest.raises(JsonFormatError, match='unknown enum tag "SdpaFwdResult"'):
+        json_format.read_document(json.dumps(document))
