@@ -71,13 +71,21 @@ def implements(
     (with ``into(instruction)`` making the write into a preallocated ``out``, and
     ``fresh`` if the result is never a view), or with ``handler=True`` a handler
     ``(context, instruction, operands) -> list of OUTS values``. A name that no op
-    declares is a TypeError."""
+    declares is a TypeError, and so is a second implementation of an op (one registered
+    by another function): an op has one meaning, never one replaced by import order.
+    The same function registered again (its module run again) replaces its own."""
 
     def register(function: Callable) -> Callable:
         for name in names:
             decl = op_named(name)
             if decl is None:
                 raise TypeError(f"implements({name!r}): no op {name!r} is declared")
+            earlier = IMPLEMENTATIONS.get(name)
+            if earlier is not None and _where(earlier) != _where_function(function):
+                raise TypeError(
+                    f"implements({name!r}): op {name!r} is already implemented by"
+                    f" {_where(earlier)}, not {_where_function(function)}"
+                )
             IMPLEMENTATIONS[name] = Implementation(
                 decl=decl,
                 prepare=None if handler else function,
@@ -88,6 +96,16 @@ def implements(
         return function
 
     return register
+
+
+def _where_function(function: Callable) -> str:
+    """``module.qualname`` of an implementation's function."""
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def _where(implementation: Implementation) -> str:
+    """Where ``implementation``'s function is defined."""
+    return _where_function(implementation.prepare or implementation.handler)
 
 
 def implementation_of(instruction: Any) -> Implementation | None:

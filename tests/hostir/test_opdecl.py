@@ -101,6 +101,24 @@ def _prepare_scale(instruction):
     return functools.partial(torch.mul, other=instruction.factor)
 
 
+def test_an_op_has_one_implementation_never_one_replaced_by_import_order() -> None:
+    """A second implementation of a declared op, by another function, is refused by name
+    (the plain attention handler was once replaced by the dropout one through the order
+    of a dict merge); the same function registered again (its module run again) is not."""
+    before = IMPLEMENTATIONS["scale_by"]
+
+    def other_scale(instruction):
+        return functools.partial(torch.mul, other=instruction.factor)
+
+    with pytest.raises(TypeError, match="op 'scale_by' is already implemented by .*_prepare_scale"):
+        implements("scale_by", fresh=True)(other_scale)
+    with pytest.raises(TypeError, match="op 'relu' is already implemented by"):
+        implements("relu")(other_scale)
+    assert IMPLEMENTATIONS["scale_by"] is before
+    implements("scale_by", fresh=True)(_prepare_scale)  # its module run again
+    assert IMPLEMENTATIONS["scale_by"].prepare is _prepare_scale
+
+
 TEXT = """%HostIrContainer {
   input T0 : float32[4, 6]
   T1 : float32[4, 6] = scale_by(T0, factor=3)
