@@ -29,6 +29,7 @@ from hostir.ir.attention import (
     SDPA_PHILOX,
     PhiloxResult,
 )
+from hostir.ir.scalars import print_scalar
 
 # ----- argument checks -------------------------------------------------------------------
 
@@ -76,20 +77,15 @@ def _flag_fields(op: str, is_causal: Any, scale: Any) -> dict[str, Any]:
 
 def _dropout_fields(p: float, seed: TensorView, offset: TensorView) -> dict[str, Any]:
     """A dropout's fields: its probability (a constant in (0, 1)) and the philox seed and
-    offset tensors (Int, 0 dims) that choose the mask."""
+    offset tensors (UInt64 ``[2]`` and ``[]``) that choose the mask."""
     return {"dropout_p": Const(value=p), "philox_seed": seed, "philox_offset": offset}
-
-
-def _rank(tv: TensorView) -> int:
-    """The number of data dims of ``tv``."""
-    return len(tv.shape_domain())
 
 
 # ----- sdpfa_fwd / sdpfa_bwd -------------------------------------------------------------
 
 
 def _philox(ops: Any, query: TensorView, result: PhiloxResult, dropout: bool) -> TensorView:
-    """A philox projection: an Int scalar tensor (nvFuser's form for torch before 2.7),
+    """A philox projection (torch 2.7's form: the seed result UInt64 ``[2]``, the offset ``[]``),
     placed on the query's mesh."""
     operands = {"result": result, "dropout": dropout}
     return record(ops._fusion, SDPA_PHILOX, operands, mesh_from=(query,))[0]
@@ -108,7 +104,8 @@ def sdpfa_fwd(
 ) -> tuple[TensorView, TensorView, TensorView, TensorView]:
     """nvFuser's scaled dot-product flash attention forward: query ``[*N, H, L, E]``, key and
     value ``[*N, H, S, E]`` -> (output ``[*N, H, L, E]`` in the query's dtype, logsumexp
-    ``[*N, H, L]`` Float, philox_seed, philox_offset (Int scalar tensors)).
+    ``[*N, H, L]`` Float, philox_seed UInt64 ``[2]``, philox_offset UInt64 ``[]``: torch
+    2.7's form, as nvFuser gives it there).
 
     ``dropout_p``: None or 0 (no dropout; the philox tensors are 0), or a constant in
     (0, 1): the seed is drawn from torch's default generator at each run, the offset is 0,
@@ -138,14 +135,20 @@ def sdpfa_fwd(
 
 def _check_philox(op: str, role: str, value: Any, dropout: bool) -> TensorView:
     """A philox seed or offset. Without dropout it is not read: a tensor of any dtype and
-    shape (sdpfa_fwd's Int ``[]``, or nvFuser's newer UInt64 ``[2]`` and ``[]`` forms);
-    nvFuser checks no more. With dropout it chooses the mask: it must be sdpfa_fwd's form
-    here, an Int tensor with 0 dims."""
+    shape (nvFuser checks no more). With dropout it chooses the mask: it must be in
+    sdpfa_fwd's form, torch 2.7's (nvFuser's there, and the peer tests'
+    ``create_sdpa_rng_tensors``): the seed a UInt64 ``[2]`` tensor (seed, offset), the
+    offset a UInt64 ``[]`` one."""
     tensor = _tensor(op, value, role)
-    if dropout and (tensor.dtype is not DataType.Int or _rank(tensor) != 0):
+    if not dropout:
+        return tensor
+    expected = "[2]" if role == "philox_seed" else "[]"
+    extents = [axis.extent for axis in tensor.shape_domain()]
+    shown = "[" + ", ".join(print_scalar(e) for e in extents) + "]"
+    if tensor.dtype is not DataType.UInt64 or shown != expected:
         raise OperandError(
-            f"{op}: {role} {tensor.name} is {tensor.dtype.name} with {_rank(tensor)} dims; with"
-            " dropout it must be sdpfa_fwd's (an Int tensor with 0 dims)"
+            f"{op}: {role} {tensor.name} is {tensor.dtype.name} {shown}; with dropout it must"
+            f" be sdpfa_fwd's, torch 2.7's form: a UInt64 {expected} tensor"
         )
     return tensor
 

@@ -36,6 +36,8 @@ ENABLE_OPTIONS = {
 DISABLE_OPTIONS = {
     "infer_contiguity": "no effect: the ops run as torch ops, which take any strides, so"
     " nothing is compiled for an inferred contiguity",
+    "resize_scheduler": "no effect: hostir has no resize scheduler (slice, pad and cat run"
+    " as torch ops); nvFuser's transformer backward passes it",
 }
 """The ``_disable_options`` they pass, and what they mean here."""
 

@@ -46,7 +46,7 @@ from hostir.ir.opdecl import (
     ResultType,
     declare_op,
 )
-from hostir.ir.scalars import Scalar
+from hostir.ir.scalars import Const, Scalar
 from hostir.ir.values import TensorValue
 
 
@@ -77,7 +77,7 @@ class SdpaFwd:
     is_causal: bool = False
     scale: TensorValue | Scalar | None = None  # a constant (the declaration's check)
     dropout_p: TensorValue | Scalar | None = None  # a constant (the declaration's check)
-    philox_seed: TensorValue | None = None  # with dropout_p: int64 [] tensors
+    philox_seed: TensorValue | None = None  # with dropout_p: uint64 [2] and uint64 []
     philox_offset: TensorValue | None = None
     preallocated: bool = False
 
@@ -85,9 +85,11 @@ class SdpaFwd:
 @declare(kind=Kind.COMPUTE, keyword="sdpfa_philox")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SdpaPhilox:
-    """``sdpfa_fwd``'s philox seed or offset: an int64 scalar tensor. Without ``dropout``
-    both are 0 (no dropout runs); with it the seed is drawn from torch's default CPU
-    generator each run and the offset is 0."""
+    """``sdpfa_fwd``'s philox state in torch 2.7's form, as nvFuser gives it there: the seed
+    result is the generator state, a uint64 ``[2]`` tensor (the seed, then the offset), the
+    offset result a uint64 ``[]`` tensor nothing reads (torch's ``_unused``). Without
+    ``dropout`` all are 0 (no dropout runs); with it the seed is drawn from torch's default
+    CPU generator each run and the offsets are 0."""
 
     OUTS: ClassVar[tuple[str, ...]] = ("out",)
     INS: ClassVar[tuple[str, ...]] = ()
@@ -176,6 +178,19 @@ def _axis(extent: Scalar, *sources: tuple[str, int], kind=AxisKind.INHERIT, whol
     return ResultAxis(extent=extent, kind=kind, sources=found, whole=whole)
 
 
+PHILOX_STATE_EXTENT = 2
+"""The philox seed result's extent: torch 2.7's generator state, ``(seed, offset)``."""
+
+
+def _philox_type(result: PhiloxResult) -> ResultType:
+    """A philox result's type: the state ``uint64 [2]`` (the seed result, replicated: a rank
+    needs all of it), or the unread offset ``uint64 []``."""
+    if result is PhiloxResult.SEED:
+        axis = ResultAxis(extent=Const(value=PHILOX_STATE_EXTENT), whole=True)
+        return ResultType(dtype=DType.UINT64, axes=(axis,))
+    return ResultType(dtype=DType.UINT64, axes=())
+
+
 SDPA_PHILOX = declare_op(
     "sdpfa_philox",
     cls=SdpaPhilox,
@@ -183,10 +198,11 @@ SDPA_PHILOX = declare_op(
         Param("result", ParamKind.ATTRIBUTE, PhiloxResult),
         Param("dropout", ParamKind.ATTRIBUTE, bool, False),
     ),
-    infer=lambda args: (ResultType(dtype=DType.INT64, axes=()),),
-    summary="``sdpfa_fwd``'s philox seed or offset: an Int tensor of 0 dims (0 without"
-    " dropout; with it a seed drawn each run, and offset 0).",
-    dtype_rule="Int",
+    infer=lambda args: (_philox_type(args["result"]),),
+    summary="``sdpfa_fwd``'s philox state in torch 2.7's form: the seed result a UInt64"
+    " ``[2]`` tensor (seed, offset), the offset result a UInt64 ``[]`` one, unread (0"
+    " without dropout; with it a seed drawn each run, and offset 0).",
+    dtype_rule="UInt64",
     sharding=OpSharding(reads_no_tensor=True),
     fd_method=False,  # recorded by fd.ops.sdpfa_fwd only
 )

@@ -79,8 +79,8 @@ def qkv_problem(op: str, q: TensorValue, k: TensorValue, v: TensorValue) -> str 
 
 def constants_problem(instruction: Any) -> str | None:
     """Why an attention's ``scale`` and dropout are not as its kernels take them, or None:
-    ``scale`` a constant, ``dropout_p`` a constant in (0, 1) with int64 ``[]`` philox
-    tensors, or no dropout and no philox tensors."""
+    ``scale`` a constant, ``dropout_p`` a constant in (0, 1) with the philox state in
+    torch 2.7's form (uint64 ``[2]`` and ``[]``), or no dropout and no philox tensors."""
     scale = instruction.scale
     if scale is not None and not isinstance(scale, Const):
         shown = scale.name if isinstance(scale, TensorValue) else print_scalar(scale)
@@ -93,10 +93,16 @@ def constants_problem(instruction: Any) -> str | None:
     if not isinstance(p, Const) or isinstance(p.value, bool) or not 0 < p.value < 1:
         shown = p.name if isinstance(p, TensorValue) else print_scalar(p)
         return f"dropout_p {shown} must be a constant in (0, 1)"
-    for role, tensor in (("philox_seed", seed), ("philox_offset", offset)):
-        if tensor is None or tensor.dtype is not DType.INT64 or tensor.ndim != 0:
-            return f"with dropout_p, {role} must be an int64 [] tensor"
+    for role, tensor, shape in (("philox_seed", seed, "[2]"), ("philox_offset", offset, "[]")):
+        if tensor is None or tensor.dtype is not DType.UINT64 or _shown(tensor) != shape:
+            return f"with dropout_p, {role} must be a uint64 {shape} tensor (torch 2.7's form)"
     return None
+
+
+def _shown(tensor: TensorValue) -> str:
+    """A tensor's extents as the philox rule words them (``[2]``, ``[]``; a symbolic
+    extent printed by name, which no rule takes)."""
+    return "[" + ", ".join(print_scalar(e) for e in tensor.shape) + "]"
 
 
 def bwd_operands_problem(args: OpArgs) -> str | None:

@@ -67,7 +67,9 @@ def _local_mask(context: Any, instruction: SdpaFwd | SdpaBwd, operands: Operands
     """This rank's slice of the global mask, ``[*N_local, H_local, L, S]``."""
     query, key = instruction.query, instruction.key
     shape = _global_shape(context, query)[:-1] + _global_shape(context, key)[-2:-1]
-    seed, offset = int(operands["philox_seed"]), int(operands["philox_offset"])
+    # torch 2.7's philox state: the seed tensor holds (seed, offset); the offset tensor is
+    # unused (hostir.ir.attention.SdpaPhilox). uint64 has no CPU arithmetic: read as int64.
+    seed, offset = operands["philox_seed"].to(torch.int64).tolist()
     p = float(instruction.dropout_p.value)  # the verifier allows constants only
     mask = dropout_mask(seed, offset, shape, p, context.device)
     if query.sharding is not None:
@@ -161,11 +163,13 @@ def run_sdpa_bwd(context: Any, instruction: SdpaBwd, operands: Operands) -> list
 
 @implements("sdpfa_philox", handler=True)
 def run_sdpa_philox_dropout(context: Any, instruction: SdpaPhilox, operands: Operands) -> list:
-    """``sdpfa_philox``: with dropout, a seed drawn from torch's default CPU generator (as
-    the unseeded random ops draw theirs, ``hostir.run.creation``) and offset 0; without
-    it (no dropout runs) 0 for both."""
+    """``sdpfa_philox``: with dropout, the state ``(seed, 0)``, the seed drawn from torch's
+    default CPU generator (as the unseeded random ops draw theirs,
+    ``hostir.run.creation``); without it (no dropout runs) zeros; the offset result zeros
+    (torch 2.7's unused tensor). uint64 tensors, made as int64 and cast (torch has no
+    uint64 random numbers on CPU)."""
+    value = torch.zeros(context.local_shape(instruction.out), dtype=torch.int64)
     if instruction.dropout and instruction.result is PhiloxResult.SEED:
-        value = torch.randint(0, 2**62, (), dtype=torch.int64)
-    else:
-        value = torch.zeros(context.local_shape(instruction.out), dtype=torch.int64)
+        value[0] = torch.randint(0, 2**62, (), dtype=torch.int64)
+    value = value.to(torch.uint64)
     return [into_out(instruction, operands, checked_result(context, instruction, value))]

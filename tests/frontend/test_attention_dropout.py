@@ -88,8 +88,11 @@ def test_forward_and_backward_use_the_documented_mask(device: str) -> None:
     results = fd.execute([t.to(device) for t in data])
     assert results[0].device.type == device
     out, grad_q, grad_k, grad_v, seed, offset = (t.cpu() for t in results)
-    assert seed.dtype == offset.dtype == torch.int64 and seed.dim() == offset.dim() == 0
-    keep = _documented_mask(int(seed), int(offset), (*SHAPE_Q[:-1], SHAPE_KV[-2]), P)
+    # torch 2.7's form: the state (seed, offset) uint64 [2], the unused offset uint64 [].
+    assert seed.dtype == offset.dtype == torch.uint64 and seed.shape == (2,) and offset.dim() == 0
+    state = seed.to(torch.int64).tolist()
+    assert state[1] == 0 and int(offset.to(torch.int64)) == 0 and state[0] != 0
+    keep = _documented_mask(*state, (*SHAPE_Q[:-1], SHAPE_KV[-2]), P)
     assert abs(keep.float().mean().item() - (1 - P)) < 0.08  # 240 weights
     for got, want in zip(
         (out, grad_q, grad_k, grad_v), _reference(*data, keep, P, True), strict=True
@@ -98,8 +101,8 @@ def test_forward_and_backward_use_the_documented_mask(device: str) -> None:
     on_device = [t.to(device) for t in data]
     torch.manual_seed(3)
     again = fd.execute(on_device)
-    assert int(again[4]) == int(seed) and torch.equal(again[0].cpu(), out)
-    assert int(fd.execute(on_device)[4]) != int(seed)  # the generator moved on
+    assert torch.equal(again[4].cpu(), seed) and torch.equal(again[0].cpu(), out)
+    assert not torch.equal(fd.execute(on_device)[4].cpu(), seed)  # the generator moved on
 
 
 @pytest.mark.world_sizes(2, 4)
@@ -119,15 +122,15 @@ def test_heads_sharded_use_their_slice_of_the_mask(multidevice_test) -> None:
         tv.set_device_mesh(mesh)
     torch.manual_seed(5)  # every rank's default generator in one state: one seed
     results = fd.execute([shard_tensor(t, tv, rank) for t, tv in zip(data, inputs, strict=True)])
-    seed, offset = int(results[4]), int(results[5])
-    keep = _documented_mask(seed, offset, (*SHAPE_Q[:-1], SHAPE_KV[-2]), P)
+    state = results[4].to(torch.int64)
+    keep = _documented_mask(*state.tolist(), (*SHAPE_Q[:-1], SHAPE_KV[-2]), P)
     for got, want, tv in zip(
         results[:4], _reference(*data, keep, P, True), outputs[:4], strict=True
     ):
         torch.testing.assert_close(got, shard_tensor(want, tv, rank), rtol=1e-5, atol=1e-5)
-    seeds = [torch.zeros((), dtype=torch.int64) for _ in range(d)]
-    torch.distributed.all_gather(seeds, results[4])
-    assert all(int(s) == seed for s in seeds)
+    seeds = [torch.zeros(2, dtype=torch.int64) for _ in range(d)]
+    torch.distributed.all_gather(seeds, state)
+    assert all(torch.equal(s, state) for s in seeds)
     text = str(fd.host_ir())
     assert not any(c in text for c in ("Allgather", "Allreduce", "AllToAll")), text
 
@@ -155,11 +158,27 @@ def _qkv(fd):
                 fd.define_tensor((1, 2, 4)),
                 0.1,
                 False,
-                fd.define_tensor((2,), dtype=DataType.UInt64),
-                fd.define_tensor((), dtype=DataType.UInt64),
+                fd.define_tensor((), dtype=DataType.Int),
+                fd.define_tensor((), dtype=DataType.Int),
                 None,
             ),
-            "philox_seed T8 is UInt64 with 1 dims; with dropout it must be sdpfa_fwd's",
+            "philox_seed T8 is Int []; with dropout it must be sdpfa_fwd's, torch 2.7's form:"
+            " a UInt64 [2] tensor",
+        ),
+        (
+            lambda fd: fd.ops.sdpfa_bwd(
+                *_qkv(fd)[:1],
+                *_qkv(fd),
+                fd.define_tensor((1, 2, 4, 8)),
+                fd.define_tensor((1, 2, 4)),
+                0.1,
+                False,
+                fd.define_tensor((2,), dtype=DataType.UInt64),
+                fd.define_tensor((2,), dtype=DataType.UInt64),
+                None,
+            ),
+            "philox_offset T9 is UInt64 [2]; with dropout it must be sdpfa_fwd's, torch 2.7's"
+            " form: a UInt64 [] tensor",
         ),
     ],
 )
@@ -182,7 +201,8 @@ def test_no_dropout_keeps_the_flash_kernel_and_zero_philox() -> None:
     data = [torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     result, seed_value = fd.execute(data)
     assert "dropout" not in str(fd.host_ir()).replace("dropout=false", "")
-    assert int(seed_value) == 0
+    assert seed_value.dtype == torch.uint64 and seed_value.shape == (2,)
+    assert seed_value.to(torch.int64).tolist() == [0, 0]
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*data, 0.0, False)[0]
     assert torch.equal(result, flash)
 
@@ -204,7 +224,8 @@ def test_the_dropout_instructions_print_and_parse_back() -> None:
     [
         ("dropout_p=1.5, philox_seed=S, philox_offset=S", "in (0, 1)"),
         ("dropout_p=0.5, philox_seed=T0, philox_offset=S", "philox_seed must"),
-        ("dropout_p=0.5", "philox_seed must be an int64 [] tensor"),
+        ("dropout_p=0.5", "philox_seed must be a uint64 [2] tensor (torch 2.7's form)"),
+        ("dropout_p=0.5, philox_seed=U, philox_offset=U", "philox_offset must be a uint64 []"),
         ("philox_seed=S, philox_offset=S", "read only with dropout_p"),
     ],
 )
@@ -213,6 +234,7 @@ def test_the_verifier_checks_the_dropout_fields(line: str, fragment: str) -> Non
     tensors, is refused by the verifier."""
     text = f"""%HostIrContainer {{
   input S : int64[]
+  input U : uint64[2]
   input T0 : float32[1, 2, 4, 8]
   T1 : float32[1, 2, 4, 8], T2 : float32[1, 2, 4] = sdpfa_fwd(T0, T0, T0, {line})
   output T1

@@ -91,8 +91,9 @@ def _attention_fusion(shape_q, shape_kv, dtype, is_causal, scale, outputs=("all"
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
 def test_sdpa_against_torch(dtype, is_causal, scale, batch, keys, device) -> None:
     """Output, logsumexp and gradients match torch's attention (5-d: two batch dims);
-    the philox seed and offset are Int scalar tensors. The causal mask is top-left aligned
-    when there are more keys than queries (5 queries, 7 keys), as torch's. On CUDA,
+    the philox seed and offset are torch 2.7's UInt64 ``[2]`` and ``[]`` zeros. The causal
+    mask is top-left aligned when there are more keys than queries (5 queries, 7 keys), as
+    torch's. On CUDA,
     BFloat16 runs the flash kernels (bf16-causal-square, bf16-more-keys) and the matmul
     path where the flash kernel's causal mask would be bottom-right aligned (bf16-causal),
     Float the matmul path."""
@@ -110,8 +111,10 @@ def test_sdpa_against_torch(dtype, is_causal, scale, batch, keys, device) -> Non
     for got, want, dt in zip(results[:5], expected, (dtype, F32, dtype, dtype, dtype), strict=True):
         assert got.dtype == dt
         torch.testing.assert_close(got.float(), want, **tolerance)
-    for philox in results[5:]:
-        assert philox.shape == () and philox.dtype == torch.int64
+    seed, offset = results[5:]  # torch 2.7's form: the state [2] and an unused []
+    assert seed.shape == (2,) and offset.shape == ()
+    assert seed.dtype == offset.dtype == torch.uint64
+    assert seed.to(torch.int64).tolist() == [0, 0] and int(offset.to(torch.int64)) == 0
 
 
 def test_sdpa_unused_results_are_not_computed_and_layout_follows_the_query() -> None:

@@ -287,13 +287,15 @@ def test_define_after_finish() -> None:
 
 def test_unknown_execute_option() -> None:
     """The options nvFuser's stream-parallel programs pass are accepted with their lists
-    (host_ir_lowering enabled, infer_contiguity disabled); an unknown one, or one in the
-    wrong list, is named with the known ones of that list."""
+    (host_ir_lowering enabled, infer_contiguity and resize_scheduler disabled); an unknown
+    one, or one in the wrong list, is named with the known ones of that list."""
     fd = relu_fusion()
     x = torch.randn(4, 8)
     (out,) = fd.execute(
         [x], _enable_options=["host_ir_lowering"], _disable_options=["infer_contiguity"]
     )
+    torch.testing.assert_close(out, torch.relu(x))
+    (out,) = fd.execute([x], _disable_options=["resize_scheduler"])  # nvFuser's backward's
     torch.testing.assert_close(out, torch.relu(x))
     with raises(DefinitionError, "unknown option", "'fast_mode'", "['host_ir_lowering']"):
         fd.execute([x], _enable_options=["fast_mode"])
