@@ -7,7 +7,9 @@ one host IR ``Reduction`` instruction with that op. The composites are written w
 they shard and communicate as those ops do: a sum over a sharded dim is a partial sum that
 one Allreduce finishes. ``var`` and ``var_mean`` take two passes (the mean first, then the
 sum of squared deviations from it), which stays accurate on data with a large mean, sharded
-or not.
+or not. Half and BFloat16 operands of ``mean``, ``var`` and ``var_mean`` are summed in Float
+and give Float results (``var_mean`` is then nvFuser's ``var_mean(cast(x, Float))``, the
+program nvFuser asks for where it refuses them); ``welford`` refuses them (docs/ops.md).
 
 The methods live on :class:`ReductionOps` and are made ``fd.ops`` methods by
 ``frontend.ops`` (which also checks their arguments and that the definition is open).
