@@ -7,7 +7,9 @@ one host IR ``Reduction`` instruction with that op. The composites are written w
 they shard and communicate as those ops do: a sum over a sharded dim is a partial sum that
 one Allreduce finishes. ``var`` and ``var_mean`` take two passes (the mean first, then the
 sum of squared deviations from it), which stays accurate on data with a large mean, sharded
-or not.
+or not. Half and BFloat16 operands of ``mean``, ``var`` and ``var_mean`` are summed in Float
+and give Float results (``var_mean`` is then nvFuser's ``var_mean(cast(x, Float))``, the
+program nvFuser asks for where it refuses them); ``welford`` refuses them (docs/ops.md).
 
 The methods live on :class:`ReductionOps` and are made ``fd.ops`` methods by
 ``frontend.ops`` (which also checks their arguments and that the definition is open).
@@ -190,17 +192,26 @@ class ReductionOps:
         variance, _ = self._variance("var", arg, dims, correction)
         return self._kept(variance, arg, dims) if keepdim else variance
 
-    def _float_operand(self, op: str, arg: Any) -> TensorView:
-        """``arg`` if it is a Float or Double tensor: nvFuser's Welford-based ops refuse
-        reduced precision ('please upcast to float'); integers and bools are refused too."""
+    def _float_operand(self, op: str, arg: Any, reduced_precision: bool) -> TensorView:
+        """``arg`` if it is a Float or Double tensor, or, where ``reduced_precision``, a Half
+        or BFloat16 one (which the caller computes in Float); else OperandError naming it."""
         arg = _tensor(op, arg)
-        if arg.dtype not in (DataType.Float, DataType.Double):
-            raise OperandError(
-                f"{op}: {arg.name} is {arg.dtype.name}; {op} takes Float or Double (nvFuser:"
-                f" '{op} is not supported for {arg.dtype.name}, please upcast to float'):"
-                f" cast {arg.name} first"
+        allowed = (DataType.Float, DataType.Double)
+        allowed += _REDUCED_PRECISION if reduced_precision else ()
+        if arg.dtype in allowed:
+            return arg
+        if arg.dtype in _REDUCED_PRECISION:
+            why = (
+                f"nvFuser's welford would keep {arg.dtype.name} for avg and var_sum, and its"
+                " var_mean refuses reduced precision: 'please upcast to float'"
             )
-        return arg
+        else:
+            why = "torch refuses integers and bools; nvFuser's Welford would give an integer mean"
+        takes = ", ".join(dtype.name for dtype in allowed)
+        raise OperandError(
+            f"{op}: {arg.name} is {arg.dtype.name}; {op} takes {takes} ({why}): cast"
+            f" {arg.name} to Float first"
+        )
 
     def var_mean(
         self,
@@ -213,9 +224,12 @@ class ReductionOps:
 
         Two passes (no Welford combine is needed: the mean is reduced first, over every
         rank, then the squared deviations from it), each a partial sum and one Allreduce
-        when a reduced dim is sharded. Takes Float or Double (nvFuser refuses Half and
-        BFloat16); both results have its dtype."""
-        arg = self._float_operand("var_mean", arg)
+        when a reduced dim is sharded. Dtype: Float and Double give their own; Half and
+        BFloat16 are computed in Float and both results are Float, as ``var`` and ``mean``
+        give: the values and dtypes of nvFuser's ``var_mean(cast(arg, Float))``, the
+        program nvFuser asks for where it refuses them ("please upcast to float").
+        Integers and bools are refused."""
+        arg = self._float_operand("var_mean", arg, reduced_precision=True)
         dims = reduced_dims("var_mean", arg, dims)
         keepdim = check_bool(OperandError, "var_mean", "keepdim", keepdim)
         variance, mean = self._variance("var_mean", arg, dims, correction)
@@ -234,7 +248,7 @@ class ReductionOps:
         (n, mean, M2) triples is not needed when the mean is reduced first). Takes Float or
         Double; avg and var_sum have its dtype. ``n`` is the count written into a tensor:
         no communication."""
-        arg = self._float_operand("welford", arg)
+        arg = self._float_operand("welford", arg, reduced_precision=False)
         dims = reduced_dims("welford", arg, dims)
         avg, var_sum = self._squared_deviations(arg, dims)
         count = self._count(arg, dims)
