@@ -202,7 +202,8 @@ def refuse_dtensors(fusion: Fusion, inputs: Sequence[Any]) -> None:
             f" on {given.device_mesh!r}, global shape {list(given.shape)}); execute takes"
             " this rank's local shards as plain tensors: pass dt.to_local() where the"
             " placements match the fusion's schedule of that input (fd.host_ir().inputs[i]"
-            " shows it; shard_tensor(full, fd.host_ir().inputs[i]) gives the shard)"
+            " shows it; shard_tensor(full, fd.host_ir().inputs[i]) gives the shard), or call"
+            " execute_with_dtensors(fd, dtensors), which takes DTensors and returns DTensors"
         )
 
 
