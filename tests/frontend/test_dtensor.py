@@ -188,8 +188,9 @@ def test_matmuls_on_a_1d_mesh(multidevice_test) -> None:
 @pytest.mark.world_sizes(4)
 def test_a_2d_mesh(multidevice_test) -> None:
     """On a 2x2 mesh: x (Shard(0), Shard(1)) + y (Replicate, Shard(0)) scheduled from the
-    placements, against DTensor's add; x @ w row-parallel over the inner mesh dim with the
-    output (Shard(0), Partial(sum)) as DTensor's matmul leaves it, no collective."""
+    placements, against DTensor's add (y moved by one AllToAll); x @ w row-parallel over
+    the inner mesh dim with the output (Shard(0), Partial(sum)) as DTensor's matmul leaves
+    it, no collective."""
     from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 
     gen = torch.Generator().manual_seed(3)
@@ -204,8 +205,10 @@ def test_a_2d_mesh(multidevice_test) -> None:
             y = fd.define_tensor((-1, -1))
             fd.add_output(fd.ops.add(x, y))
         (out,) = execute_with_dtensors(fd, [dx, dy])
-        torch.testing.assert_close(out.full_tensor(), (dx + dy).full_tensor())
+        _check_round_trip(out, dx + dy)  # (Shard(0), Shard(1))
         torch.testing.assert_close(out.full_tensor(), full_x + full_y)
+        (moved,) = _collectives(fd)  # y to x's placements: one AllToAll over the x axis
+        assert "AllToAll(" in moved and "team=M0(x)" in moved, moved
         fd = _matmul(scheduled=True, mesh=DeviceMesh(torch.arange(4).reshape(2, 2)))
         dw = distribute_tensor(full_w, mesh, [Replicate(), Shard(0)])
         (out,) = execute_with_dtensors(fd, [dx, dw])
