@@ -4,7 +4,7 @@ from frontend import FusionDefinition, DataType, ParallelType, DeviceMesh, shard
 from frontend import execute_with_dtensors  # DTensors in and out (docs/dtensor.md)
 """
 
-from frontend.dtensors import execute_with_dtensors
+from frontend.dtensors import execute_with_dtensors, schedule_from_dtensors
 from frontend.errors import (
     DefinitionError,
     FrontendError,
@@ -48,6 +48,7 @@ __all__ = [
     "Swizzle1D",
     "TensorView",
     "execute_with_dtensors",
+    "schedule_from_dtensors",
     "shard_tensor",
     "tensor_sharding",
 ]

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from frontend.arguments import shown
-from frontend.errors import InputError
+from frontend.errors import InputError, ScheduleError
 from frontend.execute_args import dtensor_class
 from frontend.mesh import DeviceMesh
 from frontend.tensor_view import TensorView
@@ -56,6 +56,26 @@ def execute_with_dtensors(fd: FusionDefinition, in_dtensors: Iterable[Any]) -> l
     hold (outside its mesh) is None on that rank.
     """
     inputs = list(in_dtensors)
+    tensors = _tensor_inputs(fd, inputs)
+    dtensor = dtensor_class()
+    program = fd.host_ir()
+    if all(program.inputs[index].sharding is None for index, _ in tensors):
+        _schedule_from_placements(fd, [(tv, inputs[index]) for index, tv in tensors])
+        program = fd.host_ir()
+    for index, tv in tensors:
+        _check_placements(index, tv, program.inputs[index], inputs[index])
+    local = [x.to_local() if dtensor is not None and isinstance(x, dtensor) else x for x in inputs]
+    outputs = fd.execute(local)
+    meshes = [inputs[index].device_mesh for index, _ in tensors]
+    return [
+        _as_dtensor(out, value, meshes)
+        for out, value in zip(outputs, fd.host_ir().outputs, strict=True)
+    ]
+
+
+def _tensor_inputs(fd: FusionDefinition, inputs: list[Any]) -> list[tuple[int, TensorView]]:
+    """``fd``'s tensor inputs with their positions, once ``inputs`` has one value per
+    fusion input and a DTensor for each tensor input (else InputError naming it)."""
     names = [value.name for value in fd.fusion.inputs()]
     if len(inputs) != len(names):
         raise InputError(
@@ -72,19 +92,7 @@ def execute_with_dtensors(fd: FusionDefinition, in_dtensors: Iterable[Any]) -> l
                 f"execute_with_dtensors: input {index} ({tv.name}) must be a DTensor, got"
                 f" {type(inputs[index]).__name__ if inputs[index] is not None else shown(None)}"
             )
-    program = fd.host_ir()
-    if all(program.inputs[index].sharding is None for index, _ in tensors):
-        _schedule_from_placements(fd, [(tv, inputs[index]) for index, tv in tensors])
-        program = fd.host_ir()
-    for index, tv in tensors:
-        _check_placements(index, tv, program.inputs[index], inputs[index])
-    local = [x.to_local() if dtensor is not None and isinstance(x, dtensor) else x for x in inputs]
-    outputs = fd.execute(local)
-    meshes = [inputs[index].device_mesh for index, _ in tensors]
-    return [
-        _as_dtensor(out, value, meshes)
-        for out, value in zip(outputs, fd.host_ir().outputs, strict=True)
-    ]
+    return tensors
 
 
 def _given(index: int, tv: TensorView, given: Any) -> Any:
@@ -104,6 +112,24 @@ def _given(index: int, tv: TensorView, given: Any) -> Any:
             " ones; redistribute it first (dt.redistribute(mesh, placements without Partial))"
         )
     return distribution
+
+
+def schedule_from_dtensors(fd: FusionDefinition, in_dtensors: Iterable[Any]) -> None:
+    """Schedules ``fd``'s tensor inputs as the DTensors ``in_dtensors`` (one per fusion
+    input, a number for a scalar input) are placed, as ``execute_with_dtensors`` does for
+    a fusion with no mesh: each input gets its DTensor's mesh and, per sharded dim, an
+    outer split by each of its mesh dims' sizes (outer first), parallelized on that mesh
+    dim's axis. Schedule other tensors after it (an output left partial, say). ScheduleError
+    if an input has a mesh already; InputError as ``execute_with_dtensors`` refuses."""
+    inputs = list(in_dtensors)
+    tensors = _tensor_inputs(fd, inputs)
+    for index, tv in tensors:
+        if tv.device_mesh is not None:
+            raise ScheduleError(
+                f"schedule_from_dtensors: input {index} ({tv.name}) has a mesh already"
+                f" ({tv.device_mesh!r}); it schedules inputs that have none"
+            )
+    _schedule_from_placements(fd, [(tv, inputs[index]) for index, tv in tensors])
 
 
 def _schedule_from_placements(fd: FusionDefinition, pairs: list[tuple[TensorView, Any]]) -> None:

@@ -15,7 +15,9 @@ from frontend import (
     FusionDefinition,
     InputError,
     ParallelType,
+    ScheduleError,
     execute_with_dtensors,
+    schedule_from_dtensors,
     shard_tensor,
 )
 
@@ -158,7 +160,8 @@ def _allreduces(fd: FusionDefinition) -> int:
 def test_matmuls_on_a_1d_mesh(multidevice_test) -> None:
     """Column-parallel (Replicate @ Shard(1): Shard(1), no collective), row-parallel with
     the output left partial (Shard(1) @ Shard(0): Partial(sum), no collective) and
-    row-parallel unscheduled (one Allreduce: Replicate), each against DTensor's matmul."""
+    row-parallel unscheduled (one Allreduce: Replicate), each against DTensor's matmul;
+    schedule_from_dtensors, then the output left partial by hand, as the first."""
     from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 
     d = multidevice_test.size
@@ -183,6 +186,18 @@ def test_matmuls_on_a_1d_mesh(multidevice_test) -> None:
         (out,) = execute_with_dtensors(fd, row)
         _check_round_trip(out, (row[0] @ row[1]).redistribute(mesh, [Replicate()]))
         assert _allreduces(fd) == 1 and len(_collectives(fd)) == 1, _collectives(fd)
+        # the inputs scheduled from the placements, the output then left partial by hand
+        fd = _matmul(scheduled=False)
+        schedule_from_dtensors(fd, row)
+        (tv,) = fd.fusion.outputs()
+        tv.set_device_mesh(DeviceMesh(list(range(d))))
+        tv.outer_split(2, d)
+        tv.axis(2).parallelize(ParallelType.mesh_x)
+        (out,) = execute_with_dtensors(fd, row)
+        _check_round_trip(out, row[0] @ row[1])
+        assert _collectives(fd) == []
+        with pytest.raises(ScheduleError, match=r"input 0 \(T0\) has a mesh already"):
+            schedule_from_dtensors(fd, row)
 
 
 @pytest.mark.world_sizes(4)
