@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from frontend.arguments import shown
 from frontend.errors import InputError, ScheduleError
 from frontend.execute_args import dtensor_class
@@ -201,7 +203,5 @@ def _torch_mesh(mesh: Any, meshes: list[Any]) -> Any:
     for candidate in meshes:
         if as_mesh(candidate) == mesh:
             return candidate
-    import torch
-
     device_type = meshes[0].device_type if meshes else "cpu"
     return TorchMesh(device_type, torch.tensor(mesh.devices).reshape(mesh.shape))
