@@ -1,8 +1,10 @@
 """frontend: the nvFuser-style fusion definition DSL with multi-device scheduling.
 
 from frontend import FusionDefinition, DataType, ParallelType, DeviceMesh, shard_tensor
+from frontend import execute_with_dtensors  # DTensors in and out (docs/dtensor.md)
 """
 
+from frontend.dtensors import execute_with_dtensors, schedule_from_dtensors
 from frontend.errors import (
     DefinitionError,
     FrontendError,
@@ -45,6 +47,8 @@ __all__ = [
     "Split",
     "Swizzle1D",
     "TensorView",
+    "execute_with_dtensors",
+    "schedule_from_dtensors",
     "shard_tensor",
     "tensor_sharding",
 ]

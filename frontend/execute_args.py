@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -176,6 +177,36 @@ def check_scalar_inputs(
             continue
         for dtype, why in limits.get(value.name, []):
             check_fits(InputError, f"input {value.name}", "the value", given, dtype, f", {why}")
+
+
+def dtensor_class() -> type | None:
+    """DTensor's class if ``torch.distributed.tensor`` was imported, else None: no DTensor
+    can exist before that, and importing it costs about a second (it imports sympy)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def refuse_dtensors(fusion: Fusion, inputs: Sequence[Any]) -> None:
+    """InputError for the first DTensor in ``inputs``, naming its position, the fusion's
+    tensor it is given for, its placements and mesh, and what to pass instead: ``execute``
+    takes this rank's local shards (a DTensor is a ``torch.Tensor`` of its global shape,
+    whose ops would run as DTensor's own and return DTensors)."""
+    dtensor = dtensor_class()
+    if dtensor is None:
+        return
+    names = [value.name for value in fusion.inputs()]
+    for index, given in enumerate(inputs):
+        if not isinstance(given, dtensor):
+            continue
+        name = f" ({names[index]})" if index < len(names) else ""
+        raise InputError(
+            f"execute: input {index}{name} is a DTensor (placements {tuple(given.placements)}"
+            f" on {given.device_mesh!r}, global shape {list(given.shape)}); execute takes"
+            " this rank's local shards as plain tensors: pass dt.to_local() where the"
+            " placements match the fusion's schedule of that input (fd.host_ir().inputs[i]"
+            " shows it; shard_tensor(full, fd.host_ir().inputs[i]) gives the shard), or call"
+            " execute_with_dtensors(fd, dtensors), which takes DTensors and returns DTensors"
+        )
 
 
 def check_input_count(fusion: Fusion, inputs: list[Any]) -> None:

@@ -35,6 +35,7 @@ from frontend.execute_args import (
     check_scalar_inputs,
     integer_limits,
     nvfuser_keywords,
+    refuse_dtensors,
     uses_cuda,
     validate_inputs,
 )
@@ -304,6 +305,7 @@ class FusionDefinition:
                 inputs, device, timeout, _enable_options, _disable_options
             )
             inputs, device = checked.inputs, checked.device
+            refuse_dtensors(self._fusion, inputs)  # at one rank too, where it would run
             graphing(cuda_graph)  # a bad value, before anything runs
             kinds = input_kinds(inputs)
             evaluator_key = (self._fusion.schedule.version, kinds, str(device))
