@@ -22,7 +22,8 @@ where nvFuser's test puts them. Run on 4 local CPU ranks with::
 (1, 2 or 4 ranks: the rank count must divide the 4 heads.) Rank 0 prints the host IR
 program; every rank checks its output against a single-device torch reference
 (``F.layer_norm``, ``F.linear``, ``F.scaled_dot_product_attention``, ``F.gelu``) and the
-script exits non-zero on a mismatch, or if the program has other than 2 Allreduces.
+script exits non-zero on a mismatch, or if on more than one rank the program has other
+than 2 Allreduces (on one rank the lowering still issues both, over a one-device team).
 """
 
 from __future__ import annotations
