@@ -18,8 +18,9 @@ no ranks), from the repository root, and check what each command is for:
   place (``body[i].body[j]``) and kind, and a busiest link between two ranks exactly when
   the program communicates.
 
-``hostir run`` of each example on 1, 2 and 4 ranks is tests/test_docs.py's
-``test_example_runs``. The command lines on examples that README.md and docs/cli.md show
+Each example with plain ``python``, and ``hostir run --nproc 4`` of the README's main
+job, are tests/test_docs.py's ``test_example_runs``; every other example's job on 4 ranks
+is tests/test_example_ranks.py's. The command lines on examples that README.md and docs/cli.md show
 run here too, with the output docs/cli.md prints under them.
 """
 
