@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from hostir.comm.timeouts import collective_timeout
 from hostir.errors import SettingError
 from hostir.ir.container import HostIrContainer
 from hostir.run.arguments import checked_device
-from hostir.run.inputs import bind_input_tensor
+from hostir.run.inputs import bind_input_tensor, dtensor_class
 
 ENABLE_OPTIONS = {
     "host_ir_lowering": "always on: every fusion is lowered to a host IR program",
@@ -177,13 +176,6 @@ def check_scalar_inputs(
             continue
         for dtype, why in limits.get(value.name, []):
             check_fits(InputError, f"input {value.name}", "the value", given, dtype, f", {why}")
-
-
-def dtensor_class() -> type | None:
-    """DTensor's class if ``torch.distributed.tensor`` was imported, else None: no DTensor
-    can exist before that, and importing it costs about a second (it imports sympy)."""
-    module = sys.modules.get("torch.distributed.tensor")
-    return getattr(module, "DTensor", None)
 
 
 def refuse_dtensors(fusion: Fusion, inputs: Sequence[Any]) -> None:

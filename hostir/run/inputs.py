@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import torch
@@ -16,6 +17,13 @@ from hostir.ir.values import TensorValue
 Env = dict[str, int | float | bool]
 
 
+def dtensor_class() -> type | None:
+    """DTensor's class if ``torch.distributed.tensor`` was imported, else None: no DTensor
+    can exist before that, and importing it costs about a second (it imports sympy)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
 def bind_input_tensor(value: TensorValue, given: Any, scalars: Env) -> torch.Tensor:
     """Checks ``given`` against ``value``'s type and binds unbound extent symbols.
 
@@ -25,6 +33,16 @@ def bind_input_tensor(value: TensorValue, given: Any, scalars: Env) -> torch.Ten
     """
     if not isinstance(given, torch.Tensor):
         raise InputError(f"input {value.name} must be a torch.Tensor, got {type(given).__name__}")
+    dtensor = dtensor_class()
+    if dtensor is not None and isinstance(given, dtensor):
+        # A DTensor is a torch.Tensor of its global shape whose ops run as DTensor's own:
+        # taken as a shard it would compute a wrong result or fail on an extent.
+        raise InputError(
+            f"input {value.name} is a DTensor (placements {tuple(given.placements)} on"
+            f" {given.device_mesh!r}); a program takes this rank's local shard as a plain"
+            " tensor: pass dt.to_local() where the placements match the input's sharding,"
+            " or run the fusion with frontend's execute_with_dtensors"
+        )
     if given.dtype != value.dtype.to_torch():
         raise InputError(
             f"input {value.name} must have dtype {value.dtype.value},"

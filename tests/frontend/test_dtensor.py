@@ -20,6 +20,7 @@ from frontend import (
     schedule_from_dtensors,
     shard_tensor,
 )
+from hostir import HostIrEvaluator
 
 
 @contextlib.contextmanager
@@ -75,6 +76,12 @@ def test_execute_refuses_dtensors_by_name(multidevice_test) -> None:
         # a known program (same local shapes at 1 rank) does not let a DTensor through
         with pytest.raises(InputError, match=r"input 1 \(T1\) is a DTensor.*Replicate"):
             fd.execute([inputs[0], dy])
+        # nor does the runtime's entry point, given the program itself
+        evaluator = HostIrEvaluator(fd.host_ir())
+        with pytest.raises(InputError, match=r"input T0 is a DTensor \(placements \(Shard"):
+            evaluator.run([dx, dy])
+        (again,) = evaluator.run(inputs)
+        torch.testing.assert_close(again, out)
 
 
 # ---------------------------------------------------------------------------
