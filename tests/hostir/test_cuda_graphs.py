@@ -106,10 +106,18 @@ def _besides_the_device(evaluator, communicator) -> list[str]:
     return [problem for problem in problems if "CUDA device" not in problem]
 
 
+NO_CUDA = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="the refusal where CUDA is absent; with CUDA the same call captures and replays,"
+    " which the needs_cuda tests below check",
+)
+"""A test of what a machine without CUDA says; on a CUDA machine its counterpart runs."""
+
+
 # -- Refusals and options: every machine ---------------------------------------------------
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where CUDA is absent")
+@NO_CUDA
 def test_without_cuda_a_capture_is_refused_because_graphs_need_cuda():
     evaluator = HostIrEvaluator(_mlp().host_ir(), communicator=LocalCommunicator())
     inputs = _mlp_inputs(0)
@@ -358,7 +366,7 @@ def _small_mlp() -> tuple[FusionDefinition, list[torch.Tensor]]:
     return fd, [torch.randn(s, generator=generator) for s in shapes]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where CUDA is absent")
+@NO_CUDA
 def test_execute_refuses_a_cuda_graph_without_cuda(monkeypatch):
     """``execute(cuda_graph=True)`` and ``HOSTIR_CUDA_GRAPH=1`` on a machine without CUDA:
     CudaGraphError saying why, before anything runs; a bad value is a SettingError."""
@@ -375,7 +383,7 @@ def test_execute_refuses_a_cuda_graph_without_cuda(monkeypatch):
     torch.testing.assert_close(out, torch.relu(x @ w1.T + b1) @ w2.T)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where CUDA is absent")
+@NO_CUDA
 def test_an_evaluator_refuses_a_cuda_graph_without_cuda(monkeypatch):
     """``HostIrEvaluator.run(cuda_graph=True)`` (the one run path, as ``execute``) and
     ``HOSTIR_CUDA_GRAPH=1`` on a machine without CUDA, a program parsed from text: the
