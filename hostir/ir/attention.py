@@ -29,14 +29,13 @@ from hostir.ir.attention_operands import (
     attention_operands_problem,
     bwd_operands_problem,
     constants_problem,
-    extent_problem,
     qkv_problem,
 )
 from hostir.ir.catalog import Kind, declare
 from hostir.ir.dtypes import NVFUSER_NAMES, DType
+from hostir.ir.extents import unequal_dims_problem
 from hostir.ir.opdecl import (
     AxisKind,
-    AxisSource,
     OpArgs,
     OpSharding,
     Param,
@@ -45,6 +44,7 @@ from hostir.ir.opdecl import (
     ResultAxis,
     ResultType,
     declare_op,
+    result_axis,
 )
 from hostir.ir.scalars import Const, Scalar
 from hostir.ir.values import TensorValue
@@ -173,11 +173,6 @@ ATTENTION_INSTRUCTIONS: tuple[type, ...] = (SdpaFwd, SdpaPhilox, SdpaBwd, Groupe
 # ----- the declarations -------------------------------------------------------------------
 
 
-def _axis(extent: Scalar, *sources: tuple[str, int], kind=AxisKind.INHERIT, whole=False):
-    found = tuple(AxisSource(*s) for s in sources)
-    return ResultAxis(extent=extent, kind=kind, sources=found, whole=whole)
-
-
 PHILOX_STATE_EXTENT = 2
 """The philox seed result's extent: torch 2.7's generator state, ``(seed, offset)``."""
 
@@ -213,7 +208,8 @@ def _head_axes(reference: TensorValue, roles: tuple[str, ...]) -> list[ResultAxi
     (the first of ``roles``, whose iter types they take), iterating with those dims of every
     operand of ``roles``: they compute locally, sharded or not."""
     return [
-        _axis(reference.shape[d], *((role, d) for role in roles)) for d in range(reference.ndim - 2)
+        result_axis(reference.shape[d], *((role, d) for role in roles))
+        for d in range(reference.ndim - 2)
     ]
 
 
@@ -229,8 +225,8 @@ def _infer_sdpa_fwd(args: OpArgs) -> tuple[ResultType, ...] | str:
     if problem is not None:
         return problem
     heads = _head_axes(q, ("query", "key", "value"))
-    rows = _axis(q.shape[-2], ("query", q.ndim - 2), whole=True)
-    width = _axis(v.shape[-1], ("value", v.ndim - 1), whole=True)
+    rows = result_axis(q.shape[-2], ("query", q.ndim - 2), whole=True)
+    width = result_axis(v.shape[-1], ("value", v.ndim - 1), whole=True)
     return (
         ResultType(dtype=q.dtype, axes=(*heads, rows, width)),
         ResultType(dtype=DType.FLOAT32, axes=(*heads, rows)),
@@ -280,8 +276,8 @@ def _infer_sdpa_bwd(args: OpArgs) -> tuple[ResultType, ...] | str:
             rows += tuple((r, source.ndim - 2) for r in ("grad_output", "output", "logsumexp"))
         axes = (
             *_head_axes(source, (role, *others)),
-            _axis(source.shape[-2], *rows, whole=True),
-            _axis(source.shape[-1], (role, source.ndim - 1), whole=True),
+            result_axis(source.shape[-2], *rows, whole=True),
+            result_axis(source.shape[-1], (role, source.ndim - 1), whole=True),
         )
         results.append(ResultType(dtype=source.dtype, axes=axes))
     return tuple(results)
@@ -336,17 +332,17 @@ def _infer_grouped_mm(args: OpArgs) -> tuple[ResultType, ...] | str:
             " [M, K] x [G, K, N], [G, M, K] x [K, N] or [M, K] x [K, N] (two 3-d operands:"
             " use matmul)"
         )
-    problem = extent_problem(op, a, a.ndim - 1, b, b.ndim - 2)
+    problem = unequal_dims_problem(op, a, a.ndim - 1, b, b.ndim - 2)
     if grouped != "K":
-        problem = problem or extent_problem(
+        problem = problem or unequal_dims_problem(
             op, offsets, 0, *((b, 0) if grouped == "rows" else (a, 0))
         )
     if problem is not None:
         return problem
-    groups = (_axis(offsets.shape[0], whole=True),) if grouped == "K" else ()
-    rows = _axis(a.shape[-2], ("mat1", a.ndim - 2), whole=grouped == "rows")
-    columns = _axis(b.shape[-1], ("mat2", b.ndim - 1), whole=grouped == "columns")
-    k = _axis(
+    groups = (result_axis(offsets.shape[0], whole=True),) if grouped == "K" else ()
+    rows = result_axis(a.shape[-2], ("mat1", a.ndim - 2), whole=grouped == "rows")
+    columns = result_axis(b.shape[-1], ("mat2", b.ndim - 1), whole=grouped == "columns")
+    k = result_axis(
         a.shape[-1],
         ("mat1", a.ndim - 1),
         ("mat2", b.ndim - 2),
@@ -384,8 +380,10 @@ def _infer_embedding_fwd(args: OpArgs) -> tuple[ResultType, ...] | str:
         return f"{op}: input {indices.name} must have at least 1 dim"
     if weight.ndim != 2:
         return f"{op}: weight {weight.name} has {weight.ndim} dims; expected [V, D]"
-    axes = tuple(_axis(e, ("input", d)) for d, e in enumerate(indices.shape))
-    return (ResultType(dtype=weight.dtype, axes=(*axes, _axis(weight.shape[1], ("weight", 1)))),)
+    axes = tuple(result_axis(e, ("input", d)) for d, e in enumerate(indices.shape))
+    return (
+        ResultType(dtype=weight.dtype, axes=(*axes, result_axis(weight.shape[1], ("weight", 1)))),
+    )
 
 
 EMBEDDING_FWD = declare_op(

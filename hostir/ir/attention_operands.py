@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hostir.ir.dtypes import NVFUSER_NAMES, DType
-from hostir.ir.extents import differ
+from hostir.ir.extents import unequal_dims_problem
 from hostir.ir.opdecl import OpArgs
 from hostir.ir.scalars import Const, print_scalar
 from hostir.ir.values import TensorValue
@@ -24,18 +24,6 @@ ATTENTION_DTYPES = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32)
 
 def _named(dtype: DType) -> str:
     return NVFUSER_NAMES[dtype]
-
-
-def extent_problem(op: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> str | None:
-    """Why dim ``a_dim`` of ``a`` and dim ``b_dim`` of ``b`` cannot be one extent (they
-    certainly differ; symbolic ones are checked when bound), or None."""
-    ea, eb = a.shape[a_dim], b.shape[b_dim]
-    if not differ(ea, eb):
-        return None
-    return (
-        f"{op}: {a.name} dim {a_dim} has extent {print_scalar(ea)} but {b.name} dim {b_dim}"
-        f" has extent {print_scalar(eb)}; they must be equal"
-    )
 
 
 def attention_operands_problem(op: str, named: Mapping[str, TensorValue]) -> str | None:
@@ -67,13 +55,15 @@ def qkv_problem(op: str, q: TensorValue, k: TensorValue, v: TensorValue) -> str 
     length, and the value's head size is the query's (torch's flash kernels require it)."""
     batch = q.ndim - 2
     for dim in range(batch):
-        problem = extent_problem(op, q, dim, k, dim) or extent_problem(op, q, dim, v, dim)
+        problem = unequal_dims_problem(op, q, dim, k, dim) or unequal_dims_problem(
+            op, q, dim, v, dim
+        )
         if problem is not None:
             return problem
     return (
-        extent_problem(op, k, batch, v, batch)
-        or extent_problem(op, q, batch + 1, k, batch + 1)
-        or extent_problem(op, q, batch + 1, v, batch + 1)
+        unequal_dims_problem(op, k, batch, v, batch)
+        or unequal_dims_problem(op, q, batch + 1, k, batch + 1)
+        or unequal_dims_problem(op, q, batch + 1, v, batch + 1)
     )
 
 
@@ -118,7 +108,7 @@ def bwd_operands_problem(args: OpArgs) -> str | None:
     last = q.ndim - 1
     for role in ("grad_output", "output"):
         for dim in range(last + 1):
-            problem = extent_problem(op, named[role], dim, q if dim < last else v, dim)
+            problem = unequal_dims_problem(op, named[role], dim, q if dim < last else v, dim)
             if problem is not None:
                 return problem
     lse = args["logsumexp"]
@@ -128,7 +118,7 @@ def bwd_operands_problem(args: OpArgs) -> str | None:
             f" got {_named(lse.dtype)} with {lse.ndim} dims"
         )
     for dim in range(last):
-        problem = extent_problem(op, lse, dim, q, dim)
+        problem = unequal_dims_problem(op, lse, dim, q, dim)
         if problem is not None:
             return problem
     return None

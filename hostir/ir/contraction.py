@@ -24,20 +24,19 @@ from typing import ClassVar
 
 from hostir.ir.catalog import Kind, declare
 from hostir.ir.dtypes import DType
-from hostir.ir.extents import differ, is_one
+from hostir.ir.extents import is_one, unequal_dims_problem
 from hostir.ir.opdecl import (
     AxisKind,
-    AxisSource,
     OpArgs,
     OpSharding,
     Param,
     ParamKind,
-    ResultAxis,
     ResultType,
     declare_op,
+    result_axis,
 )
 from hostir.ir.ops import OpDtypeError
-from hostir.ir.scalars import Const, Scalar, print_scalar
+from hostir.ir.scalars import Const, print_scalar
 from hostir.ir.values import TensorValue
 
 
@@ -84,21 +83,6 @@ class Matmul:
     preallocated: bool = False
 
 
-def _axis(extent: Scalar, *sources: tuple[str, int], kind=AxisKind.INHERIT) -> ResultAxis:
-    return ResultAxis(extent=extent, kind=kind, sources=tuple(AxisSource(*s) for s in sources))
-
-
-def _extent_problem(op: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int) -> str | None:
-    """Why dim ``a_dim`` of ``a`` and dim ``b_dim`` of ``b`` cannot be one dim, or None."""
-    ea, eb = a.shape[a_dim], b.shape[b_dim]
-    if not differ(ea, eb):
-        return None
-    return (
-        f"{op}: {a.name} dim {a_dim} has extent {print_scalar(ea)} but {b.name} dim {b_dim}"
-        f" has extent {print_scalar(eb)}; they must be equal"
-    )
-
-
 def _dtype(op: str, operands: tuple[TensorValue, ...]) -> DType | str:
     try:
         return contraction_dtype(op, [(o.name, o.dtype) for o in operands])
@@ -113,7 +97,7 @@ def _infer_linear(args: OpArgs) -> tuple[ResultType, ...] | str:
         return f"linear: input {x.name} must have at least 1 dim"
     if w.ndim < 2:
         return f"linear: weight {w.name} must have at least 2 dims [*W, N, K], got {w.ndim}"
-    problem = _extent_problem("linear", x, x.ndim - 1, w, w.ndim - 1)
+    problem = unequal_dims_problem("linear", x, x.ndim - 1, w, w.ndim - 1)
     if problem is None and bias is not None:
         if bias.ndim not in (1, w.ndim - 1):
             return (
@@ -121,19 +105,27 @@ def _infer_linear(args: OpArgs) -> tuple[ResultType, ...] | str:
                 f" (as weight {w.name}), got {bias.ndim}"
             )
         for d in range(bias.ndim):
-            problem = problem or _extent_problem("linear", bias, d, w, w.ndim - 1 - bias.ndim + d)
+            problem = problem or unequal_dims_problem(
+                "linear", bias, d, w, w.ndim - 1 - bias.ndim + d
+            )
     if problem is not None:
         return problem
     dtype = _dtype("linear", (x, w) if bias is None else (x, w, bias))
     if isinstance(dtype, str):
         return dtype
     leading = [
-        _axis(e, ("weight", d), *((("bias", d),) if bias is not None and bias.ndim > 1 else ()))
+        result_axis(
+            e, ("weight", d), *((("bias", d),) if bias is not None and bias.ndim > 1 else ())
+        )
         for d, e in enumerate(w.shape[:-2])
     ]
-    batch = [_axis(e, ("input", d)) for d, e in enumerate(x.shape[:-1])]
-    n = _axis(w.shape[-2], ("weight", w.ndim - 2), *((("bias", bias.ndim - 1),) if bias else ()))
-    k = _axis(x.shape[-1], ("input", x.ndim - 1), ("weight", w.ndim - 1), kind=AxisKind.REDUCTION)
+    batch = [result_axis(e, ("input", d)) for d, e in enumerate(x.shape[:-1])]
+    n = result_axis(
+        w.shape[-2], ("weight", w.ndim - 2), *((("bias", bias.ndim - 1),) if bias else ())
+    )
+    k = result_axis(
+        x.shape[-1], ("input", x.ndim - 1), ("weight", w.ndim - 1), kind=AxisKind.REDUCTION
+    )
     return (ResultType(dtype=dtype, axes=(*leading, *batch, n, k)),)
 
 
@@ -145,7 +137,7 @@ def _infer_matmul(args: OpArgs) -> tuple[ResultType, ...] | str:
         if value.ndim < 1:
             return f"matmul: {value.name} has 0 dims; operands need at least 1"
     b_k = b.ndim - 2 if b.ndim > 1 else 0
-    problem = _extent_problem("matmul", a, a.ndim - 1, b, b_k)
+    problem = unequal_dims_problem("matmul", a, a.ndim - 1, b, b_k)
     if problem is not None:
         return problem
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
@@ -163,15 +155,17 @@ def _infer_matmul(args: OpArgs) -> tuple[ResultType, ...] | str:
                 f" ({', '.join(print_scalar(e) for e in extents)})"
             )
         mapped = real or sources
-        axes.append(_axis(mapped[0][1], *((f, i) for f, _, i in mapped)))
+        axes.append(result_axis(mapped[0][1], *((f, i) for f, _, i in mapped)))
     dtype = _dtype("matmul", (a, b))
     if isinstance(dtype, str):
         return dtype
     if a.ndim > 1:
-        axes.append(_axis(a.shape[-2], ("lhs", a.ndim - 2)))
+        axes.append(result_axis(a.shape[-2], ("lhs", a.ndim - 2)))
     if b.ndim > 1:
-        axes.append(_axis(b.shape[-1], ("rhs", b.ndim - 1)))
-    axes.append(_axis(a.shape[-1], ("lhs", a.ndim - 1), ("rhs", b_k), kind=AxisKind.REDUCTION))
+        axes.append(result_axis(b.shape[-1], ("rhs", b.ndim - 1)))
+    axes.append(
+        result_axis(a.shape[-1], ("lhs", a.ndim - 1), ("rhs", b_k), kind=AxisKind.REDUCTION)
+    )
     return (ResultType(dtype=dtype, axes=tuple(axes)),)
 
 

@@ -147,3 +147,18 @@ def local_extents(value: TensorValue) -> list[Normal]:
                 extent = times(extent, normal_form(part.extent))
         found.append(extent)
     return found
+
+
+def unequal_dims_problem(
+    op: str, a: TensorValue, a_dim: int, b: TensorValue, b_dim: int
+) -> str | None:
+    """Why dim ``a_dim`` of ``a`` and dim ``b_dim`` of ``b`` cannot be one dim, or None:
+    their extents certainly differ (:func:`differ`; symbolic ones are checked when
+    bound)."""
+    ea, eb = a.shape[a_dim], b.shape[b_dim]
+    if not differ(ea, eb):
+        return None
+    return (
+        f"{op}: {a.name} dim {a_dim} has extent {print_scalar(ea)} but {b.name} dim {b_dim}"
+        f" has extent {print_scalar(eb)}; they must be equal"
+    )

@@ -126,6 +126,19 @@ class ResultAxis:
     """Computed unsharded and unchunked: a rank needs all of it (a cumsum's dim)."""
 
 
+def result_axis(
+    extent: Scalar,
+    *sources: tuple[str, int],
+    kind: AxisKind = AxisKind.INHERIT,
+    whole: bool = False,
+) -> ResultAxis:
+    """A result axis of ``extent`` iterating with the operand axes ``sources``, each a
+    ``(field, dim)`` pair: the short form a declaration's ``infer`` writes."""
+    return ResultAxis(
+        extent=extent, kind=kind, sources=tuple(AxisSource(*s) for s in sources), whole=whole
+    )
+
+
 @dataclass(frozen=True)
 class ResultType:
     """A result's dtype and logical axes (reduction axes where the frontend keeps them)."""
