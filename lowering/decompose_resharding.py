@@ -25,6 +25,7 @@ from lowering.op_layouts import computed_whole, reads_no_tensor, refuse_streamed
 from lowering.result_groups import chunked_alike, compute_from_inputs, stream_splits
 from lowering.shape_ops import compute_layout, keep_blocks, with_layout_pairs
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor, op_units
+from lowering.stream_splits import chunk_blocks
 
 
 class _Builder:
@@ -93,6 +94,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     op = with_layout_pairs(op, tensors)  # a reshape keeps a sharded dim's blocks
     compute = _compute_tensor(op, tensors, out)
     compute = compute_layout(op, compute, tensors)  # a shape op's changed dims whole
+    compute = _blocked_streams(compute, out)
     bias = _bias_after_reduction(op, compute)
     _refuse_sharded_repeats(op, tensors, compute)
     renames: dict[str, str] = {}
@@ -238,6 +240,36 @@ def _compute_tensor(
     return dataclasses.replace(out, axes=tuple(axes))
 
 
+def _blocked_streams(compute: LoweringTensor, out: LoweringTensor) -> LoweringTensor:
+    """``compute`` (how ``out``'s op computes it) with each stream-split axis that it
+    computes whole while ``out`` shards it chunked in blocks: ``out`` laid out
+    ``[x, stream, c]`` holds on rank ``r`` chunk ``j`` of block ``r``, so chunk ``j`` of the
+    whole axis is chunk ``j`` of every block, joined (``AxisLayout.stream_blocks``), and the
+    ``set`` after the op reshards chunk by chunk (the partial sums of a row-parallel linear
+    reduce-scattered one chunk per iteration). An axis that keeps some mesh axes and drops
+    others would chunk blocks inside device blocks: refused by name."""
+    axes = list(compute.axes)
+    for o, axis in enumerate(compute.axes):
+        wanted = out.axes[o]
+        if axis.stream is None or wanted.stream is None or axis.layout() == wanted.layout():
+            continue
+        if axis.mesh_axes():
+            raise LoweringError(
+                f"{out.name} is split into {wanted.stream} stream chunks on an axis laid out"
+                f" {_layout_text(wanted)}, but its op computes that axis laid out"
+                f" {_layout_text(axis)}: a loop cannot take chunk j of blocks inside device"
+                f" blocks; shard {out.name}'s axis {o} over the same mesh axes as the op's"
+                " inputs, or over none"
+            )
+        blocks = chunk_blocks(out, o)
+        axes[o] = dataclasses.replace(axis, stream_blocks=blocks)
+    return dataclasses.replace(compute, axes=tuple(axes))
+
+
+def _layout_text(axis: AxisLayout) -> str:
+    return "[" + ", ".join(a.value if a is not None else "local" for a in axis.layout()) + "]"
+
+
 def _compute_where_input_is(
     out: LoweringTensor, source: LoweringTensor, pairs: tuple[tuple[int, int], ...]
 ) -> LoweringTensor:
@@ -271,11 +303,26 @@ def _reduction_layout(
 def _wanted_input(
     producer: LoweringTensor, pairs: tuple[tuple[int, int], ...], compute: LoweringTensor
 ) -> LoweringTensor:
-    """``producer`` laid out so the op can read it in the compute layout."""
-    axes = [local_parts(axis) for axis in producer.axes]
+    """``producer`` laid out so the op can read it in the compute layout, and chunked as
+    the op reads it: a mapped axis takes the compute axis's stream split (the moved copy
+    is made chunk by chunk in the op's loop), any other axis none (the copy is made
+    whole, after the loop that wrote ``producer``; it was the producer's split, chunking
+    the copy by indices other than the producer's chunk ``j``)."""
+    axes = [_unchunked(local_parts(axis)) for axis in producer.axes]
     for o, i in pairs:
-        axes[i] = copy_layout(producer.axes[i], compute.axes[o], compute.mesh)
+        laid_out = copy_layout(producer.axes[i], compute.axes[o], compute.mesh)
+        chunked = compute.axes[o]
+        axes[i] = dataclasses.replace(
+            laid_out,
+            stream=chunked.stream,
+            swizzle=chunked.swizzle,
+            stream_blocks=chunked.stream_blocks,
+        )
     return dataclasses.replace(producer, mesh=compute.mesh, axes=tuple(axes))
+
+
+def _unchunked(axis: AxisLayout) -> AxisLayout:
+    return dataclasses.replace(axis, stream=None, swizzle=None, stream_blocks=1)
 
 
 def _refuse_sharded_repeats(

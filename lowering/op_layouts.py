@@ -48,6 +48,12 @@ def whole_axes(op: LoweringOp) -> tuple[int, ...]:
     return ()
 
 
+def takes_no_stream(op: LoweringOp) -> bool:
+    """Whether no axis of ``op``'s output may be stream-parallel: attention with dropout,
+    which takes its mask by the global index of each weight."""
+    return getattr(op.instruction, "dropout_p", None) is not None
+
+
 def refuse_streamed_whole_axes(op: LoweringOp, axes: tuple[AxisLayout, ...]) -> None:
     """Raises LoweringError if one of :func:`whole_axes` of the op's output (``axes``) is
     stream-parallel: the loop would run the op on each chunk as if it were the whole axis
@@ -55,7 +61,7 @@ def refuse_streamed_whole_axes(op: LoweringOp, axes: tuple[AxisLayout, ...]) -> 
     stream-parallel axis of attention is refused: a chunk would need its position in the
     global weights to take its slice of the mask."""
     instruction = op.instruction
-    if getattr(instruction, "dropout_p", None) is not None:
+    if takes_no_stream(op):
         for index, axis in enumerate(axes):
             if axis.stream is not None:
                 raise LoweringError(

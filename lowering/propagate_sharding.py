@@ -38,6 +38,7 @@ from hostir.ir.scalars import print_scalar, symbols_of
 from hostir.ir.sharding import part_extents
 from lowering.errors import LoweringError
 from lowering.layouts import copy_parts, local_parts
+from lowering.op_layouts import takes_no_stream, whole_axes
 from lowering.shape_ops import with_blocks, with_layout_pairs
 from lowering.snapshot import LoweringFusion, LoweringOp, LoweringTensor
 
@@ -75,9 +76,6 @@ def _from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) 
                 sharded_op = with_layout_pairs(op, tensors)  # a reshape's kept blocks too
                 inherited = _inherit_all(out, references, sharded_op)
                 tensors[op.output] = with_blocks(sharded_op, inherited, tensors)
-                for reference in references:
-                    pairs = _pairs(op, reference.name)
-                    tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)
 
 
 def _streams_from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
@@ -86,7 +84,7 @@ def _streams_from_producers(fusion: LoweringFusion, tensors: dict[str, LoweringT
     for op in fusion.ops:
         for reference in _reference_inputs(op, tensors, placed=False):
             pairs = _pairs(op, reference.name)
-            tensors[op.output] = _inherit_stream(tensors[op.output], reference, pairs)
+            tensors[op.output] = _inherit_stream(op, tensors[op.output], reference, pairs)
 
 
 def _from_consumers(fusion: LoweringFusion, tensors: dict[str, LoweringTensor]) -> None:
@@ -195,21 +193,47 @@ def _inherit(
 
 
 def _inherit_stream(
-    target: LoweringTensor, source: LoweringTensor, pairs: tuple[tuple[int, int], ...]
+    op: LoweringOp,
+    target: LoweringTensor,
+    source: LoweringTensor,
+    pairs: tuple[tuple[int, int], ...],
 ) -> LoweringTensor:
-    """``target`` with the stream split of ``source``'s mapped axis, if it has none yet:
-    consecutive ops on mapped stream axes then share one stream loop."""
-    if any(axis.stream is not None for axis in target.axes):
+    """``target`` (``op``'s output) with the stream split of ``source``'s mapped axis, if
+    it has none yet: consecutive ops on mapped stream axes then share one stream loop.
+
+    The split stops before an op that needs the axis whole: never onto a reduction axis,
+    nor onto an axis the op computes whole (attention's sequence, a cumsum's dim:
+    ``lowering.op_layouts.whole_axes``), nor onto any axis of attention with dropout. The
+    loop then ends before the op, which reads the loop's buffer whole, as a user's ``set``
+    would have it (issue 34: a gathered sequence split propagated into ``sdpfa_fwd``).
+    Nor onto an axis laid out over other mesh axes than ``source``'s: chunk ``j`` of the
+    two would hold other indices (a gathered, unsharded sequence feeding a linear whose
+    sums are reduce-scattered over it), so that loop ends there too."""
+    if any(axis.stream is not None for axis in target.axes) or takes_no_stream(op):
         return target
+    whole = whole_axes(op)
     axes = list(target.axes)
     for o, i in pairs:
         source_axis = source.axes[i]
-        if source_axis.stream is not None and not axes[o].reduction:
+        if source_axis.stream is None or axes[o].reduction or o in whole:
+            continue
+        if _same_chunks(source, i, target, o):
             axes[o] = dataclasses.replace(
                 axes[o], stream=source_axis.stream, swizzle=source_axis.swizzle
             )
             return dataclasses.replace(target, axes=tuple(axes))
     return target
+
+
+def _same_chunks(source: LoweringTensor, i: int, target: LoweringTensor, o: int) -> bool:
+    """Whether chunk ``j`` of ``source``'s axis ``i`` and of ``target``'s axis ``o`` hold
+    the same indices: both laid out over the same mesh axes, of the same sizes."""
+    mine, theirs = source.axes[i].layout(), target.axes[o].layout()
+    if mine != theirs:
+        return False
+    if not any(mine) or source.mesh is None or target.mesh is None:
+        return True
+    return all(source.mesh.axis_size(a) == target.mesh.axis_size(a) for a in mine if a is not None)
 
 
 # ---------------------------------------------------------------------------

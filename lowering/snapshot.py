@@ -50,6 +50,12 @@ class AxisLayout:
     parts: tuple[ShardPart, ...]
     stream: int | None = None
     swizzle: MeshAxis | None = None
+    stream_blocks: int = 1
+    """How many equal blocks of the axis one stream chunk spans: 1, chunk ``j`` is the
+    ``j``-th slice of the local data; ``b > 1``, chunk ``j`` is the ``j``-th slice of each
+    of ``b`` blocks, joined in block order. A partial sum computed whole over an axis
+    that its reduced result shards as ``[x, stream]`` is chunked so (``d`` blocks: chunk
+    ``j`` is what the ``d`` ranks' chunks ``j`` are reduce-scattered from)."""
 
     def mesh_axes(self) -> tuple:
         """The mesh axes sharding this axis, outer first."""

@@ -8,13 +8,13 @@ needs one team member per chunk (and, swizzled, the swizzled mesh axis as its te
 
 from __future__ import annotations
 
-from hostir import Const, ShardPart, TensorValue
+from hostir import Const, Set, ShardPart, TensorValue
 from hostir.ir.opdecl import op_decl
 from hostir.ir.scalars import print_scalar
 from hostir.ir.team import Team
 from lowering.errors import LoweringError
 from lowering.snapshot import LoweringOp, LoweringTensor
-from lowering.stream_splits import StreamSplit
+from lowering.stream_splits import StreamSplit, chunks_alike
 
 
 def check_chunks_divide(name: str, whole: TensorValue, split: StreamSplit) -> None:
@@ -45,7 +45,8 @@ def check_same_chunks(op: LoweringOp, name: str, producer, output, stream_axis: 
             continue
         mine, theirs = producer.axes[i].layout(), output.axes[o].layout()
         sizes = (_axis_sizes(producer, mine), _axis_sizes(output, theirs))
-        if o == stream_axis and mine == theirs and sizes[0] == sizes[1]:
+        alike = chunks_alike(isinstance(op.instruction, Set), producer, i, output, o)
+        if o == stream_axis and alike and (mine != theirs or sizes[0] == sizes[1]):
             return
         if o == stream_axis and mine == theirs:  # one layout over meshes of other sizes
             raise LoweringError(

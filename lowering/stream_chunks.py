@@ -13,14 +13,40 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from hostir import Mesh, MeshAxis, MeshCoordinate, ShardByStream, Symbol, TensorValue
+from hostir import (
+    Const,
+    Mesh,
+    MeshAxis,
+    MeshCoordinate,
+    Set,
+    ShardByStream,
+    Sharding,
+    ShardPart,
+    Symbol,
+    TensorValue,
+)
 from hostir.ir.instructions import Instruction
-from hostir.ir.scalars import Scalar, add, mod
+from hostir.ir.scalars import Scalar, add, floordiv, mod
+from hostir.ir.shape_ops import Reshape
+from hostir.ir.sharding import normalized
 from lowering.emitter import Emitter
 from lowering.errors import LoweringError
 from lowering.snapshot import LoweringOp
 from lowering.stream_checks import check_chunks_divide, check_repeated_operands, check_same_chunks
-from lowering.stream_splits import StreamSplit, chunk_value, stream_split
+from lowering.stream_splits import StreamSplit, chunk_value, chunks_alike, stream_split
+
+
+def _split_dim(sharding: Sharding | None, dim: int, shape: tuple) -> Sharding | None:
+    """``sharding`` of a tensor whose local ``dim`` is viewed as two dims (a stream chunk
+    in blocks): both local, of ``shape``'s extents."""
+    if sharding is None:
+        return None
+    parts = (
+        (ShardPart(axis=None, extent=shape[dim]),),
+        (ShardPart(axis=None, extent=shape[dim + 1]),),
+    )
+    dims = (*sharding.dims[:dim], *parts, *sharding.dims[dim + 1 :])
+    return normalized(dataclasses.replace(sharding, dims=dims), shape)
 
 
 class LoopChunks:
@@ -43,9 +69,14 @@ class LoopChunks:
         self.preallocated_views: set[str] = set()
         self.remapped: dict[str, int] = {}  # inputs read by the chunks of this loop's dim
         self.chunk_dims: dict[str, int] = {}  # the data dim each chunked tensor is chunked on
+        self.chunk_blocks: dict[str, int] = {}  # and in how many blocks (StreamSplit.blocks)
 
     def _chunk_index(self) -> Scalar:
-        names = [n for op in self.ops for n in (*op.inputs, op.output)]  # in order
+        # The loop's own tensors decide its swizzle: an input from an earlier, swizzled
+        # loop was written whole there (each chunk at its place), so reading it does not
+        # rotate this loop (issue 34: a ReduceScatter loop after a swizzled Allgather loop
+        # was refused as if it sat in the swizzled one).
+        names = [op.output for op in self.ops]  # in order
         swizzles: dict[tuple[MeshAxis, Mesh], str] = {}  # -> the first tensor swizzled so
         for name in names:
             split = stream_split(self.tensors[name])
@@ -77,6 +108,7 @@ class LoopChunks:
         check_chunks_divide(name, whole, split)
         value = chunk_value(whole, split)
         self.chunk_dims[name] = split.dim
+        self.chunk_blocks[name] = split.blocks
         self.emitter.chunked.add(name)
         if value.name in self.emitter.chunk_names:
             value = dataclasses.replace(value, name=f"{value.name}{self.index.name[1:]}")
@@ -86,35 +118,85 @@ class LoopChunks:
     def _slice(
         self, name: str, chunks: dict[str, TensorValue], split: StreamSplit | None = None
     ) -> list[Instruction]:
-        """A ``shard_by_stream`` alias of chunk ``self.chunk`` of ``name``."""
+        """A ``shard_by_stream`` alias of chunk ``self.chunk`` of ``name`` (a copy for a
+        chunk in blocks, :meth:`_take`)."""
         split = split or self.split_of(name)
+        if split.blocks > 1 and name in self.defined:
+            raise LoweringError(
+                f"{name} is computed in stream chunks of {split.blocks} blocks each (chunk j"
+                f" of every block, joined: the partial sums a set reshards chunk by chunk),"
+                " which exist only inside the loop; but it is used after the loop, which"
+                f" would need them written back block by block: use {name} only through"
+                " the set that reshards it, or compute it before the loop"
+            )
         value = self._chunk(name, split)
         chunks[name] = value
-        return [
-            ShardByStream(
-                out=value, src=self.emitter.values[name], axis=split.dim, index=self.chunk
+        return self._take(self.emitter.values[name], value, split)
+
+    def _take(self, whole: TensorValue, value: TensorValue, split: StreamSplit) -> list:
+        """The instructions that make ``value``, chunk ``self.chunk`` of ``whole``: one
+        ``shard_by_stream`` alias; in ``b`` blocks (``split.blocks``), the dim viewed as
+        ``[b, n / b]`` (a reshape, no copy), chunk ``j`` of the second taken there and the
+        ``b`` pieces joined in block order (a reshape, which copies)."""
+        if split.blocks == 1:
+            return [ShardByStream(out=value, src=whole, axis=split.dim, index=self.chunk)]
+        dim, blocks = split.dim, split.blocks
+        shape = list(whole.shape)
+        viewed = [*shape[:dim], Const(value=blocks), floordiv(shape[dim], blocks)]
+        viewed += shape[dim + 1 :]
+        taken = list(viewed)
+        taken[dim + 1] = floordiv(viewed[dim + 1], split.count)
+        names = [self._fresh_chunk_name(f"{value.name}_{suffix}") for suffix in ("blocks", "block")]
+        view, piece = (
+            TensorValue(
+                name=n,
+                dtype=whole.dtype,
+                shape=tuple(s),
+                sharding=_split_dim(whole.sharding, dim, tuple(s)),
             )
+            for n, s in zip(names, (viewed, taken), strict=True)
+        )
+        return [
+            Reshape(out=view, src=whole),
+            ShardByStream(out=piece, src=view, axis=dim + 1, index=self.chunk),
+            Reshape(out=value, src=piece),
         ]
 
     def _input_split(self, op: LoweringOp, name: str) -> StreamSplit | None:
         """How input ``name`` of ``op`` is read per iteration: its own stream split, or,
         if it has none, the chunks of the dim that maps to the output's split dim when
         both dims are sharded alike (otherwise the op reshards that dim: a gather)."""
-        split = self.split_of(name)
+        split = stream_split(self.tensors[name])
+        if name in self.defined:
+            split = self.split_of(name)
         output = self.tensors[op.output]
         stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
         producer = self.tensors[name]
         pairs = dict(op.axis_maps).get(name, ())
-        own = [o for o, i in pairs if producer.axes[i].stream is not None]
+        is_set = isinstance(op.instruction, Set)
+        own = [
+            o
+            for o, i in pairs
+            if producer.axes[i].stream is not None
+            and chunks_alike(is_set, producer, i, output, o)
+            and producer.axes[i].stream == self.count  # else an earlier loop wrote it whole
+        ]
         if split is not None and (name in self.defined or own == [stream_axis]):
             return split
         # Whole here (an earlier loop, split on another dim, wrote all of it): read by the
-        # chunks of the dim that maps to this loop's, as if it had no split of its own.
+        # chunks of the dim that maps to this loop's, as if it had no split of its own, in
+        # the output's blocks.
         for o, i in pairs:
             if o == stream_axis and producer.axes[i].layout() == output.axes[o].layout():
                 dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
                 self.remapped[name] = dim
-                return StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=producer.mesh)
+                return StreamSplit(
+                    dim=dim,
+                    count=self.count,
+                    swizzle=None,
+                    mesh=producer.mesh,
+                    blocks=output.axes[o].stream_blocks,
+                )
         return None
 
     def _read_whole(
@@ -146,11 +228,12 @@ class LoopChunks:
                 override[name] = whole
                 continue
             mesh = self.tensors[name].mesh
-            split = StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=mesh)
+            blocks = self.tensors[op.output].axes[stream_axis].stream_blocks
+            split = StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=mesh, blocks=blocks)
             value = chunk_value(whole, split)
             value = dataclasses.replace(value, name=self._fresh_chunk_name(value.name))
             override[name] = value
-            emitted.append(ShardByStream(out=value, src=whole, axis=dim, index=self.chunk))
+            emitted.extend(self._take(whole, value, split))
         return override, emitted
 
     def _dim_at_stream_axis(self, op: LoweringOp, name: str, stream_axis: int) -> int | None:
@@ -175,10 +258,15 @@ class LoopChunks:
         to the output's stream axis, laid out alike."""
         producer, output = self.tensors[name], self.tensors[op.output]
         chunked = self.chunk_dims.get(name)
+        is_set = isinstance(op.instruction, Set)
         for o, i in dict(op.axis_maps).get(name, ()):
             dim = sum(1 for axis in producer.axes[:i] if not axis.reduction)
             if dim == chunked and not producer.axes[i].reduction:
-                return o == stream_axis and producer.axes[i].layout() == output.axes[o].layout()
+                if producer.axes[i].stream is None:  # chunked by this loop's own chunks
+                    taken = self.chunk_blocks.get(name, 1)
+                    alike = producer.axes[i].layout() == output.axes[o].layout()
+                    return o == stream_axis and alike and taken == output.axes[o].stream_blocks
+                return o == stream_axis and chunks_alike(is_set, producer, i, output, o)
         return False
 
     def _read_inputs(

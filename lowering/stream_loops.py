@@ -55,7 +55,7 @@ from lowering.emitter import Emitter
 from lowering.snapshot import LoweringFusion, LoweringOp, op_units
 from lowering.stream_allgather import stream_allgather
 from lowering.stream_chunks import LoopChunks
-from lowering.stream_splits import StreamSplit, chunk_value, stream_split
+from lowering.stream_splits import StreamSplit, chunk_value, chunks_alike, stream_split
 from lowering.swizzle_teams import check_swizzled_communication
 
 __all__ = [
@@ -72,9 +72,11 @@ MAIN = StreamValue(name="main")
 
 
 def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]]]:
-    """Consecutive ops whose outputs have the same stream chunk count, split dim and
-    swizzle share a loop (ops split on different dims get loops of their own, the first
-    writing its output whole for the second); returns (chunk count or None, ops)
+    """Consecutive ops whose outputs have the same stream chunk count and swizzle share
+    a loop where each reads the chunks the loop's earlier ops made by the axis its own
+    output is chunked on (a permute moving the chunked dim stays in; an op chunked on an
+    unrelated dim gets a loop of its own, the first writing its output whole for the
+    second: :func:`_chunks_follow`); returns (chunk count or None, ops)
     segments in order. A swizzled loop visits
     chunk (j + coordinate) % count on each rank, so an unswizzled op beside it would
     read and write chunks of other indices than its peers' in the same iteration (an
@@ -82,15 +84,45 @@ def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]
     tensors = {t.name: t for t in fusion.tensors}
     segments: list[tuple[int | None, list[LoweringOp]]] = []
     keys: list[tuple | None] = []
+    defined: set[str] = set()  # the outputs of the current segment's ops
     for op in fusion.ops:
         split = stream_split(tensors[op.output])
-        key = (split.count, split.dim, split.swizzle, split.mesh) if split is not None else None
-        if segments and keys[-1] == key:
+        key = (split.count, split.swizzle, split.mesh) if split is not None else None
+        if segments and keys[-1] == key and _chunks_follow(op, tensors, defined):
             segments[-1][1].append(op)
+            defined.add(op.output)
         else:
             segments.append((split.count if split is not None else None, [op]))
             keys.append(key)
+            defined = {op.output}
     return segments
+
+
+def _chunks_follow(op: LoweringOp, tensors: dict, defined: set[str]) -> bool:
+    """Whether ``op`` can join the loop whose ops defined ``defined``: each input the
+    loop defines is chunked on an axis that ``op`` maps to its output's stream axis, laid
+    out alike, so chunk ``j`` of the input holds what chunk ``j`` of the output needs (a
+    permute that moves the sequence dim stays in the loop; a tensor chunked by rows read
+    by an op chunked by columns starts a loop of its own, which reads it whole)."""
+    output = tensors[op.output]
+    stream_axis = next((o for o, axis in enumerate(output.axes) if axis.stream), None)
+    if stream_axis is None:  # not a loop: ops outside loops group freely
+        return True
+    for name, pairs in op.axis_maps:
+        if name not in defined:
+            continue
+        producer = tensors[name]
+        chunked = next((i for i, axis in enumerate(producer.axes) if axis.stream), None)
+        if chunked is None:
+            continue
+        is_set = isinstance(op.instruction, Set)
+        follows = any(
+            o == stream_axis and i == chunked and chunks_alike(is_set, producer, i, output, o)
+            for o, i in pairs
+        )
+        if not follows:
+            return False
+    return True
 
 
 class _Loop(LoopChunks):

@@ -138,25 +138,31 @@ def _broadcast_beside_a_swizzled_chunk(mesh: DeviceMesh, p: ParallelType, q: Par
     return fd, (x, z), (g, u)
 
 
-def test_an_unswizzled_broadcast_over_the_swizzled_axis_is_refused():
-    """The loop of ``u + g`` handles ``g``'s swizzled chunk (j + r) % 2; the Broadcast
-    from root j that gathers ``u`` put block j where chunk (j + r) % 2 belongs."""
+@pytest.mark.world_sizes(2)
+def test_a_broadcast_after_a_swizzled_loop_is_not_rotated(multidevice_test):
+    """``g``'s swizzled loop writes ``g`` whole (chunk (j + r) % 2 at its place), so the
+    loop of ``u`` and ``u + g`` is not rotated by it: the Broadcast's root is j and ``g``
+    is read by chunk j. Before issue 34 the loop took ``g``'s swizzle from its input and
+    refused the Broadcast as if it sat in the swizzled loop."""
     fd, _, _ = _broadcast_beside_a_swizzled_chunk(DeviceMesh(torch.arange(2)), X, X)
-    with pytest.raises(
-        LoweringError, match=r"T3 = set\(T1\) needs Broadcast over the team of mesh_x .* on T2"
-    ):
-        fd.host_ir()
+    generator = torch.Generator().manual_seed(6024)
+    x, z = torch.randn(4, 4, generator=generator), torch.randn(4, 4, generator=generator)
+    run_against_torch(fd, multidevice_test, [x, z], [x, z + x])
+    text = str(fd.host_ir())
+    assert "Broadcast(T1, team=M0(x), root=j2)" in text
+    assert "shard_by_stream(T2, axis=0, index=j2)" in text
 
 
 @pytest.mark.world_sizes(4)
 def test_a_broadcast_in_a_loop_swizzled_over_another_axis(multidevice_test):
-    """``u`` gathers over mesh_y in a loop that ``g``'s swizzle over mesh_x rotates: each
-    iteration handles chunk (j + x) % 2, the same on the members of a mesh_y team, and
-    the Broadcast's root is that chunk (it was j, and ranks with x = 1 put block j where
-    block j + 1 belongs)."""
+    """``u`` gathers over mesh_y in a loop after ``g``'s, which its swizzle over mesh_x
+    rotates: ``g`` is written whole there, so ``u``'s loop reads it by chunk j and the
+    Broadcast's root is j. (When ``g``'s swizzle rotated this loop too, the root had to be
+    the rotated chunk: it was j, and ranks with x = 1 put block j where block j + 1
+    belongs.)"""
     mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
     fd, _, _ = _broadcast_beside_a_swizzled_chunk(mesh, X, Y)
     generator = torch.Generator().manual_seed(6025)
     x, z = torch.randn(4, 4, generator=generator), torch.randn(4, 4, generator=generator)
     run_against_torch(fd, multidevice_test, [x, z], [x, z + x])
-    assert "Broadcast(T1, team=M0(y), root=(j2 + coord(M0, x)) % 2" in str(fd.host_ir())
+    assert "Broadcast(T1, team=M0(y), root=j2)" in str(fd.host_ir())
