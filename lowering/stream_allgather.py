@@ -8,23 +8,31 @@ Broadcast from the chunk it handles, or, swizzled, a CollectivePermute (receive 
 
 from __future__ import annotations
 
+import dataclasses
+
 from hostir import (
     Allgather,
+    Allocate,
     Broadcast,
     CollectivePermute,
+    Const,
     MeshCoordinate,
     RequestValue,
+    Set,
+    ShardByStream,
     TensorValue,
     Wait,
 )
 from hostir.ir.instructions import Instruction
-from hostir.ir.scalars import add, mod, sub
+from hostir.ir.scalars import add, floordiv, mod, mul, sub
+from hostir.ir.team import Team
 from lowering.emitter import bind_values
 from lowering.errors import LoweringError
 from lowering.redistribution.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringOp
 from lowering.stream_checks import check_allgather, print_parts
 from lowering.stream_chunks import LoopChunks
+from lowering.stream_splits import StreamSplit, chunk_value
 from lowering.swizzle_teams import check_swizzled_communication
 
 
@@ -56,6 +64,8 @@ def stream_allgather(
     team = step.team
     check_allgather(name, op.output, team, split)
     instruction = bind_values(op.instruction, values)
+    if split.swizzle is None and split.count != team.size:
+        return _blocks_of_several_chunks(loop, instruction, team, split, preallocated)
     request = RequestValue(name=f"R{next(loop.emitter.requests)}")
     common = {
         "out": instruction.out,
@@ -79,3 +89,50 @@ def stream_allgather(
             recv_peer=mod(add(me, loop.index), loop.count),
         )
     return [comm, Wait(request=request)]
+
+
+def _blocks_of_several_chunks(
+    loop: LoopChunks, instruction: Set, team: Team, split: StreamSplit, preallocated: bool
+) -> list[Instruction]:
+    """The Allgather taken apart into ``split.count`` chunks over a team of another size
+    (unswizzled): with ``m`` chunks per member's block, iteration ``j`` receives chunk
+    ``j % m`` of member ``j // m``'s block (a Broadcast of that slice of its shard); with
+    ``n`` members' blocks per chunk, it receives ``n`` whole blocks, one Broadcast from
+    member ``j n + t`` into piece ``t`` of the chunk (allocated in the iteration unless it
+    is a buffer's chunk already)."""
+    src, out, dim = instruction.src, instruction.out, split.dim
+    emitted: list[Instruction] = []
+    comms: list[Instruction] = []
+    if split.count % team.size == 0:
+        per_block = split.count // team.size
+        part = StreamSplit(dim=dim, count=per_block, swizzle=None, mesh=split.mesh)
+        piece = chunk_value(src, part)
+        piece = dataclasses.replace(piece, name=loop.fresh_chunk_name(src.name))
+        index = mod(loop.chunk, per_block)
+        emitted.append(ShardByStream(out=piece, src=src, axis=dim, index=index))
+        sends = [(piece, out, floordiv(loop.chunk, per_block))]
+    else:
+        blocks = team.size // split.count
+        if not preallocated:
+            emitted.append(Allocate(out=out))
+        part = StreamSplit(dim=dim, count=blocks, swizzle=None, mesh=split.mesh)
+        sends = []
+        for t in range(blocks):
+            piece = chunk_value(out, part)
+            piece = dataclasses.replace(piece, name=loop.fresh_chunk_name(out.name))
+            emitted.append(ShardByStream(out=piece, src=out, axis=dim, index=Const(value=t)))
+            sends.append((src, piece, add(mul(loop.chunk, blocks), t)))
+    for source, target, root in sends:
+        request = RequestValue(name=f"R{next(loop.emitter.requests)}")
+        comms.append(
+            Broadcast(
+                out=target,
+                src=source,
+                team=team,
+                root=root,
+                request=request,
+                preallocated=preallocated or len(sends) > 1,
+            )
+        )
+    waits = [Wait(request=comm.request) for comm in comms]
+    return emitted + comms + waits

@@ -69,10 +69,19 @@ def check_allgather(src: str, dst: str, team: Team, split: StreamSplit) -> None:
     """An Allgather of ``src`` into ``dst`` a loop takes apart: one member of ``team`` per
     chunk and, swizzled, the swizzled mesh axis as its team."""
     axes = "mesh axis " + " and ".join(a.value for a in team.axes)
-    if team.size != split.count:
+    if split.swizzle is not None and team.size != split.count:
+        raise LoweringError(
+            f"{dst} gathers {src} over {split.count} stream chunks swizzled over"
+            f" mesh_{split.swizzle.value}, but {src} is sharded over {team.size} devices of"
+            f" {axes}; a swizzled loop receives one device's block per iteration, so they"
+            " must match (without swizzle1d any multiple or divisor of it is taken)"
+        )
+    if split.count % team.size and team.size % split.count:
         raise LoweringError(
             f"{dst} gathers {src} over {split.count} stream chunks, but {src} is sharded"
-            f" over {team.size} devices of {axes}; they must match"
+            f" over {team.size} devices of {axes}; each chunk must be a whole number of"
+            " devices' blocks or each block a whole number of chunks (a multiple or a"
+            " divisor of it)"
         )
     if split.swizzle is not None and (split.swizzle,) != team.axes:
         raise LoweringError(

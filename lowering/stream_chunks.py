@@ -146,7 +146,7 @@ class LoopChunks:
         viewed += shape[dim + 1 :]
         taken = list(viewed)
         taken[dim + 1] = floordiv(viewed[dim + 1], split.count)
-        names = [self._fresh_chunk_name(f"{value.name}_{suffix}") for suffix in ("blocks", "block")]
+        names = [self.fresh_chunk_name(f"{value.name}_{suffix}") for suffix in ("blocks", "block")]
         view, piece = (
             TensorValue(
                 name=n,
@@ -231,7 +231,7 @@ class LoopChunks:
             blocks = self.tensors[op.output].axes[stream_axis].stream_blocks
             split = StreamSplit(dim=dim, count=self.count, swizzle=None, mesh=mesh, blocks=blocks)
             value = chunk_value(whole, split)
-            value = dataclasses.replace(value, name=self._fresh_chunk_name(value.name))
+            value = dataclasses.replace(value, name=self.fresh_chunk_name(value.name))
             override[name] = value
             emitted.extend(self._take(whole, value, split))
         return override, emitted
@@ -244,7 +244,7 @@ class LoopChunks:
                 return sum(1 for axis in producer.axes[:i] if not axis.reduction)
         return None
 
-    def _fresh_chunk_name(self, name: str) -> str:
+    def fresh_chunk_name(self, name: str) -> str:
         """``name`` with a suffix no chunk of the program has yet."""
         for k in itertools.count(2):
             candidate = f"{name}_{k}"

@@ -80,7 +80,8 @@ def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]
     segments in order. A swizzled loop visits
     chunk (j + coordinate) % count on each rank, so an unswizzled op beside it would
     read and write chunks of other indices than its peers' in the same iteration (an
-    Allgather in it would join rows of different chunks): it gets a loop of its own."""
+    Allgather in it would join rows of different chunks): it gets a loop of its own. An
+    op outside loops that reads nothing the open loop computes runs before that loop."""
     tensors = {t.name: t for t in fusion.tensors}
     segments: list[tuple[int | None, list[LoweringOp]]] = []
     keys: list[tuple | None] = []
@@ -91,6 +92,14 @@ def group_ops(fusion: LoweringFusion) -> list[tuple[int | None, list[LoweringOp]
         if segments and keys[-1] == key and _chunks_follow(op, tensors, defined):
             segments[-1][1].append(op)
             defined.add(op.output)
+        elif key is None and keys and keys[-1] is not None and not set(op.inputs) & defined:
+            # Needs nothing of the open loop (a weight's cast written among the loop's
+            # ops): computed before the loop, which stays one loop.
+            if len(keys) > 1 and keys[-2] is None:
+                segments[-2][1].append(op)
+            else:
+                segments.insert(len(segments) - 1, (None, [op]))
+                keys.insert(len(keys) - 1, None)
         else:
             segments.append((split.count if split is not None else None, [op]))
             keys.append(key)
@@ -215,7 +224,7 @@ class _Loop(LoopChunks):
                 continue
             out.extend(self._slice(op.output, chunks))
             target = chunks[op.output]
-            fresh[op.output] = dataclasses.replace(target, name=self._fresh_chunk_name(target.name))
+            fresh[op.output] = dataclasses.replace(target, name=self.fresh_chunk_name(target.name))
             copies.append(Set(out=target, src=fresh[op.output], preallocated=True))
         values = collections.ChainMap(fresh, whole, chunks, self.emitter.values)
         emitted = self.emitter.emit_op(ops[0], values) + copies

@@ -131,21 +131,55 @@ def test_column_parallel_linear_fed_by_a_stream_allgather(multidevice_test, swiz
         assert "Broadcast(T0, team=M0(x), root=j0)" in text
 
 
-def test_stream_count_must_match_the_team():
-    """Gathering a tensor sharded 2 ways into 4 stream chunks is refused."""
-    mesh = DeviceMesh([0, 1])
+def _gather_in_chunks(d: int, rows: int, chunks: int, swizzle: bool = False):
+    """``set(x)`` of ``x`` (``rows`` x 4, sharded over ``d`` devices) into ``chunks`` stream
+    chunks, and ``relu`` of it in the same loop."""
+    mesh = DeviceMesh(list(range(d)))
     with FusionDefinition() as fd:
-        inp = fd.define_tensor((8, 4))
+        inp = fd.define_tensor((rows, 4))
         ag = fd.ops.set(inp)
-        fd.add_output(ag)
+        fd.add_output(fd.ops.relu(ag))
     inp.set_device_mesh(mesh)
-    inp.outer_split(0, 2)
+    inp.outer_split(0, d)
     inp.axis(0).parallelize(ParallelType.mesh_x)
     ag.set_device_mesh(mesh)
-    ag.outer_split(0, 4)
+    ag.outer_split(0, chunks)
+    if swizzle:
+        ag.swizzle1d(0, ParallelType.mesh_x)
     ag.axis(0).parallelize(ParallelType.stream)
-    with pytest.raises(LoweringError, match="T1 gathers T0 over 4 stream chunks, but T0 is"):
-        fd.host_ir()
+    return fd, inp
+
+
+def test_stream_count_must_divide_or_be_divided_by_the_team():
+    """Gathering a tensor sharded 2 ways into 3 stream chunks is refused (a chunk would
+    hold part of a device's block and part of another's), as is a swizzled loop of 4."""
+    with pytest.raises(LoweringError, match="T1 gathers T0 over 3 stream chunks, but T0 is"):
+        _gather_in_chunks(2, 12, 3)[0].host_ir()
+    with pytest.raises(LoweringError, match="over 4 stream chunks swizzled over mesh_x, but"):
+        _gather_in_chunks(2, 8, 4, swizzle=True)[0].host_ir()
+
+
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize("per_device", [2, 0.5], ids=["2-per-block", "2-blocks-per-chunk"])
+def test_a_gather_in_more_or_fewer_chunks_than_devices(multidevice_test, per_device):
+    """Into twice as many chunks as devices: iteration j broadcasts slice j % 2 of block
+    j // 2 (one Broadcast each); into half as many (4 ranks; 2 ranks: one chunk): two
+    Broadcasts of whole blocks per iteration, into the two halves of its chunk. Both
+    match torch, every rank taking part in as many Broadcasts as the loop issues."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    chunks = int(d * per_device)
+    fd, inp = _gather_in_chunks(d, 8 * d, chunks)
+    x = torch.randn(8 * d, 4, generator=torch.Generator().manual_seed(34))
+    (out,), events = profile(fd, [multidevice_test.shard_tensor(x, inp)])
+    torch.testing.assert_close(out.cpu(), shard_tensor(x.relu(), fd.host_ir().outputs[0], rank))
+    assert count(events, "hir::Broadcast") == max(chunks, d)
+    assert count(events, "hir::Allgather") == 0
+    text = str(fd.host_ir())
+    if per_device > 1:
+        assert "Broadcast(T0_2, team=M0(x), root=j0 // 2)" in text
+        assert "shard_by_stream(T0, axis=0, index=j0 % 2)" in text
+    else:
+        assert f"root=j0 * {d // chunks} + 1" in text
 
 
 def test_swizzle_must_name_the_producers_mesh_axis():
