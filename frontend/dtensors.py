@@ -5,7 +5,9 @@ Each input DTensor's placements on its mesh must be the fusion's schedule of tha
 sharding propagated to an input the user left unscheduled included); a fusion whose
 tensors have no mesh at all is scheduled from the placements first (``Shard(d)``: an outer
 split of dim ``d`` by the mesh dim's size, parallelized on that mesh dim's axis;
-``Replicate()``: nothing). The local shards run through ``fd.execute``; each output comes
+``Replicate()``: nothing; a ``Partial`` mesh dim: replicated). A ``Partial`` input is
+reduced first into the layout its fusion input needs, by a resharding program of ours
+(``frontend.partial_inputs``). The local shards run through ``fd.execute``; each output comes
 back as a DTensor whose placements are the output's sharding (``Shard``, ``Replicate``,
 ``Partial`` for an output left partial), on the inputs' torch ``DeviceMesh`` when it is the
 output's mesh.
@@ -123,8 +125,9 @@ def schedule_from_dtensors(fd: FusionDefinition, in_dtensors: Iterable[Any]) -> 
     input, a number for a scalar input) are placed, as ``execute_with_dtensors`` does for
     a fusion with no mesh: each input gets its DTensor's mesh and, per sharded dim, an
     outer split by each of its mesh dims' sizes (outer first), parallelized on that mesh
-    dim's axis. Schedule other tensors after it (an output left partial, say). ScheduleError
-    if an input has a mesh already; InputError as ``execute_with_dtensors`` refuses."""
+    dim's axis; a ``Partial`` mesh dim leaves the input replicated over it. Schedule other
+    tensors after it (an output left partial, say). ScheduleError if an input has a mesh
+    already; InputError as ``execute_with_dtensors`` refuses."""
     inputs = list(in_dtensors)
     tensors = _tensor_inputs(fd, inputs)
     for index, tv in tensors:

@@ -17,7 +17,6 @@ lowered program per signature).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Any
@@ -40,12 +39,6 @@ _PARALLEL_TYPES = {
 # declaration's ``combine`` (hostir.ir.reductions) is that op, so the partial sharding it
 # leaves, and the collectives lowering plans from it, combine the same way.
 _REDUCTIONS = {ReduceOp.SUM: "sum", ReduceOp.MAX: "max", ReduceOp.MIN: "min"}
-
-
-def without_partial(distribution: Any) -> Any:
-    """``distribution`` with each partial mesh axis replicated instead: the layout an input
-    of a fusion with no mesh is scheduled in when its DTensor is ``Partial`` there."""
-    return dataclasses.replace(distribution, partial=())
 
 
 @functools.lru_cache(maxsize=64)

@@ -426,3 +426,34 @@ def test_partial_values_of_two_ops_are_refused() -> None:
     src = parse_notation("PP(max)", DeviceMesh(torch.arange(4).reshape(2, 2)), ndim=2)
     with pytest.raises(InputError, match=r"input 0 \(T0\) is partial with PP\(max\) .*one"):
         check_reducible(0, x, src)
+
+
+@pytest.mark.world_sizes(8)
+def test_a_3d_mesh(multidevice_test) -> None:
+    """On a 2x2x2 mesh (the 8-rank pool other tests start): (Shard(0), Partial(),
+    Replicate()) x + (Shard(0), Replicate(), Shard(1)) y, unscheduled: x reduced to
+    (Shard(0), Replicate(), Replicate()) by one Allreduce over the middle mesh dim (y);
+    against DTensor's add and torch."""
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    gen = torch.Generator().manual_seed(7)
+    base, full_y = torch.randn(2, 2, 2, 6, generator=gen), torch.randn(4, 6, generator=gen)
+    # rank 4a + 2b + c holds base[a, b]: rows [2a, 2a + 2), partial over b, same over c
+    full_x = torch.cat([base[0].sum(0), base[1].sum(0)])
+    with default_group():
+        mesh = dist.device_mesh.init_device_mesh("cpu", (2, 2, 2))
+        dx = _partial(
+            base.repeat_interleave(2, dim=1).reshape(8, 2, 6),
+            mesh,
+            [Shard(0), Partial(), Replicate()],
+        )
+        dy = distribute_tensor(full_y, mesh, [Shard(0), Replicate(), Shard(1)])
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((-1, -1))
+            y = fd.define_tensor((-1, -1))
+            fd.add_output(fd.ops.add(x, y))
+        (out,) = execute_with_dtensors(fd, [dx, dy])
+        _check_round_trip(out, (dx + dy).redistribute(mesh, out.placements))
+        torch.testing.assert_close(out.full_tensor(), full_x + full_y)
+        (moved,) = _reduction_text(dx, [Shard(0), Replicate(), Replicate()])
+        assert "= Allreduce(" in moved and "team=M0(y)" in moved, moved
