@@ -5,7 +5,9 @@ Each input DTensor's placements on its mesh must be the fusion's schedule of tha
 sharding propagated to an input the user left unscheduled included); a fusion whose
 tensors have no mesh at all is scheduled from the placements first (``Shard(d)``: an outer
 split of dim ``d`` by the mesh dim's size, parallelized on that mesh dim's axis;
-``Replicate()``: nothing). The local shards run through ``fd.execute``; each output comes
+``Replicate()``: nothing; a ``Partial`` mesh dim: replicated). A ``Partial`` input is
+reduced first into the layout its fusion input needs, by a resharding program of ours
+(``frontend.partial_inputs``). The local shards run through ``fd.execute``; each output comes
 back as a DTensor whose placements are the output's sharding (``Shard``, ``Replicate``,
 ``Partial`` for an output left partial), on the inputs' torch ``DeviceMesh`` when it is the
 output's mesh.
@@ -26,6 +28,7 @@ from frontend.arguments import shown
 from frontend.errors import InputError, ScheduleError
 from frontend.execute_args import dtensor_class
 from frontend.mesh import DeviceMesh
+from frontend.partial_inputs import check_reducible, reduce_partial_input
 from frontend.tensor_view import TensorView
 from frontend.types import ParallelType
 from hostir import MeshAxis
@@ -53,20 +56,26 @@ def execute_with_dtensors(fd: FusionDefinition, in_dtensors: Iterable[Any]) -> l
     ``nvfuser_direct.execute_with_dtensors(fd, in_dtensors)``).
 
     A scalar input of the fusion takes a Python number in its place. An input whose
-    placements are not the fusion's schedule of it is refused (InputError naming both), as
-    is a ``Partial`` input (a fusion input holds whole values). An output a rank does not
-    hold (outside its mesh) is None on that rank.
+    placements are not the fusion's schedule of it is refused (InputError naming both). A
+    ``Partial`` input is reduced first, by a resharding program of ours planned from its
+    placements to the fusion's schedule of it (frontend.partial_inputs), since a fusion
+    input holds whole values. An output a rank does not hold (outside its mesh) is None on
+    that rank.
     """
     inputs = list(in_dtensors)
     tensors = _tensor_inputs(fd, inputs)
-    dtensor = dtensor_class()
     program = fd.host_ir()
     if all(program.inputs[index].sharding is None for index, _ in tensors):
         _schedule_from_placements(fd, [(tv, inputs[index]) for index, tv in tensors])
         program = fd.host_ir()
-    for index, tv in tensors:
-        _check_placements(index, tv, program.inputs[index], inputs[index])
-    local = [x.to_local() if dtensor is not None and isinstance(x, dtensor) else x for x in inputs]
+    # Every input checked before any partial one is reduced (a program with collectives).
+    layouts = [_layouts(index, tv, program.inputs[index], inputs[index]) for index, tv in tensors]
+    local = list(inputs)  # scalars as given; each DTensor replaced by its local shard
+    for (index, tv), (given, expected) in zip(tensors, layouts, strict=True):
+        if given.partial:
+            local[index] = reduce_partial_input(index, tv, inputs[index], given, expected)
+        else:
+            local[index] = inputs[index].to_local()
     outputs = fd.execute(local)
     meshes = [inputs[index].device_mesh for index, _ in tensors]
     return [
@@ -98,7 +107,8 @@ def _tensor_inputs(fd: FusionDefinition, inputs: list[Any]) -> list[tuple[int, T
 
 
 def _given(index: int, tv: TensorView, given: Any) -> Any:
-    """The ``Distribution`` of DTensor ``given``, or InputError naming what is not taken."""
+    """The ``Distribution`` of DTensor ``given`` (its partial mesh axes included), or
+    InputError naming what is not taken."""
     from lowering.errors import ReshardingError
 
     try:
@@ -107,12 +117,6 @@ def _given(index: int, tv: TensorView, given: Any) -> Any:
         )
     except ReshardingError as error:
         raise InputError(f"execute_with_dtensors: input {index} ({tv.name}): {error}") from None
-    if distribution.partial:
-        raise InputError(
-            f"execute_with_dtensors: input {index} ({tv.name}) is Partial"
-            f" ({tuple(given.placements)}): a fusion input holds whole values, not partial"
-            " ones; redistribute it first (dt.redistribute(mesh, placements without Partial))"
-        )
     return distribution
 
 
@@ -121,8 +125,9 @@ def schedule_from_dtensors(fd: FusionDefinition, in_dtensors: Iterable[Any]) -> 
     input, a number for a scalar input) are placed, as ``execute_with_dtensors`` does for
     a fusion with no mesh: each input gets its DTensor's mesh and, per sharded dim, an
     outer split by each of its mesh dims' sizes (outer first), parallelized on that mesh
-    dim's axis. Schedule other tensors after it (an output left partial, say). ScheduleError
-    if an input has a mesh already; InputError as ``execute_with_dtensors`` refuses."""
+    dim's axis; a ``Partial`` mesh dim leaves the input replicated over it. Schedule other
+    tensors after it (an output left partial, say). ScheduleError if an input has a mesh
+    already; InputError as ``execute_with_dtensors`` refuses."""
     inputs = list(in_dtensors)
     tensors = _tensor_inputs(fd, inputs)
     for index, tv in tensors:
@@ -148,12 +153,31 @@ def _schedule_from_placements(fd: FusionDefinition, pairs: list[tuple[TensorView
                 tv.axis(dim + offset).parallelize(parallel_type)
 
 
-def _check_placements(index: int, tv: TensorView, declared: Any, given: Any) -> None:
-    """InputError unless DTensor ``given``'s placements and mesh are ``declared``'s
-    sharding (the program's input ``index``, for the fusion's ``tv``)."""
+def _layouts(index: int, tv: TensorView, declared: Any, given: Any) -> tuple[Any, Any]:
+    """The ``Distribution``s of DTensor ``given`` and of the program's input ``declared``
+    (input ``index``, the fusion's ``tv``), once they are the same (else InputError naming
+    both). A Partial DTensor is taken in any layout: it is reduced into ``declared``'s
+    first (frontend.partial_inputs), which plans any change of layout with the reduction."""
+    distribution = _given(index, tv, given)
+    expected = _expected(index, tv, declared, given)
+    if distribution.partial:
+        check_reducible(index, tv, distribution)
+    elif distribution != expected:
+        raise InputError(
+            f"execute_with_dtensors: input {index} ({tv.name}) is a DTensor with placements"
+            f" {tuple(given.placements)} on {given.device_mesh!r} ({distribution}), but the"
+            f" fusion's schedule of {tv.name} is {expected.to_placements()} ({expected}):"
+            f" redistribute it (dt.redistribute) or schedule {tv.name} as the placements say"
+        )
+    return distribution, expected
+
+
+def _expected(index: int, tv: TensorView, declared: Any, given: Any) -> Any:
+    """The ``Distribution`` of the program's input ``declared`` (input ``index``, the
+    fusion's ``tv``, given as DTensor ``given``); InputError where it has no mesh or a
+    layout no placement describes."""
     from lowering.errors import ReshardingError
 
-    distribution = _given(index, tv, given)
     if declared.sharding is None:
         raise InputError(
             f"execute_with_dtensors: input {index} ({tv.name}) has no mesh in the fusion's"
@@ -166,13 +190,7 @@ def _check_placements(index: int, tv: TensorView, declared: Any, given: Any) -> 
             f"execute_with_dtensors: input {index} ({tv.name}) is scheduled in a layout no"
             f" DTensor placement describes: {error}"
         ) from None
-    if distribution != expected:
-        raise InputError(
-            f"execute_with_dtensors: input {index} ({tv.name}) is a DTensor with placements"
-            f" {tuple(given.placements)} on {given.device_mesh!r} ({distribution}), but the"
-            f" fusion's schedule of {tv.name} is {expected.to_placements()} ({expected}):"
-            f" redistribute it (dt.redistribute) or schedule {tv.name} as the placements say"
-        )
+    return expected
 
 
 def _as_dtensor(out: Any, value: Any, meshes: list[Any]) -> Any:

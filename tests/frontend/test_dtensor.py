@@ -106,7 +106,7 @@ def _check_round_trip(ours, theirs) -> None:
 def test_pointwise_on_a_1d_mesh(multidevice_test) -> None:
     """An unscheduled fusion scheduled from Shard(0) and Replicate inputs: x + y comes back
     Shard(0) on the inputs' mesh, as DTensor's own add; no collective. Then placements
-    other than the schedule, a Partial input and a plain tensor are refused by name."""
+    other than the schedule, a Partial("avg") input and a plain tensor are refused by name."""
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
     d = multidevice_test.size
@@ -127,9 +127,11 @@ def test_pointwise_on_a_1d_mesh(multidevice_test) -> None:
         # the fusion is scheduled now: placements that differ are refused by name
         with pytest.raises(InputError, match=r"input 1 \(T1\) is a DTensor with placements"):
             execute_with_dtensors(fd, [dx, distribute_tensor(full_y, mesh, [Shard(1)])])
-        partial = DTensor.from_local(full_y, mesh, [Partial()])
-        with pytest.raises(InputError, match=r"input 1 \(T1\) is Partial"):
-            execute_with_dtensors(fd, [dx, partial])
+        average = DTensor.from_local(full_y, mesh, [Partial("avg")])
+        with pytest.raises(
+            InputError, match=r"input 1 \(T1\): Partial\(avg\) on mesh dim 0 is not supported"
+        ):
+            execute_with_dtensors(fd, [dx, average])
         with pytest.raises(InputError, match=r"input 1 \(T1\) must be a DTensor, got Tensor"):
             execute_with_dtensors(fd, [dx, full_y])
 
@@ -238,3 +240,220 @@ def test_a_2d_mesh(multidevice_test) -> None:
         _check_round_trip(out, dx @ dw)
         torch.testing.assert_close(out.full_tensor(), full_x @ full_w)
         assert _collectives(fd) == []
+
+
+# ---------------------------------------------------------------------------
+# Partial inputs: reduced by a resharding program of ours (frontend.partial_inputs)
+
+
+def _partial(parts: torch.Tensor, mesh, placements):
+    """A DTensor on ``mesh`` whose rank ``r`` holds ``parts[r]`` as its local tensor: with
+    ``Partial`` placements, its value is a reduction of the parts over the partial ranks."""
+    from torch.distributed.tensor import DTensor
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return DTensor.from_local(parts[rank].clone(), mesh, placements, run_check=False)
+
+
+def _reduction_text(given, target_placements) -> list[str]:
+    """The collectives of the reduction program execute_with_dtensors ran for Partial
+    DTensor ``given`` into ``target_placements`` (the kept one: a cache hit, no re-plan)."""
+    from frontend.partial_inputs import reduction_fusion
+    from lowering.redistribution.distribution import Distribution
+
+    mesh, ndim = given.device_mesh, given.ndim
+    src = Distribution.from_placements(mesh, given.placements, ndim=ndim)
+    dst = Distribution.from_placements(mesh, target_placements, ndim=ndim)
+    before = reduction_fusion.cache_info()
+    fd = reduction_fusion(src, dst, tuple(given.shape), given.dtype)
+    assert reduction_fusion.cache_info().hits == before.hits + 1, "not the program that ran"
+    return _collectives(fd)
+
+
+def _scheduled_add(mesh: DeviceMesh, x_sharded: bool, y_sharded: bool) -> FusionDefinition:
+    """x + y on a 1-d ``mesh``, x and y each Shard(0) or Replicate."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, -1))
+        y = fd.define_tensor((-1, -1))
+        fd.add_output(fd.ops.add(x, y))
+    for tv, sharded in ((x, x_sharded), (y, y_sharded)):
+        tv.set_device_mesh(mesh)
+        if sharded:
+            tv.outer_split(0, mesh.size)
+            tv.axis(0).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def test_partial_inputs_on_a_1d_mesh(multidevice_test) -> None:
+    """A Partial(sum) x into x + y: (a) a fusion scheduled Replicate for x (its reduction
+    one Allreduce), (b) one scheduled Shard(0) (one ReduceScatter), (c) an unscheduled one
+    (x scheduled Replicate: one Allreduce); each against DTensor's own ops on the same
+    DTensors and against torch on the summed parts; a second call plans nothing new."""
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    from frontend.partial_inputs import reduction_fusion
+    from lowering.redistribution.distribution import Distribution
+
+    d = multidevice_test.size
+    gen = torch.Generator().manual_seed(4)
+    parts, full_y = torch.randn(d, 2 * d, 3, generator=gen), torch.randn(2 * d, 3, generator=gen)
+    reference = parts.sum(0) + full_y
+    with default_group():
+        mesh = dist.device_mesh.init_device_mesh("cpu", (d,))
+        dx = _partial(parts, mesh, [Partial()])
+        for y_placements, sharded, kind in (
+            ([Replicate()], False, "Allreduce"),
+            ([Shard(0)], True, "ReduceScatter"),
+        ):
+            dy = distribute_tensor(full_y, mesh, y_placements)
+            fd = _scheduled_add(DeviceMesh(list(range(d))), sharded, sharded)
+            (out,) = execute_with_dtensors(fd, [dx, dy])
+            _check_round_trip(out, dx.redistribute(mesh, y_placements) + dy)
+            torch.testing.assert_close(out.full_tensor(), reference)
+            moves = _reduction_text(dx, y_placements)
+            if d > 1:  # at d = 1, an Allreduce over a one-device team until item 1 lands
+                assert len(moves) == 1 and f"= {kind}(" in moves[0], moves
+            assert _collectives(fd) == []
+        # (c) no mesh: x scheduled Replicate (the Partial replaced), y as given (Shard(0))
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((-1, -1))
+            y = fd.define_tensor((-1, -1))
+            fd.add_output(fd.ops.add(x, y))
+        (out,) = execute_with_dtensors(fd, [dx, dy])
+        scheduled = Distribution.from_sharding(fd.host_ir().inputs[0].sharding)
+        assert scheduled.to_placements() == (Replicate(),), scheduled
+        _check_round_trip(out, (dx + dy).redistribute(mesh, out.placements))
+        torch.testing.assert_close(out.full_tensor(), reference)
+        moves = _reduction_text(dx, [Replicate()])
+        assert len(moves) == 1 and "= Allreduce(" in moves[0], moves
+        misses = reduction_fusion.cache_info().misses
+        (again,) = execute_with_dtensors(fd, [dx, dy])  # kept: nothing planned again
+        assert reduction_fusion.cache_info().misses == misses
+        torch.testing.assert_close(again.to_local(), out.to_local())
+
+
+@pytest.mark.world_sizes(4)
+def test_partial_inputs_on_a_2d_mesh(multidevice_test) -> None:
+    """On a 2x2 mesh: (Shard(0), Partial()) x + (Shard(0), Replicate()) y, unscheduled (x
+    scheduled (Shard(0), Replicate()): one Allreduce over the inner mesh dim); then a
+    (Partial(), Replicate()) x into a fusion scheduled (Shard(0), Replicate()) for it (one
+    ReduceScatter over the outer mesh dim), and the same with Partial("max"); against
+    DTensor's add and torch."""
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    gen = torch.Generator().manual_seed(5)
+    parts, full_y = torch.randn(4, 2, 6, generator=gen), torch.randn(4, 6, generator=gen)
+    # rank r = 2 * dp + tp holds rows [2 dp, 2 dp + 2) of x, partial over tp
+    full_x = torch.cat([parts[0] + parts[1], parts[2] + parts[3]])
+    with default_group():
+        mesh = dist.device_mesh.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        dx = _partial(parts, mesh, [Shard(0), Partial()])
+        dy = distribute_tensor(full_y, mesh, [Shard(0), Replicate()])
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((-1, -1))
+            y = fd.define_tensor((-1, -1))
+            fd.add_output(fd.ops.add(x, y))
+        (out,) = execute_with_dtensors(fd, [dx, dy])
+        assert out.placements == (Shard(0), Replicate())
+        _check_round_trip(out, (dx + dy).redistribute(mesh, out.placements))
+        torch.testing.assert_close(out.full_tensor(), full_x + full_y)
+        (moved,) = _reduction_text(dx, [Shard(0), Replicate()])
+        assert "= Allreduce(" in moved and "team=M0(x)" in moved, moved
+        # (Partial(), Replicate()): the ranks of one tp index hold the same partial value
+        base = torch.randn(2, 4, 6, generator=gen)
+        dx = _partial(base.repeat_interleave(2, dim=0), mesh, [Partial(), Replicate()])
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((-1, -1))
+            y = fd.define_tensor((-1, -1))
+            fd.add_output(fd.ops.add(x, y))
+        for tv in (x, y):
+            tv.set_device_mesh(DeviceMesh(torch.arange(4).reshape(2, 2)))
+            tv.outer_split(0, 2)
+            tv.axis(0).parallelize(ParallelType.mesh_y)
+        (out,) = execute_with_dtensors(fd, [dx, dy])
+        _check_round_trip(out, dx.redistribute(mesh, [Shard(0), Replicate()]) + dy)
+        torch.testing.assert_close(out.full_tensor(), base.sum(0) + full_y)
+        (moved,) = _reduction_text(dx, [Shard(0), Replicate()])
+        assert "= ReduceScatter(" in moved and "team=M0(y)" in moved, moved
+        # Partial("max") as DTensor has it: a max over the parts, one ReduceScatter(max)
+        dx = _partial(base.repeat_interleave(2, dim=0), mesh, [Partial("max"), Replicate()])
+        (out,) = execute_with_dtensors(fd, [dx, dy])
+        _check_round_trip(out, dx.redistribute(mesh, [Shard(0), Replicate()]) + dy)
+        torch.testing.assert_close(out.full_tensor(), base.amax(0) + full_y)
+        (moved,) = _reduction_text(dx, [Shard(0), Replicate()])
+        assert "= ReduceScatter(" in moved and "op=max" in moved, moved
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_partial_output_round_trip(multidevice_test) -> None:
+    """A row-parallel x @ w left Partial(sum) (no collective) fed to a second, unscheduled
+    matmul with a Shard(1) w2: the partial input reduced to Replicate (one Allreduce), the
+    result Shard(1), as DTensor's own (x @ w) @ w2 chain and torch give."""
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    d = multidevice_test.size
+    gen = torch.Generator().manual_seed(6)
+    full_x, full_w = torch.randn(4, 2 * d, generator=gen), torch.randn(2 * d, 3, generator=gen)
+    full_w2 = torch.randn(3, 2 * d, generator=gen)
+    with default_group():
+        mesh = dist.device_mesh.init_device_mesh("cpu", (d,))
+        dx = distribute_tensor(full_x, mesh, [Shard(1)])
+        dw = distribute_tensor(full_w, mesh, [Shard(0)])
+        dw2 = distribute_tensor(full_w2, mesh, [Shard(1)])
+        (h,) = execute_with_dtensors(
+            _matmul(scheduled=True, mesh=DeviceMesh(list(range(d)))), [dx, dw]
+        )
+        assert h.placements == (Partial("sum"),)
+        fd = _matmul(scheduled=False)
+        (out,) = execute_with_dtensors(fd, [h, dw2])
+        assert out.placements == (Shard(1),)
+        _check_round_trip(out, ((dx @ dw) @ dw2).redistribute(mesh, out.placements))
+        torch.testing.assert_close(out.full_tensor(), full_x @ full_w @ full_w2)
+        assert _collectives(fd) == []
+        (moved,) = _reduction_text(h, [Replicate()])
+        assert "= Allreduce(" in moved, moved
+
+
+def test_partial_values_of_two_ops_are_refused() -> None:
+    """Partial values combined by two ops (which DTensor's placements refuse too) are
+    refused by name: one reduction cannot say in which order they combine."""
+    from frontend.partial_inputs import check_reducible
+    from lowering.redistribution.distribution import parse_notation
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((-1, -1))
+        fd.add_output(fd.ops.neg(x))
+    src = parse_notation("PP(max)", DeviceMesh(torch.arange(4).reshape(2, 2)), ndim=2)
+    with pytest.raises(InputError, match=r"input 0 \(T0\) is partial with PP\(max\) .*one"):
+        check_reducible(0, x, src)
+
+
+@pytest.mark.world_sizes(8)
+def test_a_3d_mesh(multidevice_test) -> None:
+    """On a 2x2x2 mesh (the 8-rank pool other tests start): (Shard(0), Partial(),
+    Replicate()) x + (Shard(0), Replicate(), Shard(1)) y, unscheduled: x reduced to
+    (Shard(0), Replicate(), Replicate()) by one Allreduce over the middle mesh dim (y);
+    against DTensor's add and torch."""
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    gen = torch.Generator().manual_seed(7)
+    base, full_y = torch.randn(2, 2, 2, 6, generator=gen), torch.randn(4, 6, generator=gen)
+    # rank 4a + 2b + c holds base[a, b]: rows [2a, 2a + 2), partial over b, same over c
+    full_x = torch.cat([base[0].sum(0), base[1].sum(0)])
+    with default_group():
+        mesh = dist.device_mesh.init_device_mesh("cpu", (2, 2, 2))
+        dx = _partial(
+            base.repeat_interleave(2, dim=1).reshape(8, 2, 6),
+            mesh,
+            [Shard(0), Partial(), Replicate()],
+        )
+        dy = distribute_tensor(full_y, mesh, [Shard(0), Replicate(), Shard(1)])
+        with FusionDefinition() as fd:
+            x = fd.define_tensor((-1, -1))
+            y = fd.define_tensor((-1, -1))
+            fd.add_output(fd.ops.add(x, y))
+        (out,) = execute_with_dtensors(fd, [dx, dy])
+        _check_round_trip(out, (dx + dy).redistribute(mesh, out.placements))
+        torch.testing.assert_close(out.full_tensor(), full_x + full_y)
+        (moved,) = _reduction_text(dx, [Shard(0), Replicate(), Replicate()])
+        assert "= Allreduce(" in moved and "team=M0(y)" in moved, moved
