@@ -37,7 +37,6 @@ import sys
 
 import tensor_parallel_block as tp
 import torch
-import torch.nn.functional as F
 
 from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, shard_tensor
 from hostir import default_communicator
@@ -54,12 +53,14 @@ SEQUENCE_SHARDED = {"x": 1}
 sequence dim; the weights and biases are sharded as there."""
 
 
-def inputs(sequence: int = SEQUENCE) -> list[tuple[str, tuple[int, ...], int | None]]:
-    """The block's inputs (name, shape, sharded dim) for ``sequence`` tokens."""
-    shape = {"x": (BATCH, sequence, EMBEDDING)}
+def inputs(
+    sequence: int = SEQUENCE, embedding: int = EMBEDDING
+) -> list[tuple[str, tuple[int, ...], int | None]]:
+    """The block's inputs (name, shape, sharded dim) for ``sequence`` tokens of
+    ``embedding`` features: ``tensor_parallel_block.input_specs``, ``x`` sequence-sharded."""
     return [
-        (name, shape.get(name, dims), SEQUENCE_SHARDED.get(name, dim))
-        for name, dims, dim in tp.INPUTS
+        (name, shape, SEQUENCE_SHARDED.get(name, dim))
+        for name, shape, dim in tp.input_specs(BATCH, sequence, embedding)
     ]
 
 
@@ -81,17 +82,22 @@ def define(
     scatter_chunks: int = SCATTER_CHUNKS,
     swizzle: bool = False,
     sequence: int = SEQUENCE,
+    embedding: int = EMBEDDING,
+    loops: bool = True,
 ) -> tuple[FusionDefinition, list]:
     """The block in ``dtype`` over a 1-d mesh of ``d`` devices, its gathers in stream loops
     of ``gather_chunks`` chunks (None: ``d``; with ``swizzle``, rotated by ``swizzle1d``,
     which takes ``d`` only) and its reduce-scatters in loops of ``scatter_chunks`` chunks
-    of each rank's tokens; returns the fusion and its inputs' tensors, in
-    :func:`inputs`' order."""
-    b, s, e, h = BATCH, sequence, EMBEDDING, HEADS
+    of each rank's tokens, for ``sequence`` tokens of ``embedding`` features; returns the
+    fusion and its inputs' tensors, in :func:`inputs`' order. Without ``loops`` the same
+    block has no stream loops: one Allgather and one ReduceScatter each (what
+    benchmarks/layers.py compares the loops with)."""
+    b, s, e, h = BATCH, sequence, embedding, HEADS
     dt = DataType.from_torch(dtype)
     mesh = DeviceMesh(torch.arange(d))
     with FusionDefinition() as fd:
-        tvs = [fd.define_tensor(shape, dtype=dt) for _, shape, _ in inputs(sequence)]
+        specs = inputs(sequence, embedding)
+        tvs = [fd.define_tensor(shape, dtype=dt) for _, shape, _ in specs]
         x, ln0_w, ln0_b, qkv_w, qkv_b, proj_w, proj_b = tvs[:7]
         ln1_w, ln1_b, mlp0_w, mlp0_b, mlp1_w, mlp1_b = tvs[7:]
         x_float = tp._cast(fd, x, DataType.Float)
@@ -118,13 +124,15 @@ def define(
         mlp = fd.ops.linear(hidden, mlp1_w)
         out = fd.ops.add(x1, tp._cast(fd, fd.ops.add(mlp, mlp1_b), DataType.Float))
         fd.add_output(tp._cast(fd, out, dt))
-    for tv, (_, _, dim) in zip(tvs, inputs(sequence), strict=True):
+    for tv, (_, _, dim) in zip(tvs, specs, strict=True):
         tv.set_device_mesh(mesh)
         if dim is not None:
             tv.outer_split(dim, d)
             tv.axis(dim).parallelize(ParallelType.mesh_x)
     for gathered in (gathered0, gathered1):
         gathered.set_device_mesh(mesh)
+        if not loops:
+            continue  # replicated: one Allgather
         gathered.outer_split(1, d if gather_chunks is None else gather_chunks)
         if swizzle:
             gathered.swizzle1d(1, ParallelType.mesh_x)
@@ -133,6 +141,8 @@ def define(
         summed.set_device_mesh(mesh)
         summed.outer_split(1, d)
         summed.axis(1).parallelize(ParallelType.mesh_x)
+        if not loops:
+            continue  # one ReduceScatter
         summed.outer_split(2, scatter_chunks)
         summed.axis(2).parallelize(ParallelType.stream)
     return fd, tvs
@@ -145,36 +155,19 @@ def fusion(world_size: int = 4) -> FusionDefinition:
 
 
 def random_inputs(
-    dtype: torch.dtype = torch.float32, seed: int = 0, sequence: int = SEQUENCE
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    sequence: int = SEQUENCE,
+    embedding: int = EMBEDDING,
 ) -> list[torch.Tensor]:
-    """Full inputs as ``tensor_parallel_block.random_inputs`` makes them, ``x`` with
-    ``sequence`` tokens."""
-    generator = torch.Generator().manual_seed(seed)
-    full = tp.random_inputs(dtype, seed)
-    full[0] = torch.randn(BATCH, sequence, EMBEDDING, generator=generator).to(dtype)
-    return full
+    """Full inputs as ``tensor_parallel_block.random_inputs`` makes them, at these sizes."""
+    return tp.random_inputs(dtype, seed, tp.input_specs(BATCH, sequence, embedding))
 
 
 def reference(full: list[torch.Tensor]) -> torch.Tensor:
-    """The block on one device with torch's ops (``tensor_parallel_block.reference``'s
-    dtype flow), for ``x`` of any sequence length."""
-    x, ln0_w, ln0_b, qkv_w, qkv_b, proj_w, proj_b, ln1_w, ln1_b = full[:9]
-    mlp0_w, mlp0_b, mlp1_w, mlp1_b = full[9:]
-    b, s, e = x.shape
-    h, dtype = HEADS, x.dtype
-
-    def layernorm(t, weight, bias):
-        return F.layer_norm(t, (e,), weight.float(), bias.float(), tp.EPS).to(dtype)
-
-    x = x.float()
-    heads = F.linear(layernorm(x, ln0_w, ln0_b), qkv_w, qkv_b).view(b, s, h, 3 * e // h)
-    q, k, v = (t.transpose(1, 2) for t in heads.split(e // h, dim=-1))
-    attention = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    attention = attention.transpose(1, 2).reshape(b, s, e)
-    x1 = x + (F.linear(attention, proj_w) + proj_b).float()
-    hidden = F.linear(layernorm(x1, ln1_w, ln1_b), mlp0_w, mlp0_b)
-    hidden = F.gelu(hidden.float(), approximate="tanh").to(dtype)
-    return (x1 + (F.linear(hidden, mlp1_w) + mlp1_b).float()).to(dtype)
+    """``tensor_parallel_block.reference`` with this block's heads: the block on one
+    device with torch's ops."""
+    return tp.reference(full, heads=HEADS)
 
 
 def communication_in_loops(program: str) -> bool:

@@ -38,24 +38,34 @@ from hostir import default_communicator
 
 BATCH, SEQUENCE, EMBEDDING, HEADS = 2, 16, 32, 4
 EPS = 1e-5
-INPUTS = (
-    ("x", (BATCH, SEQUENCE, EMBEDDING), None),
-    ("ln0_weight", (EMBEDDING,), None),
-    ("ln0_bias", (EMBEDDING,), None),
-    ("qkv_weight", (3 * EMBEDDING, EMBEDDING), 0),
-    ("qkv_bias", (3 * EMBEDDING,), 0),
-    ("proj_weight", (EMBEDDING, EMBEDDING), 1),
-    ("proj_bias", (EMBEDDING,), None),
-    ("ln1_weight", (EMBEDDING,), None),
-    ("ln1_bias", (EMBEDDING,), None),
-    ("mlp0_weight", (4 * EMBEDDING, EMBEDDING), 0),
-    ("mlp0_bias", (4 * EMBEDDING,), 0),
-    ("mlp1_weight", (EMBEDDING, 4 * EMBEDDING), 1),
-    ("mlp1_bias", (EMBEDDING,), None),
-)
-"""The block's inputs in order: name, shape and the dim sharded over the mesh (None:
-replicated). Column-parallel weights and biases are sharded on their output features,
-row-parallel weights on their input features."""
+
+
+def input_specs(
+    batch: int = BATCH, sequence: int = SEQUENCE, embedding: int = EMBEDDING
+) -> tuple[tuple[str, tuple[int, ...], int | None], ...]:
+    """The block's inputs in order for these sizes: name, shape and the dim sharded over
+    the mesh (None: replicated). Column-parallel weights and biases are sharded on their
+    output features, row-parallel weights on their input features."""
+    e = embedding
+    return (
+        ("x", (batch, sequence, e), None),
+        ("ln0_weight", (e,), None),
+        ("ln0_bias", (e,), None),
+        ("qkv_weight", (3 * e, e), 0),
+        ("qkv_bias", (3 * e,), 0),
+        ("proj_weight", (e, e), 1),
+        ("proj_bias", (e,), None),
+        ("ln1_weight", (e,), None),
+        ("ln1_bias", (e,), None),
+        ("mlp0_weight", (4 * e, e), 0),
+        ("mlp0_bias", (4 * e,), 0),
+        ("mlp1_weight", (e, 4 * e), 1),
+        ("mlp1_bias", (e,), None),
+    )
+
+
+INPUTS = input_specs()
+"""The block's inputs at this example's sizes (:func:`input_specs`)."""
 
 
 def _cast(fd: FusionDefinition, tv, dtype: DataType):
@@ -125,12 +135,15 @@ def fusion(world_size: int = 4) -> FusionDefinition:
     return define(world_size)[0]
 
 
-def random_inputs(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[torch.Tensor]:
-    """Full (unsharded) inputs: activations ``randn``, weights scaled by 1/sqrt(fan-in),
-    layernorm weights near 1 and biases near 0, in ``dtype``; the same on every rank."""
+def random_inputs(
+    dtype: torch.dtype = torch.float32, seed: int = 0, specs=INPUTS
+) -> list[torch.Tensor]:
+    """Full (unsharded) inputs of ``specs`` (:func:`input_specs`): activations ``randn``,
+    weights scaled by 1/sqrt(fan-in), layernorm weights near 1 and biases near 0, in
+    ``dtype``; the same on every rank."""
     generator = torch.Generator().manual_seed(seed)
     full = []
-    for name, shape, _ in INPUTS:
+    for name, shape, _ in specs:
         t = torch.randn(shape, generator=generator)
         if name.endswith("weight") and len(shape) == 2:
             t = t / shape[1] ** 0.5
@@ -142,10 +155,11 @@ def random_inputs(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[tor
     return full
 
 
-def reference(full: list[torch.Tensor]) -> torch.Tensor:
+def reference(full: list[torch.Tensor], heads: int = HEADS) -> torch.Tensor:
     """The block on one device with torch's own ops, with the dtype flow of :func:`define`:
-    layernorms, GELU and residuals in Float, linears and attention in the inputs' dtype."""
-    b, s, e, h = BATCH, SEQUENCE, EMBEDDING, HEADS
+    layernorms, GELU and residuals in Float, linears and attention in the inputs' dtype;
+    ``x`` of any shape ``[B, S, E]``, ``heads`` attention heads."""
+    (b, s, e), h = full[0].shape, heads
     x, ln0_w, ln0_b, qkv_w, qkv_b, proj_w, proj_b, ln1_w, ln1_b = full[:9]
     mlp0_w, mlp0_b, mlp1_w, mlp1_b = full[9:]
     dtype = x.dtype
