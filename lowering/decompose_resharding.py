@@ -103,12 +103,14 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
             continue
         wanted = keep_blocks(op, name, _wanted_input(tensors[name], pairs, compute), tensors)
         if tensor_layout(wanted) != tensor_layout(tensors[name]):
-            moved = builder.new_tensor(wanted)
+            moved = builder.new_tensor(
+                wanted, made_for=f"{name} laid out for the op defining {out.name}"
+            )
             builder.add_set(tensors[name], moved)
             renames[name] = moved.name
     result = out
     if tensor_layout(compute) != tensor_layout(out):
-        result = builder.new_tensor(compute)
+        result = builder.new_tensor(compute, made_for=_computed_for(out, compute))
     elif bias is not None:
         # The output keeps the partial sums: a bias added on every rank would be summed
         # once per rank of the partial axes (the fuzzer's seed 72 dropped it instead).
@@ -129,7 +131,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
     if bias is None:
         builder.add_set(result, out)
         return
-    reduced = builder.new_tensor(out)
+    reduced = builder.new_tensor(out, made_for=f"{out.name} reduced, before its bias")
     builder.add_set(result, reduced)
     bias_dtype = op.instruction.bias.dtype
     added = _add_dtype(out.dtype, bias_dtype)
@@ -138,7 +140,9 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
         return
     # Half/BFloat16 add in Float (nvFuser's promotion, hostir.ir.ops); the linear's result
     # keeps its own dtype, as torch's linear with a bias: add in Float, then cast back.
-    summed = builder.new_tensor(out, dtype=added)
+    summed = builder.new_tensor(
+        out, dtype=added, made_for=f"{out.name} plus its bias, in {added.value}"
+    )
     _decompose(_bias_add(op, reduced, summed, bias, bias_dtype), builder)
     builder.add_elementwise(Cast(out=out.value(), src=summed.value()), summed, out)
 
@@ -189,7 +193,9 @@ def _group_compute(
     }
     for name, laid_out in wanted.items():
         if tensor_layout(laid_out) != tensor_layout(tensors[name]):
-            moved = builder.new_tensor(laid_out)
+            moved = builder.new_tensor(
+                laid_out, made_for=f"{name} laid out for the op defining {first.output}"
+            )
             builder.add_set(tensors[name], moved)
             renames[name] = moved.name
     others = [compute_from_inputs(op, tensors[op.output], wanted, compute.mesh) for op in ops[1:]]
@@ -211,7 +217,7 @@ def _group_result(
     if out.name not in builder.read or (same_layout and unchunked):
         builder.tensors[out.name] = dataclasses.replace(compute, name=out.name)
         return builder.tensors[out.name]
-    return builder.new_tensor(compute)
+    return builder.new_tensor(compute, made_for=_computed_for(out, compute))
 
 
 def _add_dtype(lhs: DType, rhs: DType) -> DType:
@@ -238,6 +244,13 @@ def _compute_tensor(
     reduced = {a for axis in axes if axis.reduction for a in axis.mesh_axes()}
     axes = [a if a.reduction else without_mesh_axes(a, reduced, out.mesh) for a in axes]
     return dataclasses.replace(out, axes=tuple(axes))
+
+
+def _computed_for(out: LoweringTensor, compute: LoweringTensor) -> str:
+    """What a tensor the op computes before a ``set`` makes ``out`` of it is, for messages."""
+    if any(axis.reduction and axis.mesh_axes() for axis in compute.axes):
+        return f"the partial results of {out.name}, before their reduction"
+    return f"{out.name} as its op computes it, before a set lays it out"
 
 
 def _blocked_streams(compute: LoweringTensor, out: LoweringTensor) -> LoweringTensor:

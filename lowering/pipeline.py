@@ -12,6 +12,7 @@ from lowering.dead_ops import drop_dead_ops
 from lowering.decompose_resharding import decompose_resharding
 from lowering.emit_host_ir import emit_host_ir
 from lowering.insert_deallocations import insert_deallocations
+from lowering.made_tensors import made_tensors_explained
 from lowering.propagate_sharding import propagate_sharding
 from lowering.snapshot import snapshot_fusion
 
@@ -32,8 +33,9 @@ def _lower(fusion: Fusion) -> HostIrContainer:
     frozen = propagate_sharding(frozen)  # meshes and parallelization for unscheduled tensors
     frozen = drop_dead_ops(frozen)  # only what the outputs depend on is computed
     frozen = decompose_resharding(frozen)  # resharding only in set ops; partial sums explicit
-    frozen = check_resharding(frozen)  # every other op now runs on local shards
-    program = emit_host_ir(frozen)  # compute instructions, and planned collectives for sets
+    with made_tensors_explained(frozen):  # a message naming T73 says what T73 is for
+        frozen = check_resharding(frozen)  # every other op now runs on local shards
+        program = emit_host_ir(frozen)  # compute instructions, and planned collectives for sets
     program = check_symbols(program)  # every rank that needs a symbolic extent can bind it
     program = insert_deallocations(program)  # free intermediates after their last use
     verify_program(program)  # the result is well formed

@@ -79,6 +79,9 @@ class LoweringTensor:
     partial_op: ReduceOp = ReduceOp.SUM
     """How partial results over a sharded reduction axis combine: the reduction's op
     (``max``: MAX), a sum for ``linear`` and ``matmul``."""
+    made_for: str = ""
+    """For a tensor the lowering made (not in the user's fusion): which user's tensor it
+    was made for and why, as error messages show it (:meth:`shown`); empty otherwise."""
 
     def value(self) -> TensorValue:
         """The host IR value: data dims and the sharding (partial over reduced mesh axes)."""
