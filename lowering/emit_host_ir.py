@@ -13,6 +13,7 @@ from hostir.ir.catalog import keyword
 from hostir.ir.instructions import Instruction
 from lowering.emitter import Emitter
 from lowering.errors import LoweringError
+from lowering.op_layouts import takes_no_stream, whole_axes
 from lowering.snapshot import LoweringFusion
 from lowering.stream_loops import emit_stream_loop, group_ops, stream_split
 
@@ -56,14 +57,37 @@ def _refuse_unused_stream_splits(fusion: LoweringFusion, chunked: set[str]) -> N
             for o, i in pairs  # (output axis, input axis)
             if i == axis and tensors[op.output].axes[o].reduction
         ]
-        why = (
-            f"{keyword(reducing[0].instruction)} reduces that dim into {reducing[0].output}, and"
-            " a stream loop over a reduced (contraction) dim would have to accumulate"
-            " per-chunk partial results, which the lowering does not do; split a dim the ops"
-            " keep (the M or N dim of a linear or matmul)"
-            if reducing
-            else "no op computes it or reads it on that dim in a loop"
-        )
+        whole = [
+            op
+            for op in fusion.ops
+            for name, pairs in op.axis_maps
+            if name == tensor.name
+            for o, i in pairs
+            if i == axis and (o in whole_axes(op) or takes_no_stream(op))
+        ]
+        if reducing:
+            why = (
+                f"{keyword(reducing[0].instruction)} reduces that dim into"
+                f" {reducing[0].output}, and a stream loop over a reduced (contraction) dim"
+                " would have to accumulate per-chunk partial results, which the lowering does"
+                " not do; split a dim the ops keep (the M or N dim of a linear or matmul)"
+            )
+        elif whole:
+            op = whole[0]
+            (at,) = {o for n, ps in op.axis_maps if n == tensor.name for o, i in ps if i == axis}
+            needs = (
+                "attention with dropout takes its mask by the global index of each weight"
+                if takes_no_stream(op)
+                else "the op computes that axis whole (a chunk alone gives a different result)"
+            )
+            why = (
+                f"{op.output} = {keyword(op.instruction)}(...) reads it with that dim as its"
+                f" axis {at},"
+                f" and {needs}, so the split stops before it; stream-split an axis the op"
+                " computes element by element (a batch or head dim), or none"
+            )
+        else:
+            why = "no op computes it or reads it on that dim in a loop"
         raise LoweringError(
             f"{tensor.name} is split into {split.count} stream chunks on dim {split.dim}, but no"
             f" stream loop reads or writes it chunk by chunk: {why}"

@@ -297,9 +297,10 @@ def test_one_index_per_device_is_a_block_layout_across_extents(multidevice_test)
 
 @pytest.mark.world_sizes(1, 2)
 def test_two_stream_loops_read_chunks_of_one_tensor(multidevice_test):
-    """a = relu(x) and c = a + neg(y) run in two loops of 2 chunks (neg(y) between them is
+    """a = relu(x) and c = a + neg(y) ran in two loops of 2 chunks (neg(y) between them is
     not split); both read chunks of a, and both named them T2_c: a second definition
-    the verifier refuses (seed 346 at 4 ranks)."""
+    the verifier refuses (seed 346 at 4 ranks). Since issue 34 neg(y), which reads
+    nothing of the loop, runs before it, and both ops share one loop."""
     d = multidevice_test.size
     mesh = DeviceMesh(list(range(d)))
     with FusionDefinition() as fd:
@@ -315,7 +316,9 @@ def test_two_stream_loops_read_chunks_of_one_tensor(multidevice_test):
     generator = torch.Generator().manual_seed(0)
     full = [torch.randn(8, 2 * d, generator=generator) for _ in range(2)]
     run_against_torch(fd, multidevice_test, full, [full[0].relu() - full[1]])
-    assert str(fd.host_ir()).count("for j") == 4  # two loops, each with its join
+    text = str(fd.host_ir())
+    assert text.count("for j") == 2  # one loop and its join
+    assert text.index("= neg(T1)") < text.index("for j0")
 
 
 LOWER_A_LOOP_WITH_THREE_BUFFERS = """
@@ -624,8 +627,9 @@ def test_a_set_reading_a_chunked_input_whole_runs_after_the_loop(multidevice_tes
     one chunk, and the lowering's own verifier failed ("local_shard: T10_c_0 and T0 must
     have the same global extents"; fuzz seed 701842 at 4 ranks); it was then refused by
     name. Since issue 34 the copy a set makes for an op is chunked as that op reads it: the
-    linear is not in a loop, so the set runs whole after the mul's loop (local_shard twice,
-    no chunk) and the program matches torch."""
+    linear is not in a loop, so the set runs whole outside the mul's loop (local_shard
+    twice, no chunk; before the loop, as it reads nothing the loop computes) and the
+    program matches torch."""
     mesh = DeviceMesh(torch.tensor([[[1], [2]], [[0], [3]]]))
     with FusionDefinition() as fd:
         t0, t1 = fd.define_tensor((3, -1)), fd.define_tensor((2, -1))
@@ -640,8 +644,10 @@ def test_a_set_reading_a_chunked_input_whole_runs_after_the_loop(multidevice_tes
     t1.outer_split(2, 2)
     t1.axis(2).parallelize(ParallelType.mesh_y)
     text = str(fd.host_ir())
-    loop_end = text.index("synchronize(stream(j1))")
-    assert text.index("= local_shard(T0, axis=1, mesh_axis=x)") > loop_end
+    (whole,) = [
+        line for line in text.splitlines() if "= local_shard(T0, axis=1, mesh_axis=x)" in line
+    ]
+    assert whole.startswith("  T"), text  # at the top level: outside the mul's loop
     generator = torch.Generator().manual_seed(701842)
     a, b = torch.randn(3, 8, generator=generator), torch.randn(2, 8, generator=generator)
     run_against_torch(fd, multidevice_test, [a, b], [a @ b.T, a * a])
@@ -724,3 +730,25 @@ def test_take_along_axis_of_extents_written_differently_is_split_alike(multidevi
     arg = torch.randn(4, 8, generator=generator)
     index = torch.randint(0, 8, (4, 3), generator=generator)
     run_against_torch(fd, multidevice_test, [arg, index], [torch.take_along_dim(arg, index, 1)])
+
+
+def test_chunks_in_blocks_of_a_symbolic_extent_are_refused():
+    """gelu(t0) split into 4 stream chunks and cast into a tensor sharded over mesh_z on
+    that dim: the split is back-propagated onto the gelu's output, whose op computes the
+    dim unsharded, so its chunk j would be chunk j of 2 blocks of ``i0`` rows; the
+    reshape viewing ``[6, i0]`` as ``[6, 2, i0 // 2]`` failed the lowering's own
+    verifier (fuzz seed 8001352 at 4 ranks, a crash). Refused by name."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor((6, -1))
+        t1 = fd.ops.gelu(t0, approximate="tanh")
+        t2 = fd.ops.cast(t1, DataType.Double)
+        fd.add_output(t2)
+    m0 = DeviceMesh(torch.tensor([[[0], [1]], [[2], [3]]]))
+    t0.set_device_mesh(m0)
+    t1.outer_split(1, 4)
+    t1.axis(1).parallelize(ParallelType.stream)
+    t2.set_device_mesh(m0)
+    t2.outer_split(1, 2)
+    t2.axis(1).parallelize(ParallelType.mesh_z)
+    with pytest.raises(LoweringError, match="whose extent i0 is symbolic"):
+        fd.host_ir()
