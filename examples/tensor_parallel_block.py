@@ -24,6 +24,8 @@ program; every rank checks its output against a single-device torch reference
 (``F.layer_norm``, ``F.linear``, ``F.scaled_dot_product_attention``, ``F.gelu``) and the
 script exits non-zero on a mismatch, or if on more than one rank the program has other
 than 2 Allreduces (on one rank the lowering still issues both, over a one-device team).
+``define(d, dtype, saved=True)`` also outputs what the backward
+(examples/tensor_parallel_block_backward.py, docs/transformer_block.md) reads.
 """
 
 from __future__ import annotations
