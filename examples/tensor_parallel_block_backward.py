@@ -83,24 +83,28 @@ def _bcast(fd: FusionDefinition, tv, dims: list[int]):
     return fd.ops.broadcast_in_dim(tv, shape=[BATCH, SEQUENCE, EMBEDDING], broadcast_dims=dims)
 
 
-def _layernorm_backward(fd: FusionDefinition, grad, x, mean, rstd, weight, bias):
-    """The layernorm of ``x`` (Float) backward from its saved ``mean`` and ``rstd``:
-    returns the gradient of ``x`` (Float), of the weight and of the bias (Float sums over
-    batch and sequence) and the recomputed output in Float (the next linear's input).
-    ``grad`` is the output's gradient, cast to Float here."""
-    grad = _cast(fd, grad, DataType.Float)
+def _normalize(fd: FusionDefinition, x, mean, rstd, weight, bias):
+    """The layernorm of ``x`` (Float) recomputed from its saved ``mean`` and ``rstd``:
+    returns ``xhat = (x - mean) rstd`` and the output ``xhat w + b`` (Float), the next
+    linear's input."""
+    xhat = fd.ops.mul(fd.ops.sub(x, _bcast(fd, mean, [0, 1])), _bcast(fd, rstd, [0, 1]))
     weight, bias = _cast(fd, weight, DataType.Float), _cast(fd, bias, DataType.Float)
-    rstd_b = _bcast(fd, rstd, [0, 1])
-    xhat = fd.ops.mul(fd.ops.sub(x, _bcast(fd, mean, [0, 1])), rstd_b)
+    return xhat, fd.ops.add(fd.ops.mul(xhat, _bcast(fd, weight, [2])), _bcast(fd, bias, [2]))
+
+
+def _layernorm_backward(fd: FusionDefinition, grad, xhat, rstd, weight):
+    """The layernorm's backward from its output's ``grad`` (cast to Float here), ``xhat``
+    and the saved ``rstd``: returns the gradient of its input (Float) and of its weight and
+    bias (Float sums over batch and sequence)."""
+    grad = _cast(fd, grad, DataType.Float)
     grad_weight = fd.ops.sum(fd.ops.mul(grad, xhat), dims=[0, 1])
     grad_bias = fd.ops.sum(grad, dims=[0, 1])
-    grad_xhat = fd.ops.mul(grad, _bcast(fd, weight, [2]))
-    # dx = rstd (dxhat - mean_e(dxhat) - xhat mean_e(dxhat xhat)), the means over E
+    grad_xhat = fd.ops.mul(grad, _bcast(fd, _cast(fd, weight, DataType.Float), [2]))
+    # dx = rstd (dxhat - mean_E(dxhat) - xhat mean_E(dxhat xhat))
     mean_grad = _bcast(fd, fd.ops.mean(grad_xhat, dims=[2]), [0, 1])
     mean_grad_xhat = _bcast(fd, fd.ops.mean(fd.ops.mul(grad_xhat, xhat), dims=[2]), [0, 1])
     centered = fd.ops.sub(fd.ops.sub(grad_xhat, mean_grad), fd.ops.mul(xhat, mean_grad_xhat))
-    normed = fd.ops.add(fd.ops.mul(xhat, _bcast(fd, weight, [2])), _bcast(fd, bias, [2]))
-    return fd.ops.mul(rstd_b, centered), grad_weight, grad_bias, normed
+    return fd.ops.mul(_bcast(fd, rstd, [0, 1]), centered), grad_weight, grad_bias
 
 
 def _gelu_backward(fd: FusionDefinition, grad, x):
@@ -158,12 +162,12 @@ def define_backward(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionD
         grad_hidden, grad_mlp1_w, grad_mlp1_b = _linear_backward(fd, grad_out, hidden, mlp1_w, dt)
         grad_linear0 = _gelu_backward(fd, _cast(fd, grad_hidden, f32), linear0_f)
         grad_linear0 = _cast(fd, grad_linear0, dt)
-        normed1 = _layernorm_backward(fd, grad_x1, x1, ln1_mean, ln1_rstd, ln1_w, ln1_b)[3]
+        xhat1, normed1 = _normalize(fd, x1, ln1_mean, ln1_rstd, ln1_w, ln1_b)
         grad_normed1, grad_mlp0_w, grad_mlp0_b = _linear_backward(
             fd, grad_linear0, normed1, mlp0_w, dt
         )  # grad_normed1 partial over the 4E features: Allreduce
-        grad_x1_ln, grad_ln1_w, grad_ln1_b, _ = _layernorm_backward(
-            fd, grad_normed1, x1, ln1_mean, ln1_rstd, ln1_w, ln1_b
+        grad_x1_ln, grad_ln1_w, grad_ln1_b = _layernorm_backward(
+            fd, grad_normed1, xhat1, ln1_rstd, ln1_w
         )
         grad_x1 = fd.ops.add(grad_x1, grad_x1_ln)
         # attention: x1 = x + proj(attention), proj row-parallel (no collective)
@@ -188,11 +192,11 @@ def define_backward(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionD
         grad_heads = fd.ops.cat([fd.ops.permute(g, [0, 2, 1, 3]) for g in grads_qkv], dim=3)
         grad_qkv = fd.ops.reshape(grad_heads, [b, s, 3 * e])  # 3E sharded: whole heads
         x_f = _cast(fd, x, f32)
-        normed0 = _layernorm_backward(fd, grad_x1, x_f, ln0_mean, ln0_rstd, ln0_w, ln0_b)[3]
+        xhat0, normed0 = _normalize(fd, x_f, ln0_mean, ln0_rstd, ln0_w, ln0_b)
         grad_normed0, grad_qkv_w, grad_qkv_b = _linear_backward(fd, grad_qkv, normed0, qkv_w, dt)
         # grad_normed0 partial over the 3E features: Allreduce
-        grad_x_ln, grad_ln0_w, grad_ln0_b, _ = _layernorm_backward(
-            fd, grad_normed0, x_f, ln0_mean, ln0_rstd, ln0_w, ln0_b
+        grad_x_ln, grad_ln0_w, grad_ln0_b = _layernorm_backward(
+            fd, grad_normed0, xhat0, ln0_rstd, ln0_w
         )
         grad_x = _cast(fd, fd.ops.add(grad_x1, grad_x_ln), dt)
         grads = (

@@ -60,8 +60,8 @@ OTHER_WORLD = 2
 SVG_MAX_INSTRUCTIONS = 160
 """The largest program whose picture ``test_viz_draws_the_program`` renders with graphviz
 (every program's source is checked): dot's layout grows much faster than the program, and
-the transformer block's backward (233 instructions) takes it 45-65 s of CPU (graphviz
-2.43, its x-coordinate network simplex over 27,000 virtual nodes), the forward (about
+the transformer block's backward (221 instructions) takes it about 30 s of CPU (graphviz
+2.43, its x-coordinate network simplex over some 27,000 virtual nodes), the forward (about
 100) under a second."""
 
 pytestmark = pytest.mark.skipif(
