@@ -24,6 +24,8 @@ program; every rank checks its output against a single-device torch reference
 (``F.layer_norm``, ``F.linear``, ``F.scaled_dot_product_attention``, ``F.gelu``) and the
 script exits non-zero on a mismatch, or if on more than one rank the program has other
 than 2 Allreduces (on one rank the lowering still issues both, over a one-device team).
+``define(d, dtype, saved=True)`` also outputs what the backward
+(examples/tensor_parallel_block_backward.py, docs/transformer_block.md) reads.
 """
 
 from __future__ import annotations
@@ -67,6 +69,28 @@ def input_specs(
 INPUTS = input_specs()
 """The block's inputs at this example's sizes (:func:`input_specs`)."""
 
+SAVED = (
+    ("ln0_mean", (BATCH, SEQUENCE), None, DataType.Float),
+    ("ln0_rstd", (BATCH, SEQUENCE), None, DataType.Float),
+    ("qkv", (BATCH, SEQUENCE, 3 * EMBEDDING), 2, None),
+    ("attention", (BATCH, HEADS, SEQUENCE, EMBEDDING // HEADS), 1, None),
+    ("logsumexp", (BATCH, HEADS, SEQUENCE), 1, DataType.Float),
+    ("philox_seed", (2,), None, DataType.UInt64),
+    ("philox_offset", (), None, DataType.UInt64),
+    ("x1", (BATCH, SEQUENCE, EMBEDDING), None, DataType.Float),
+    ("ln1_mean", (BATCH, SEQUENCE), None, DataType.Float),
+    ("ln1_rstd", (BATCH, SEQUENCE), None, DataType.Float),
+    ("linear0", (BATCH, SEQUENCE, 4 * EMBEDDING), 2, None),
+)
+"""What ``define(..., saved=True)`` outputs after the block's output, for the backward
+(examples/tensor_parallel_block_backward.py), as nvFuser's forward test saves them: name,
+shape, the dim sharded over the mesh (None: replicated) and dtype (None: the block's).
+Each layernorm's mean and rstd (Float, ``[B, S]``); the QKV linear's output (its 3E
+sharded: whole heads); attention's output ``[B, H, S, E/H]`` and logsumexp (heads
+sharded) and its philox seed and offset as ``sdpfa_fwd`` returns them (0: no dropout);
+``x1``, the residual after attention (Float, the second layernorm's input); and the
+MLP's first linear before GELU (4E sharded)."""
+
 
 def _cast(fd: FusionDefinition, tv, dtype: DataType):
     """``tv`` cast to ``dtype``, or ``tv`` itself when it has that dtype already (float32
@@ -76,7 +100,8 @@ def _cast(fd: FusionDefinition, tv, dtype: DataType):
 
 def _layernorm(fd: FusionDefinition, x, weight, bias):
     """nvFuser's layernorm over the last dim, ``x`` in Float: ``var_mean``, ``rsqrt``, then
-    the weight and bias (cast to Float)."""
+    the weight and bias (cast to Float). Returns the output, the mean and the rstd (the
+    last two are what the backward reads)."""
     b, s, e = BATCH, SEQUENCE, EMBEDDING
     var, mean = fd.ops.var_mean(x, dims=[2], correction=0, keepdim=False)
     rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(EPS, dtype=DataType.Double)))
@@ -85,12 +110,16 @@ def _layernorm(fd: FusionDefinition, x, weight, bias):
         centered, fd.ops.broadcast_in_dim(rstd, shape=[b, s, e], broadcast_dims=[0, 1])
     )
     weight, bias = _cast(fd, weight, DataType.Float), _cast(fd, bias, DataType.Float)
-    return fd.ops.add(fd.ops.mul(normed, weight), bias)
+    return fd.ops.add(fd.ops.mul(normed, weight), bias), mean, rstd
 
 
-def define(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionDefinition, list]:
+def define(
+    d: int, dtype: torch.dtype = torch.float32, saved: bool = False
+) -> tuple[FusionDefinition, list]:
     """The block in ``dtype`` (float32 or bfloat16), scheduled over a 1-d mesh of ``d``
-    devices; returns the fusion and its inputs' tensors, in :data:`INPUTS`' order."""
+    devices; returns the fusion and its inputs' tensors, in :data:`INPUTS`' order. With
+    ``saved`` the fusion also outputs, after the block's output, what the backward reads
+    (:data:`SAVED`, in order); without it the program is the block's alone."""
     b, s, e, h = BATCH, SEQUENCE, EMBEDDING, HEADS
     dt = DataType.from_torch(dtype)
     mesh = DeviceMesh(torch.arange(d))
@@ -99,7 +128,8 @@ def define(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionDefinition
         x, ln0_w, ln0_b, qkv_w, qkv_b, proj_w, proj_b = tvs[:7]
         ln1_w, ln1_b, mlp0_w, mlp0_b, mlp1_w, mlp1_b = tvs[7:]
         x_float = _cast(fd, x, DataType.Float)
-        normed = _cast(fd, _layernorm(fd, x_float, ln0_w, ln0_b), dt)
+        normed, ln0_mean, ln0_rstd = _layernorm(fd, x_float, ln0_w, ln0_b)
+        normed = _cast(fd, normed, dt)
         qkv = fd.ops.linear(normed, qkv_w, qkv_b)  # [b, s, 3e], 3e sharded
         heads = fd.ops.reshape(qkv, [b, s, h, 3 * e // h])  # h sharded
         q, k, v = (
@@ -110,17 +140,23 @@ def define(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionDefinition
             for i in range(3)
         )  # [b, h, s, e/h]
         causal = fd.define_scalar(True, dtype=DataType.Bool)
-        attention, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, is_causal=causal)
-        attention = fd.ops.reshape(fd.ops.permute(attention, [0, 2, 1, 3]), [b, s, e])
+        sdpa, logsumexp, seed, offset = fd.ops.sdpfa_fwd(q, k, v, is_causal=causal)
+        attention = fd.ops.reshape(fd.ops.permute(sdpa, [0, 2, 1, 3]), [b, s, e])
         projected = fd.ops.linear(attention, proj_w)  # partial: Allreduce
         projected = fd.ops.add(projected, proj_b)
         x1 = fd.ops.add(x_float, _cast(fd, projected, DataType.Float))
-        normed = _cast(fd, _layernorm(fd, x1, ln1_w, ln1_b), dt)
-        hidden = fd.ops.linear(normed, mlp0_w, mlp0_b)  # [b, s, 4e], 4e sharded
-        hidden = _cast(fd, fd.ops.gelu(_cast(fd, hidden, DataType.Float), "tanh"), dt)
+        normed, ln1_mean, ln1_rstd = _layernorm(fd, x1, ln1_w, ln1_b)
+        normed = _cast(fd, normed, dt)
+        linear0 = fd.ops.linear(normed, mlp0_w, mlp0_b)  # [b, s, 4e], 4e sharded
+        hidden = _cast(fd, fd.ops.gelu(_cast(fd, linear0, DataType.Float), "tanh"), dt)
         mlp = fd.ops.add(fd.ops.linear(hidden, mlp1_w), mlp1_b)  # partial: Allreduce
         out = _cast(fd, fd.ops.add(x1, _cast(fd, mlp, DataType.Float)), dt)
         fd.add_output(out)
+        if saved:  # in SAVED's order
+            for tv in (ln0_mean, ln0_rstd, qkv, sdpa, logsumexp, seed, offset):
+                fd.add_output(tv)
+            for tv in (x1, ln1_mean, ln1_rstd, linear0):
+                fd.add_output(tv)
     for tv, (_, _, dim) in zip(tvs, INPUTS, strict=True):
         tv.set_device_mesh(mesh)
         if dim is not None:
