@@ -25,7 +25,11 @@ local CPU ranks with::
 
 (1, 2, 4 or 8 ranks: the rank count must divide the 8 heads.) Rank 0 prints the host IR
 program; every rank runs the block in float32 and bf16 with and without ``swizzle1d``,
-checks its shard of the output against
+then, at the tensor-parallel example's sizes, the block saving what its backward reads and
+the backward of ``tensor_parallel_block_backward.py`` scheduled sequence-parallel (4
+Allgathers, 2 ReduceScatters and 6 Allreduces of the replicated weights' gradients),
+checks every gradient's shard against torch autograd, and checks its shard of the output
+against
 the single-device torch reference of ``tensor_parallel_block.py`` and that every
 Allgather and ReduceScatter sits inside a pipelined loop, and the script exits non-zero
 on a mismatch.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import sys
 
 import tensor_parallel_block as tp
+import tensor_parallel_block_backward as tpb
 import torch
 
 from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, shard_tensor
@@ -64,16 +69,6 @@ def inputs(
     ]
 
 
-def _layernorm(fd: FusionDefinition, x, weight, bias, shape: list[int]):
-    """``tensor_parallel_block``'s layernorm (over the last dim, in Float) of ``shape``."""
-    var, mean = fd.ops.var_mean(x, dims=[2], correction=0, keepdim=False)
-    rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(tp.EPS, dtype=DataType.Double)))
-    centered = fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0, 1]))
-    normed = fd.ops.mul(centered, fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1]))
-    weight, bias = tp._cast(fd, weight, DataType.Float), tp._cast(fd, bias, DataType.Float)
-    return fd.ops.add(fd.ops.mul(normed, weight), bias)
-
-
 def define(
     d: int,
     dtype: torch.dtype = torch.float32,
@@ -83,7 +78,9 @@ def define(
     swizzle: bool = False,
     sequence: int = SEQUENCE,
     embedding: int = EMBEDDING,
+    heads: int = HEADS,
     loops: bool = True,
+    saved: bool = False,
 ) -> tuple[FusionDefinition, list]:
     """The block in ``dtype`` over a 1-d mesh of ``d`` devices, its gathers in stream loops
     of ``gather_chunks`` chunks (None: ``d``; with ``swizzle``, rotated by ``swizzle1d``,
@@ -91,8 +88,10 @@ def define(
     of each rank's tokens, for ``sequence`` tokens of ``embedding`` features; returns the
     fusion and its inputs' tensors, in :func:`inputs`' order. Without ``loops`` the same
     block has no stream loops: one Allgather and one ReduceScatter each (what
-    benchmarks/layers.py compares the loops with)."""
-    b, s, e, h = BATCH, sequence, embedding, HEADS
+    benchmarks/layers.py compares the loops with). With ``saved`` it also outputs what the
+    backward reads, as ``tensor_parallel_block.define`` does (its ``SAVED``, in order;
+    ``x1`` and the layernorms' means and rstds sequence-sharded)."""
+    b, s, e, h = BATCH, sequence, embedding, heads
     dt = DataType.from_torch(dtype)
     mesh = DeviceMesh(torch.arange(d))
     with FusionDefinition() as fd:
@@ -101,7 +100,8 @@ def define(
         x, ln0_w, ln0_b, qkv_w, qkv_b, proj_w, proj_b = tvs[:7]
         ln1_w, ln1_b, mlp0_w, mlp0_b, mlp1_w, mlp1_b = tvs[7:]
         x_float = tp._cast(fd, x, DataType.Float)
-        normed = tp._cast(fd, _layernorm(fd, x_float, ln0_w, ln0_b, [b, s, e]), dt)
+        normed, ln0_mean, ln0_rstd = tp._layernorm(fd, x_float, ln0_w, ln0_b, [b, s, e])
+        normed = tp._cast(fd, normed, dt)
         gathered0 = fd.ops.set(normed)  # the Allgather loop's chunks
         qkv = fd.ops.linear(gathered0, qkv_w, qkv_b)  # [b, s, 3e], 3e sharded
         heads = fd.ops.reshape(qkv, [b, s, h, 3 * e // h])
@@ -113,17 +113,22 @@ def define(
             for i in range(3)
         )  # [b, h, s, e/h]: the loop ends here, attention reads them whole
         causal = fd.define_scalar(True, dtype=DataType.Bool)
-        attention, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, is_causal=causal)
-        attention = fd.ops.reshape(fd.ops.permute(attention, [0, 2, 1, 3]), [b, s, e])
+        sdpa, logsumexp, seed, offset = fd.ops.sdpfa_fwd(q, k, v, is_causal=causal)
+        attention = fd.ops.reshape(fd.ops.permute(sdpa, [0, 2, 1, 3]), [b, s, e])
         projected = fd.ops.linear(attention, proj_w)  # the ReduceScatter loop's sums
         x1 = fd.ops.add(x_float, tp._cast(fd, fd.ops.add(projected, proj_b), DataType.Float))
-        normed = tp._cast(fd, _layernorm(fd, x1, ln1_w, ln1_b, [b, s, e]), dt)
-        gathered1 = fd.ops.set(normed)
-        hidden = fd.ops.linear(gathered1, mlp0_w, mlp0_b)  # [b, s, 4e], 4e sharded
-        hidden = tp._cast(fd, fd.ops.gelu(tp._cast(fd, hidden, DataType.Float), "tanh"), dt)
+        normed, ln1_mean, ln1_rstd = tp._layernorm(fd, x1, ln1_w, ln1_b, [b, s, e])
+        gathered1 = fd.ops.set(tp._cast(fd, normed, dt))
+        linear0 = fd.ops.linear(gathered1, mlp0_w, mlp0_b)  # [b, s, 4e], 4e sharded
+        hidden = tp._cast(fd, fd.ops.gelu(tp._cast(fd, linear0, DataType.Float), "tanh"), dt)
         mlp = fd.ops.linear(hidden, mlp1_w)
         out = fd.ops.add(x1, tp._cast(fd, fd.ops.add(mlp, mlp1_b), DataType.Float))
         fd.add_output(tp._cast(fd, out, dt))
+        if saved:  # in tensor_parallel_block.SAVED's order
+            for tv in (ln0_mean, ln0_rstd, qkv, sdpa, logsumexp, seed, offset):
+                fd.add_output(tv)
+            for tv in (x1, ln1_mean, ln1_rstd, linear0):
+                fd.add_output(tv)
     for tv, (_, _, dim) in zip(tvs, specs, strict=True):
         tv.set_device_mesh(mesh)
         if dim is not None:
@@ -194,6 +199,45 @@ def communication_in_loops(program: str) -> bool:
     return gathers > 0 and scatters > 0 and bool(pipelined)
 
 
+BACKWARD_COLLECTIVES = {"Allgather": 4, "ReduceScatter": 2, "Allreduce": 6}
+"""The sequence-parallel backward's collectives at more than one rank: the output's and
+the first residual's gradients gathered for the row-parallel linears' backward, and the
+layernorms' inputs for the column-parallel weight gradients (4 Allgathers); the column-
+parallel input gradients, partial over the features, reduce-scattered back to sequence
+shards (2); the gradients of the 6 replicated weights and biases (layernorms, projection
+and MLP1 biases), each summed over the rank's tokens, Allreduced (6)."""
+
+
+def saving_forward(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionDefinition, list]:
+    """The block in stream loops at the tensor-parallel example's sizes (the backward's),
+    with the tensors the backward reads among its outputs."""
+    return define(d, dtype, sequence=tp.SEQUENCE, heads=tp.HEADS, saved=True)
+
+
+def run_backward(dtype: torch.dtype) -> bool:
+    """Runs :func:`saving_forward` and then the block's backward scheduled sequence-parallel
+    (``tensor_parallel_block_backward.define_backward(sequence_parallel=True)``) on this
+    rank, checks every gradient's shard against autograd and prints one line; returns
+    whether all matched and the backward had :data:`BACKWARD_COLLECTIVES`."""
+    world = default_communicator()
+    d, rank = world.world_size, world.rank
+    grads, expected, backward = tpb.run_both(d, rank, dtype, forward_define=saving_forward)
+    text = str(backward.host_ir())
+    counts = {kind: text.count(f" = {kind}(") for kind in BACKWARD_COLLECTIVES}
+    close = all(
+        got.dtype == dtype and torch.allclose(got.float(), want.float(), **tpb.tolerance(want))
+        for got, want in zip(grads, expected, strict=True)
+    )
+    ok = close and (d == 1 or counts == BACKWARD_COLLECTIVES)
+    print(
+        f"rank {rank}/{d}: {str(dtype).removeprefix('torch.')} backward, {len(grads)}"
+        f" gradients, {counts}, {'OK' if ok else 'MISMATCH'}\n",
+        end="",
+        flush=True,
+    )
+    return ok
+
+
 def run(dtype: torch.dtype, swizzle: bool) -> bool:
     """Runs the block on this rank in ``dtype``, checks it and prints one line; returns
     whether the output matched and the communication sat in pipelined loops."""
@@ -223,13 +267,14 @@ def run(dtype: torch.dtype, swizzle: bool) -> bool:
 
 
 def main() -> int:
-    """Runs the example in float32 and bf16, with and without ``swizzle1d``, on this
-    rank; returns the exit status."""
+    """Runs the example in float32 and bf16, with and without ``swizzle1d``, then the
+    backward in both dtypes, on this rank; returns the exit status."""
     results = [
         run(dtype, swizzle)
         for dtype in (torch.float32, torch.bfloat16)
         for swizzle in (False, True)
     ]
+    results += [run_backward(dtype) for dtype in (torch.float32, torch.bfloat16)]
     return 0 if all(results) else 1
 
 

@@ -98,11 +98,12 @@ def _cast(fd: FusionDefinition, tv, dtype: DataType):
     return tv if tv.dtype == dtype else fd.ops.cast(tv, dtype)
 
 
-def _layernorm(fd: FusionDefinition, x, weight, bias):
-    """nvFuser's layernorm over the last dim, ``x`` in Float: ``var_mean``, ``rsqrt``, then
-    the weight and bias (cast to Float). Returns the output, the mean and the rstd (the
-    last two are what the backward reads)."""
-    b, s, e = BATCH, SEQUENCE, EMBEDDING
+def _layernorm(fd: FusionDefinition, x, weight, bias, shape: list[int] | None = None):
+    """nvFuser's layernorm over the last dim of ``x`` (in Float, of ``shape``, this
+    example's ``[B, S, E]`` by default): ``var_mean``, ``rsqrt``, then the weight and bias
+    (cast to Float). Returns the output, the mean and the rstd (the last two are what the
+    backward reads)."""
+    b, s, e = shape or (BATCH, SEQUENCE, EMBEDDING)
     var, mean = fd.ops.var_mean(x, dims=[2], correction=0, keepdim=False)
     rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(EPS, dtype=DataType.Double)))
     centered = fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape=[b, s, e], broadcast_dims=[0, 1]))

@@ -135,19 +135,34 @@ def _linear_backward(fd: FusionDefinition, grad, x, weight, dtype: DataType, bia
     return grad_x, grad_weight, grad_bias
 
 
-def define_backward(d: int, dtype: torch.dtype = torch.float32) -> tuple[FusionDefinition, list]:
+SEQUENCE_SHARDED = ("x", "ln0_mean", "ln0_rstd", "x1", "ln1_mean", "ln1_rstd", "grad_out")
+"""The backward's inputs that the sequence-parallel forward (examples/sequence_parallel_block.py)
+gives sharded over their sequence dim (dim 1): the activations and the layernorms'
+statistics; the rest are laid out as in the tensor-parallel forward."""
+
+
+def define_backward(
+    d: int, dtype: torch.dtype = torch.float32, sequence_parallel: bool = False
+) -> tuple[FusionDefinition, list]:
     """The block's backward in ``dtype`` over a 1-d mesh of ``d`` devices. Inputs: the
     forward's :data:`USED_INPUTS`, then its :data:`SAVED` tensors, then the output's
-    gradient ``[B, S, E]``; each scheduled as the forward has it. Outputs: the gradients of
-    ``x`` and of every weight and bias, in :data:`INPUTS`' order. Returns the fusion and its
-    inputs' tensors."""
+    gradient ``[B, S, E]``; each scheduled as the forward has it (with
+    ``sequence_parallel``, :data:`SEQUENCE_SHARDED` over their sequence dim, as the
+    sequence-parallel forward gives them). Outputs: the gradients of ``x`` and of every
+    weight and bias, in :data:`INPUTS`' order. Returns the fusion and its inputs' tensors."""
     b, s, e, h = BATCH, SEQUENCE, EMBEDDING, HEADS
     dt = DataType.from_torch(dtype)
     f32 = DataType.Float
     shapes = {name: (shape, dim) for name, shape, dim in INPUTS}
+    names = [*USED_INPUTS, *(name for name, _, _, _ in SAVED), "grad_out"]
     specs = [(*shapes[name], dt) for name in USED_INPUTS]
     specs += [(shape, dim, dt if kind is None else kind) for _, shape, dim, kind in SAVED]
     specs.append(((b, s, e), None, dt))
+    if sequence_parallel:
+        specs = [
+            (shape, 1 if name in SEQUENCE_SHARDED else dim, kind)
+            for name, (shape, dim, kind) in zip(names, specs, strict=True)
+        ]
     mesh = DeviceMesh(torch.arange(d))
     with FusionDefinition() as fd:
         tvs = [fd.define_tensor(shape, dtype=kind) for shape, _, kind in specs]
@@ -263,17 +278,22 @@ def grad_output(dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
 
 
 def run_both(
-    d: int, rank: int, dtype: torch.dtype, seed: int = 0
+    d: int, rank: int, dtype: torch.dtype, seed: int = 0, forward_define=None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], FusionDefinition]:
     """Runs the forward with ``saved`` and then the backward on ``rank`` of ``d`` in
     ``dtype`` on :func:`random_inputs` of ``seed``; returns this rank's gradients, the same
     shards of autograd's (:func:`reference_grads`, each sharded as the backward's output)
-    and the backward fusion."""
+    and the backward fusion. ``forward_define(d, dtype)`` gives another forward with
+    ``saved`` outputs (the sequence-parallel one: its backward is then scheduled
+    ``sequence_parallel``); this example's ``define`` by default."""
     full, grad_out = random_inputs(dtype, seed), grad_output(dtype, seed)
-    forward, tvs = define(d, dtype, saved=True)
+    if forward_define is None:
+        forward, tvs = define(d, dtype, saved=True)
+    else:
+        forward, tvs = forward_define(d, dtype)
     inputs = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
     _, *saved = forward.execute(inputs)
-    backward, inputs = define_backward(d, dtype)
+    backward, inputs = define_backward(d, dtype, sequence_parallel=forward_define is not None)
     names = [name for name, _, _ in INPUTS]
     used = [full[names.index(name)] for name in USED_INPUTS]
     local = [shard_tensor(t, tv, rank) for t, tv in zip(used, inputs, strict=False)]

@@ -40,12 +40,33 @@ class _Builder:
         self.ops: list[LoweringOp] = []
         self.read = {name for op in fusion.ops for name in op.inputs} | set(fusion.outputs)
         """The tensors an op reads or the fusion outputs."""
+        self.copies: dict[tuple, str] = {}
+        """Whole copies made by :meth:`moved`, by (source, layout, mesh, dtype)."""
 
     def new_tensor(self, like: LoweringTensor, **changes: object) -> LoweringTensor:
         tensor = dataclasses.replace(like, name=f"T{next(self.numbers)}", **changes)
         self.tensors[tensor.name] = tensor
         self.order.append(tensor.name)
         return tensor
+
+    def moved(self, src: LoweringTensor, wanted: LoweringTensor, consumer: str) -> LoweringTensor:
+        """``src`` laid out as ``wanted`` for the op defining ``consumer``: a new tensor and
+        the ``set`` that makes it, or the one an earlier op had made of ``src`` in that
+        layout, so that a tensor two ops read alike is moved once (a gradient read by a
+        linear's input- and weight-gradient matmuls was gathered twice). Only copies made
+        whole are shared: a stream loop's chunked copy lives in its loop."""
+        parts = tuple((axis.reduction, axis.parts) for axis in wanted.axes)  # extents too
+        key = (src.name, parts, wanted.mesh, wanted.dtype)
+        whole = all(axis.stream is None for axis in wanted.axes)
+        if whole and key in self.copies:
+            return self.tensors[self.copies[key]]
+        moved = self.new_tensor(
+            wanted, made_for=f"{src.name} laid out for the op defining {consumer}"
+        )
+        self.add_set(src, moved)
+        if whole:
+            self.copies[key] = moved.name
+        return moved
 
     def add_set(self, src: LoweringTensor, dst: LoweringTensor) -> None:
         self.add_elementwise(Set(out=dst.value(), src=src.value()), src, dst)
@@ -104,11 +125,7 @@ def _decompose(op: LoweringOp, builder: _Builder) -> None:
             continue
         wanted = keep_blocks(op, name, _wanted_input(tensors[name], pairs, compute), tensors)
         if tensor_layout(wanted) != tensor_layout(tensors[name]):
-            moved = builder.new_tensor(
-                wanted, made_for=f"{name} laid out for the op defining {out.name}"
-            )
-            builder.add_set(tensors[name], moved)
-            renames[name] = moved.name
+            renames[name] = builder.moved(tensors[name], wanted, out.name).name
     result = out
     if tensor_layout(compute) != tensor_layout(out):
         result = builder.new_tensor(compute, made_for=_computed_for(out, compute))
@@ -194,11 +211,7 @@ def _group_compute(
     }
     for name, laid_out in wanted.items():
         if tensor_layout(laid_out) != tensor_layout(tensors[name]):
-            moved = builder.new_tensor(
-                laid_out, made_for=f"{name} laid out for the op defining {first.output}"
-            )
-            builder.add_set(tensors[name], moved)
-            renames[name] = moved.name
+            renames[name] = builder.moved(tensors[name], laid_out, first.output).name
     others = [compute_from_inputs(op, tensors[op.output], wanted, compute.mesh) for op in ops[1:]]
     return [compute, *others]
 
