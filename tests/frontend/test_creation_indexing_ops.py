@@ -338,8 +338,8 @@ def test_indexing_sharded(multidevice_test) -> None:
         torch.testing.assert_close(got, shard(want, tv, rank))
     text = str(fd.host_ir())
     # T0 gathered for each of the four ops (each op's inputs are resharded on their own),
-    # and gather's index too
-    assert text.count("Allgather") == 5, text
+    # and gather's index too; on one rank each gather is a local copy
+    assert text.count("Allgather") == (5 if d > 1 else 0), text
 
 
 @pytest.mark.world_sizes(2)
