@@ -152,8 +152,9 @@ def mlp(size: str, d: int, rank: int) -> tuple[FusionDefinition, list, Callable,
     """The MLP, this rank's inputs, the hand-written version and the program's own torch
     calls by hand. At one rank the hand-written version is the three torch calls a user
     writes (``F.linear`` with its bias, ``relu``, ``F.linear`` with its bias); the program
-    adds the second bias after the row-parallel linear's Allreduce (a pass-through at one
-    rank), so its own calls are four (the second linear, then ``add``). On several ranks
+    adds the second bias after the row-parallel linear's Allreduce (at one rank a copy
+    instead: a one-device team issues no collective), so its own calls are four (the
+    second linear, then ``add``), the copy aside. On several ranks
     both are the same: the partial sums reduced, then the bias added."""
     tokens, hidden, ffn = SIZES[size]
     tensor_parallel_mlp.HIDDEN, tensor_parallel_mlp.FFN = hidden, ffn

@@ -73,5 +73,7 @@ def _emit_step(
 ) -> list[Instruction]:
     if step.team is None:  # a local slice or copy
         return [step.instruction(src, out)]
+    if step.team.size == 1:  # a one-device team: every collective is the identity
+        return [Set(out=out, src=src)]
     request = RequestValue(name=f"R{next(requests)}")
     return [step.instruction(src, out, request), Wait(request=request)]

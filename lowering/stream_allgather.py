@@ -65,7 +65,9 @@ def stream_allgather(
     check_allgather(name, op.output, team, split)
     instruction = bind_values(op.instruction, values)
     if split.swizzle is None and split.count != team.size:
-        return _blocks_of_several_chunks(loop, instruction, team, split, preallocated)
+        return _local_on_one_device(
+            _blocks_of_several_chunks(loop, instruction, team, split, preallocated), team
+        )
     request = RequestValue(name=f"R{next(loop.emitter.requests)}")
     common = {
         "out": instruction.out,
@@ -88,7 +90,7 @@ def stream_allgather(
             send_peer=mod(sub(me, loop.index), loop.count),
             recv_peer=mod(add(me, loop.index), loop.count),
         )
-    return [comm, Wait(request=request)]
+    return _local_on_one_device([comm, Wait(request=request)], team)
 
 
 def _blocks_of_several_chunks(
@@ -136,3 +138,20 @@ def _blocks_of_several_chunks(
         )
     waits = [Wait(request=comm.request) for comm in comms]
     return emitted + comms + waits
+
+
+def _local_on_one_device(instructions: list[Instruction], team: Team) -> list[Instruction]:
+    """``instructions`` with each Broadcast or CollectivePermute a copy (and no wait) when
+    ``team`` has one device: the device already holds every chunk, so no collective is
+    issued (as ``emit_resharding`` copies for a plan's step on a one-device team)."""
+    if team.size != 1:
+        return instructions
+    local: list[Instruction] = []
+    for instruction in instructions:
+        if isinstance(instruction, Broadcast | CollectivePermute):
+            local.append(
+                Set(out=instruction.out, src=instruction.src, preallocated=instruction.preallocated)
+            )
+        elif not isinstance(instruction, Wait):
+            local.append(instruction)
+    return local

@@ -412,7 +412,7 @@ def test_sdpa_sequence_sharded_is_gathered_first(multidevice_test) -> None:
 def test_grouped_mm_column_and_row_parallel(multidevice_test) -> None:
     """As nvFuser's test_grouped_mlp: gate and up weights split along N (column-parallel,
     no communication), the down weight along K (row-parallel: partial sums, one
-    Allreduce, over one rank too); a gate output in Float, SiLU, back to BFloat16."""
+    Allreduce; none on one rank); a gate output in Float, SiLU, back to BFloat16."""
     d, rank = multidevice_test.size, multidevice_test.rank
     mesh = DeviceMesh(torch.arange(d))
     generator = torch.Generator().manual_seed(9)
@@ -446,7 +446,8 @@ def test_grouped_mm_column_and_row_parallel(multidevice_test) -> None:
     want = _grouped_reference(hidden_ref, down_w, offsets)
     torch.testing.assert_close(result.float(), want, rtol=2e-2, atol=1e-1)
     text = str(fd.host_ir())
-    assert text.count("Allreduce") == 1 and "Allgather" not in text, text
+    # one Allreduce of the partial sums; none on one rank, where the sum is a local copy
+    assert text.count("Allreduce") == (d > 1) and "Allgather" not in text, text
 
 
 @pytest.mark.world_sizes(2, 4)
@@ -538,7 +539,7 @@ def test_matmul_of_vectors_with_the_contraction_sharded(multidevice_test) -> Non
     results = fd.execute([shard_tensor(a, ta, rank), shard_tensor(vec, tv, rank)])
     torch.testing.assert_close(results[0], a @ vec)
     torch.testing.assert_close(results[1], vec @ vec)
-    assert str(fd.host_ir()).count("Allreduce") == 2
+    assert str(fd.host_ir()).count("Allreduce") == (2 if d > 1 else 0)
 
 
 def test_a_stream_split_sequence_is_refused_by_name() -> None:

@@ -338,8 +338,9 @@ def test_indexing_sharded(multidevice_test) -> None:
         torch.testing.assert_close(got, shard(want, tv, rank))
     text = str(fd.host_ir())
     # T0 gathered once for the four ops (a tensor several ops read in one layout is moved
-    # once; before issue 34, once per op), and gather's index
-    assert text.count("Allgather") == 2, text
+    # once; before issue 34, once per op), and gather's index; on one rank each gather is
+    # a local copy
+    assert text.count("Allgather") == (2 if d > 1 else 0), text
 
 
 @pytest.mark.world_sizes(2)

@@ -74,8 +74,10 @@ def test_repeated_executes_replay_with_new_data(multidevice_test, monkeypatch) -
 
 @pytest.mark.world_sizes(1, 2)
 def test_the_replay_calls_torch_and_lets_a_lone_allreduce_pass_its_source(multidevice_test):
-    """The replay's compute is the torch calls themselves; at one rank the Allreduce of
-    the partial sums (a fresh intermediate) passes it on uncopied, on two it is posted."""
+    """The replay's compute is the torch calls themselves; on two ranks the Allreduce of
+    the partial sums is posted. The lowering issues none on one rank (a local copy), so
+    there a written program's Allreduce over one device, of a fresh intermediate, is the
+    one that passes its source on uncopied."""
     d, rank = multidevice_test.size, multidevice_test.rank
     fd, tvs = _mlp(d)
     full = _mlp_data(torch.Generator().manual_seed(12), d)
@@ -84,12 +86,32 @@ def test_the_replay_calls_torch_and_lets_a_lone_allreduce_pass_its_source(multid
     (evaluator,) = fd._evaluators.values()
     source = evaluator.replay_program(rank).source
     assert re.search(r"v_T\d+ = F0\(v_T0, v_T1, v_T2\)", source)  # linear(x, w1, bias=b1)
-    lone = re.findall(r"v_(T\d+) = v_(T\d+) if v_T\d+\.is_contiguous\(\)", source)
     handlers = re.findall(r"= (H\d+)\(ctx, I\d+, \{'src': v_T\d+\}\)", source)
-    assert len(lone) == (d == 1) and len(handlers) == (d > 1)  # the Allreduce, one way
+    assert len(handlers) == (d > 1) and ("Allreduce" in str(fd.host_ir())) == (d > 1)
     assert source.count("(ctx, I") == len(handlers)  # no other handler is called
+    assert not re.search(_LONE, source)
     (out,) = fd.execute(local)
     torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
+    if d == 1:
+        evaluator = HostIrEvaluator(parse(LONE_ALLREDUCE_OF_AN_INTERMEDIATE))
+        x = torch.randn(4, 3, generator=torch.Generator().manual_seed(16))
+        (got,) = evaluator.run([x])
+        assert len(re.findall(_LONE, evaluator.replay_program(0).source)) == 1
+        torch.testing.assert_close(got, x)
+
+
+_LONE = r"v_(T\d+) = v_(T\d+) if v_T\d+\.is_contiguous\(\)"
+
+LONE_ALLREDUCE_OF_AN_INTERMEDIATE = """%HostIrContainer {
+  mesh M0 = [1] : [1]
+  input T0 : float32[4, 3] @M0 partial{x: sum}
+  T1 : float32[4, 3] @M0 partial{x: sum} = neg(T0)
+  T2 : float32[4, 3] @M0, R0 = Allreduce(T1, team=M0(x), op=sum)
+  wait R0
+  T3 : float32[4, 3] @M0 = neg(T2)
+  output T3
+}
+"""
 
 
 LONE_ALLREDUCE_OF_AN_INPUT = """%HostIrContainer {
@@ -243,7 +265,9 @@ def test_a_profiler_sees_the_interpreter_in_a_prepared_call(monkeypatch):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         (out,) = fd.execute(full)
     names = [event.name for event in profile.events()]
-    assert names.count("hir::linear") == 2 and names.count("hir::Allreduce") == 1
+    # one rank: the partial sums reduced by a local copy (hir::set), no hir::Allreduce
+    assert names.count("hir::linear") == 2 and names.count("hir::Allreduce") == 0
+    assert names.count("hir::set") == 1, sorted(set(names))
     torch.testing.assert_close(out, _reference(*full), rtol=1e-5, atol=1e-5)
 
 
