@@ -115,21 +115,29 @@ def _layernorm(fd: FusionDefinition, x, weight, bias, shape: list[int] | None = 
 
 
 def define(
-    d: int, dtype: torch.dtype = torch.float32, saved: bool = False
+    d: int,
+    dtype: torch.dtype = torch.float32,
+    saved: bool = False,
+    *,
+    sequence: int = SEQUENCE,
+    embedding: int = EMBEDDING,
 ) -> tuple[FusionDefinition, list]:
     """The block in ``dtype`` (float32 or bfloat16), scheduled over a 1-d mesh of ``d``
     devices; returns the fusion and its inputs' tensors, in :data:`INPUTS`' order. With
     ``saved`` the fusion also outputs, after the block's output, what the backward reads
-    (:data:`SAVED`, in order); without it the program is the block's alone."""
-    b, s, e, h = BATCH, SEQUENCE, EMBEDDING, HEADS
+    (:data:`SAVED`, in order); without it the program is the block's alone. ``sequence``
+    and ``embedding`` size the block otherwise (:func:`input_specs`; benchmarks/layers.py
+    times it so; :data:`SAVED`'s shapes are those of the defaults)."""
+    b, s, e, h = BATCH, sequence, embedding, HEADS
+    specs = input_specs(b, s, e)
     dt = DataType.from_torch(dtype)
     mesh = DeviceMesh(torch.arange(d))
     with FusionDefinition() as fd:
-        tvs = [fd.define_tensor(shape, dtype=dt) for _, shape, _ in INPUTS]
+        tvs = [fd.define_tensor(shape, dtype=dt) for _, shape, _ in specs]
         x, ln0_w, ln0_b, qkv_w, qkv_b, proj_w, proj_b = tvs[:7]
         ln1_w, ln1_b, mlp0_w, mlp0_b, mlp1_w, mlp1_b = tvs[7:]
         x_float = _cast(fd, x, DataType.Float)
-        normed, ln0_mean, ln0_rstd = _layernorm(fd, x_float, ln0_w, ln0_b)
+        normed, ln0_mean, ln0_rstd = _layernorm(fd, x_float, ln0_w, ln0_b, [b, s, e])
         normed = _cast(fd, normed, dt)
         qkv = fd.ops.linear(normed, qkv_w, qkv_b)  # [b, s, 3e], 3e sharded
         heads = fd.ops.reshape(qkv, [b, s, h, 3 * e // h])  # h sharded
@@ -146,7 +154,7 @@ def define(
         projected = fd.ops.linear(attention, proj_w)  # partial: Allreduce
         projected = fd.ops.add(projected, proj_b)
         x1 = fd.ops.add(x_float, _cast(fd, projected, DataType.Float))
-        normed, ln1_mean, ln1_rstd = _layernorm(fd, x1, ln1_w, ln1_b)
+        normed, ln1_mean, ln1_rstd = _layernorm(fd, x1, ln1_w, ln1_b, [b, s, e])
         normed = _cast(fd, normed, dt)
         linear0 = fd.ops.linear(normed, mlp0_w, mlp0_b)  # [b, s, 4e], 4e sharded
         hidden = _cast(fd, fd.ops.gelu(_cast(fd, linear0, DataType.Float), "tanh"), dt)
@@ -158,7 +166,7 @@ def define(
                 fd.add_output(tv)
             for tv in (x1, ln1_mean, ln1_rstd, linear0):
                 fd.add_output(tv)
-    for tv, (_, _, dim) in zip(tvs, INPUTS, strict=True):
+    for tv, (_, _, dim) in zip(tvs, specs, strict=True):
         tv.set_device_mesh(mesh)
         if dim is not None:
             tv.outer_split(dim, d)
