@@ -66,7 +66,7 @@ SIZES = {
     "medium": ((512, 256), (512, 256)),
     "large": ((1024, 512), (1024, 512)),
 }
-DEFAULT_RUNS = {"small": 200, "medium": 30, "large": 15}
+DEFAULT_RUNS = {"small": 200, "medium": 60, "large": 30}
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}  # f32 sums over up to 4E terms in another order
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -299,7 +299,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--blocks", default="tensor-parallel,sequence-parallel", help="comma-separated"
     )
     parser.add_argument(
-        "--runs", type=int, default=None, help="timed runs per size (default: 200, 30, 15)"
+        "--runs", type=int, default=None, help="timed runs per size (default: 200, 60, 30)"
     )
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     parser.add_argument(
