@@ -24,7 +24,7 @@ local CPU ranks with::
     hostir run examples/sequence_parallel_block.py --nproc 4
 
 (1, 2, 4 or 8 ranks: the rank count must divide the 8 heads.) Rank 0 prints the host IR
-program; every rank runs the block in float32 and bf16 with and without ``swizzle1d``,
+program; every rank runs the block in float32 with ``swizzle1d`` and in bf16 without,
 then, at the tensor-parallel example's sizes, the block saving what its backward reads and
 the backward of ``tensor_parallel_block_backward.py`` scheduled sequence-parallel (4
 Allgathers, 2 ReduceScatters and 6 Allreduces of the replicated weights' gradients),
@@ -256,7 +256,7 @@ def run(dtype: torch.dtype, swizzle: bool) -> bool:
     fd, tvs = define(d, dtype, swizzle=swizzle)
     (y,) = fd.execute([shard_tensor(t, tv) for t, tv in zip(full, tvs, strict=True)])
     program = str(fd.host_ir())
-    if rank == 0 and dtype == torch.float32 and not swizzle:
+    if rank == 0 and dtype == torch.float32:
         print(program)
     expected = shard_tensor(reference(full), fd.host_ir().outputs[0], rank)
     error = (y.float() - expected.float()).abs().max().item()
@@ -276,13 +276,10 @@ def run(dtype: torch.dtype, swizzle: bool) -> bool:
 
 
 def main() -> int:
-    """Runs the example in float32 and bf16, with and without ``swizzle1d``, then the
+    """Runs the example in float32 with ``swizzle1d`` and in bf16 without, then the
     backward in both dtypes, on this rank; returns the exit status."""
-    results = [
-        run(dtype, swizzle)
-        for dtype in (torch.float32, torch.bfloat16)
-        for swizzle in (False, True)
-    ]
+    # float32 swizzled and bf16 not: the other two runs of the test file at 1, 2, 4 ranks
+    results = [run(torch.float32, True), run(torch.bfloat16, False)]
     results += [run_backward(dtype) for dtype in (torch.float32, torch.bfloat16)]
     return 0 if all(results) else 1
 

@@ -88,41 +88,46 @@ def test_communication_sits_in_pipelined_loops(d: int, chunks: int) -> None:
 
 
 @pytest.mark.world_sizes(1, 2, 4)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_block_matches_torch(multidevice_test, dtype) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "loops"),
+    [(torch.float32, (2, 2, False)), (torch.bfloat16, (None, 4, True))],
+    ids=["f32-2-chunks", "bf16-swizzled-4-chunks"],
+)
+def test_block_matches_torch(multidevice_test, dtype, loops) -> None:
     """Each rank's shard of the output equals its shard of torch's block on one device
     (float32 to 1e-5, bf16 to the example's tolerance), unswizzled with 2 chunks per loop
-    and swizzled with 4 per scatter loop; the profiler counts, per run, 2 x the gather
+    (float32) and swizzled with 4 per scatter loop (bf16; the example's main() runs the
+    other two combinations at 1 and 4 ranks); the profiler counts, per run, 2 x the gather
     chunk count Broadcasts (or CollectivePermutes), 2 x the scatter chunk count
     ReduceScatters and no Allgather, Allreduce or whole-tensor ReduceScatter; on one
     rank, no collective at all (a copy per chunk)."""
     d, rank = multidevice_test.size, multidevice_test.rank
     full = random_inputs(dtype, seed=1)
     expected_full = reference(full)
-    for gather_chunks, scatter_chunks, swizzle in ((2, 2, False), (None, 4, True)):
-        fd, tvs = define(
-            d, dtype, gather_chunks=gather_chunks, scatter_chunks=scatter_chunks, swizzle=swizzle
-        )
-        local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
-        fd.execute(local)  # warm: lowering and teams
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            (out,) = fd.execute(local)
-        expected = shard_tensor(expected_full, fd.host_ir().outputs[0], rank)
-        assert out.dtype == dtype
-        torch.testing.assert_close(out, expected, **tolerance(expected))
-        names = [event.name for event in prof.events() if event.name.startswith("hir::")]
-        if d == 1:  # one device: each chunk a local copy (hir::set), no collective
-            issued = {"hir::Broadcast", "hir::CollectivePermute", "hir::ReduceScatter"}
-            assert issued.isdisjoint(names) and "hir::set" in names, names
-            assert not [e.name for e in prof.events() if e.name.startswith("gloo:")]
-            continue
-        gathers = gather_chunks or d
-        gather_kinds = ["hir::CollectivePermute" if swizzle else "hir::Broadcast"]
-        # One per chunk, or one per shard where a chunk holds several shards.
-        assert sum(names.count(kind) for kind in gather_kinds) == 2 * max(gathers, d), names
-        assert names.count("hir::ReduceScatter") == 2 * scatter_chunks, names
-        assert "hir::Allreduce" not in names, names
-        assert d == 1 or "hir::Allgather" not in names, names
+    gather_chunks, scatter_chunks, swizzle = loops
+    fd, tvs = define(
+        d, dtype, gather_chunks=gather_chunks, scatter_chunks=scatter_chunks, swizzle=swizzle
+    )
+    local = [shard_tensor(t, tv, rank) for t, tv in zip(full, tvs, strict=True)]
+    fd.execute(local)  # warm: lowering and teams
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (out,) = fd.execute(local)
+    expected = shard_tensor(expected_full, fd.host_ir().outputs[0], rank)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, expected, **tolerance(expected))
+    names = [event.name for event in prof.events() if event.name.startswith("hir::")]
+    if d == 1:  # one device: each chunk a local copy (hir::set), no collective
+        issued = {"hir::Broadcast", "hir::CollectivePermute", "hir::ReduceScatter"}
+        assert issued.isdisjoint(names) and "hir::set" in names, names
+        assert not [e.name for e in prof.events() if e.name.startswith("gloo:")]
+        return
+    gathers = gather_chunks or d
+    gather_kinds = ["hir::CollectivePermute" if swizzle else "hir::Broadcast"]
+    # One per chunk, or one per shard where a chunk holds several shards.
+    assert sum(names.count(kind) for kind in gather_kinds) == 2 * max(gathers, d), names
+    assert names.count("hir::ReduceScatter") == 2 * scatter_chunks, names
+    assert "hir::Allreduce" not in names, names
+    assert "hir::Allgather" not in names, names
 
 
 @pytest.mark.world_sizes(1, 2, 4)
