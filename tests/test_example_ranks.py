@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.test_docs import EXAMPLES, MAIN_JOB
+from tests.test_docs import BLOCKS, EXAMPLES, MAIN_JOB, POOL_BLOCKS
 
 OTHER_EXAMPLES = [path.stem for path in EXAMPLES if path != MAIN_JOB]
 
@@ -37,3 +37,39 @@ def test_the_main_job_is_an_example() -> None:
     the ones run here."""
     assert MAIN_JOB in EXAMPLES
     assert len(OTHER_EXAMPLES) == len(EXAMPLES) - 1
+
+
+def _run_block(block_id: str) -> None:
+    """Runs a docs block as its script would run under ``hostir run``: as ``__main__``,
+    joining the world (here the pool's); a ``sys.exit`` other than 0 fails."""
+    (block,) = [b for b in BLOCKS if b.id == block_id]
+    code = compile(block.source(), str(block.path), "exec")
+    try:
+        exec(code, {"__name__": "__main__"})
+    except SystemExit as done:
+        assert done.code in (0, None), f"{block_id} exited with {done.code}"
+
+
+def _pool_blocks(world_size: int) -> list[str]:
+    return [b.id for b in BLOCKS if b.id in POOL_BLOCKS and world_size in b.nprocs]
+
+
+@pytest.mark.world_sizes(2)
+@pytest.mark.parametrize("block_id", _pool_blocks(2))
+def test_a_docs_block_runs_on_two_ranks(block_id: str, multidevice_test) -> None:
+    """The docs block (tests/test_docs.py's POOL_BLOCKS, nproc=2) runs on 2 pool ranks:
+    each checks its own result (its asserts, or its exit status)."""
+    _run_block(block_id)
+
+
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("block_id", _pool_blocks(4))
+def test_a_docs_block_runs_on_four_ranks(block_id: str, multidevice_test) -> None:
+    """The docs block (POOL_BLOCKS, nproc=4) runs on 4 pool ranks."""
+    _run_block(block_id)
+
+
+def test_the_pool_blocks_are_docs_blocks_with_ranks() -> None:
+    """Every POOL_BLOCKS entry is a docs block that runs on ranks, so none is dropped."""
+    for block_id in POOL_BLOCKS:
+        assert [b.nprocs for b in BLOCKS if b.id == block_id][0], block_id
