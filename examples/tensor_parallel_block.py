@@ -161,17 +161,42 @@ def define(
         mlp = fd.ops.add(fd.ops.linear(hidden, mlp1_w), mlp1_b)  # partial: Allreduce
         out = _cast(fd, fd.ops.add(x1, _cast(fd, mlp, DataType.Float)), dt)
         fd.add_output(out)
-        if saved:  # in SAVED's order
-            for tv in (ln0_mean, ln0_rstd, qkv, sdpa, logsumexp, seed, offset):
-                fd.add_output(tv)
-            for tv in (x1, ln1_mean, ln1_rstd, linear0):
-                fd.add_output(tv)
-    for tv, (_, _, dim) in zip(tvs, specs, strict=True):
+        if saved:
+            add_saved(
+                fd,
+                {
+                    "ln0_mean": ln0_mean,
+                    "ln0_rstd": ln0_rstd,
+                    "qkv": qkv,
+                    "attention": sdpa,
+                    "logsumexp": logsumexp,
+                    "philox_seed": seed,
+                    "philox_offset": offset,
+                    "x1": x1,
+                    "ln1_mean": ln1_mean,
+                    "ln1_rstd": ln1_rstd,
+                    "linear0": linear0,
+                },
+            )
+    shard_inputs(tvs, [dim for _, _, dim in specs], mesh)
+    return fd, tvs
+
+
+def add_saved(fd: FusionDefinition, tensors: dict) -> None:
+    """Outputs what the backward reads, in :data:`SAVED`'s order (the one place that order is
+    written): ``tensors`` maps each SAVED name to the forward's tensor."""
+    for name, _, _, _ in SAVED:
+        fd.add_output(tensors[name])
+
+
+def shard_inputs(tvs: list, dims: list[int | None], mesh: DeviceMesh) -> None:
+    """Schedules each of ``tvs`` on the 1-d ``mesh``, its dim in ``dims`` (None:
+    replicated) split over the mesh's devices and parallelized on ``mesh_x``."""
+    for tv, dim in zip(tvs, dims, strict=True):
         tv.set_device_mesh(mesh)
         if dim is not None:
-            tv.outer_split(dim, d)
+            tv.outer_split(dim, mesh.size)
             tv.axis(dim).parallelize(ParallelType.mesh_x)
-    return fd, tvs
 
 
 def fusion(world_size: int = 4) -> FusionDefinition:

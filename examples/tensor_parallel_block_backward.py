@@ -49,9 +49,10 @@ from tensor_parallel_block import (
     define,
     random_inputs,
     reference,
+    shard_inputs,
 )
 
-from frontend import DataType, DeviceMesh, FusionDefinition, ParallelType, shard_tensor
+from frontend import DataType, DeviceMesh, FusionDefinition, shard_tensor
 from hostir import default_communicator
 
 USED_INPUTS = (
@@ -229,11 +230,7 @@ def define_backward(
         )
         for grad in grads:
             fd.add_output(grad)
-    for tv, (_, dim, _) in zip(tvs, specs, strict=True):
-        tv.set_device_mesh(mesh)
-        if dim is not None:
-            tv.outer_split(dim, d)
-            tv.axis(dim).parallelize(ParallelType.mesh_x)
+    shard_inputs(tvs, [dim for _, dim, _ in specs], mesh)
     return fd, tvs
 
 
@@ -306,6 +303,17 @@ def run_both(
     return grads, expected, backward
 
 
+def mismatches(grads: list, expected: list, dtype: torch.dtype) -> list[str]:
+    """The names (:data:`INPUTS`' order) of the gradients not of ``dtype`` or not within
+    :func:`tolerance` of autograd's ``expected``."""
+    names = [name for name, _, _ in INPUTS]
+    return [
+        name
+        for name, got, want in zip(names, grads, expected, strict=True)
+        if got.dtype != dtype or not torch.allclose(got.float(), want.float(), **tolerance(want))
+    ]
+
+
 def run(dtype: torch.dtype = torch.float32) -> bool:
     """Runs the forward and the backward on this rank in ``dtype``, checks every
     gradient's shard against autograd and prints one line; returns whether all matched and
@@ -314,12 +322,7 @@ def run(dtype: torch.dtype = torch.float32) -> bool:
     d, rank = world.world_size, world.rank
     grads, expected, backward = run_both(d, rank, dtype)
     allreduces = str(backward.host_ir()).count(" = Allreduce(")
-    names = [name for name, _, _ in INPUTS]
-    bad = [
-        name
-        for name, got, want in zip(names, grads, expected, strict=True)
-        if got.dtype != dtype or not torch.allclose(got.float(), want.float(), **tolerance(want))
-    ]
+    bad = mismatches(grads, expected, dtype)
     error = max(
         ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
         for got, want in zip(grads, expected, strict=True)

@@ -26,6 +26,7 @@ from lowering.op_layouts import computed_whole, reads_no_tensor, refuse_streamed
 from lowering.result_groups import chunked_alike, compute_from_inputs, stream_splits
 from lowering.shape_ops import compute_layout, keep_blocks, with_layout_pairs
 from lowering.snapshot import AxisLayout, LoweringFusion, LoweringOp, LoweringTensor, op_units
+from lowering.stream_checks import layout_text
 from lowering.stream_splits import chunk_blocks
 
 
@@ -283,8 +284,8 @@ def _blocked_streams(compute: LoweringTensor, out: LoweringTensor) -> LoweringTe
         if axis.mesh_axes():
             raise LoweringError(
                 f"{out.name} is split into {wanted.stream} stream chunks on an axis laid out"
-                f" {_layout_text(wanted)}, but its op computes that axis laid out"
-                f" {_layout_text(axis)}: a loop cannot take chunk j of blocks inside device"
+                f" {layout_text(wanted.layout())}, but its op computes that axis laid out"
+                f" {layout_text(axis.layout())}: a loop cannot take chunk j of blocks inside device"
                 f" blocks; shard {out.name}'s axis {o} over the same mesh axes as the op's"
                 " inputs, or over none"
             )
@@ -295,16 +296,13 @@ def _blocked_streams(compute: LoweringTensor, out: LoweringTensor) -> LoweringTe
             raise LoweringError(
                 f"{out.name} is split into {wanted.stream} stream chunks of its devices'"
                 f" blocks on axis {o}, whose extent {print_scalar(axis.extent)} is symbolic,"
-                f" but its op computes that axis laid out {_layout_text(axis)}: the loop would take"
-                f" chunk j of {blocks} blocks of a symbolic extent; give the dim a constant"
-                f" extent, or lay out {out.name}'s axis {o} like the op's inputs"
+                " but its op computes that axis laid out"
+                f" {layout_text(axis.layout())}: the loop would take chunk j of {blocks}"
+                " blocks of a symbolic extent; give the dim a constant extent, or lay out"
+                f" {out.name}'s axis {o} like the op's inputs"
             )
         axes[o] = dataclasses.replace(axis, stream_blocks=blocks)
     return dataclasses.replace(compute, axes=tuple(axes))
-
-
-def _layout_text(axis: AxisLayout) -> str:
-    return "[" + ", ".join(a.value if a is not None else "local" for a in axis.layout()) + "]"
 
 
 def _compute_where_input_is(

@@ -211,6 +211,8 @@ def _inherit_stream(
     sums are reduce-scattered over it), so that loop ends there too."""
     if any(axis.stream is not None for axis in target.axes) or takes_no_stream(op):
         return target
+    if all(source.axes[i].stream is None for _, i in pairs):
+        return target  # the common case: nothing to inherit, no declaration to infer
     whole = whole_axes(op)
     axes = list(target.axes)
     for o, i in pairs:

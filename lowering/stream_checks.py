@@ -51,15 +51,15 @@ def check_same_chunks(op: LoweringOp, name: str, producer, output, stream_axis: 
         if o == stream_axis and mine == theirs:  # one layout over meshes of other sizes
             raise LoweringError(
                 f"{name} is split into stream chunks on an axis laid out"
-                f" {_axes_text(mine)} over mesh axes of sizes {sizes[0]}, but"
+                f" {layout_text(mine)} over mesh axes of sizes {sizes[0]}, but"
                 f" {output.name}'s loop chunks it over sizes {sizes[1]}: their chunk j"
                 " holds different indices (fuzz seed 830156); give both the same mesh"
                 f" and stream splits, or reshard {name} with a set before the loop"
             )
         raise LoweringError(
             f"{name} is split into stream chunks on an axis laid out"
-            f" {_axes_text(mine)}, but {output.name}'s loop chunks an axis laid out"
-            f" {_axes_text(theirs) if o == stream_axis else 'differently'}: their chunk j"
+            f" {layout_text(mine)}, but {output.name}'s loop chunks an axis laid out"
+            f" {layout_text(theirs) if o == stream_axis else 'differently'}: their chunk j"
             f" holds different indices; give both the same mesh and stream splits, or"
             f" reshard {name} with a set before the loop"
         )
@@ -117,7 +117,8 @@ def _axis_sizes(tensor: LoweringTensor, layout: tuple) -> tuple:
     return tuple(tensor.mesh.axis_size(a) for a in layout if a is not None)
 
 
-def _axes_text(axes: list) -> str:
+def layout_text(axes: tuple) -> str:
+    """An axis layout as messages show it: ``[x, local]``."""
     return "[" + ", ".join(a.value if a is not None else "local" for a in axes) + "]"
 
 

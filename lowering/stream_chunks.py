@@ -166,9 +166,7 @@ class LoopChunks:
         """How input ``name`` of ``op`` is read per iteration: its own stream split, or,
         if it has none, the chunks of the dim that maps to the output's split dim when
         both dims are sharded alike (otherwise the op reshards that dim: a gather)."""
-        split = stream_split(self.tensors[name])
-        if name in self.defined:
-            split = self.split_of(name)
+        split = self.split_of(name) if name in self.defined else stream_split(self.tensors[name])
         output = self.tensors[op.output]
         stream_axis = next(i for i, axis in enumerate(output.axes) if axis.stream is not None)
         producer = self.tensors[name]
