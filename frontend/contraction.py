@@ -8,7 +8,8 @@ from frontend.errors import OperandError
 from frontend.tensor_view import TensorView
 from hostir import Const, Scalar
 from hostir.ir.extents import same_extent
-from hostir.ir.scalars import print_scalar
+from hostir.ir.requirements import HIGH, LOW, Requirement
+from hostir.ir.scalars import print_scalar, symbols_of
 
 
 def wrapped_dims(tv: TensorView, broadcast_dims: list[int], ndim: int) -> list[int]:
@@ -81,3 +82,25 @@ def broadcast_extents(
         else:
             extents.append(size if symbolic else Const(value=size))
     return tuple(extents)
+
+
+def mapped_requirements(
+    tv: TensorView, extents: tuple[Scalar, ...], broadcast_dims: list[int], inputs: set[str]
+) -> tuple[Requirement, ...]:
+    """Where a dim of ``tv`` maps to an output dim whose size reads scalar inputs
+    (``inputs``, their names), the size must be the dim's extent, or be expanded from 1:
+    requirements checked when the inputs bind them (nvFuser checks it at execute), so a
+    wrong value is a named error before anything runs, not torch's."""
+    rules: list[Requirement] = []
+    for dim, (axis, out_dim) in enumerate(zip(tv.shape_domain(), broadcast_dims, strict=True)):
+        own, size = axis.extent, extents[out_dim]
+        if own == size or isinstance(own, Const) or not symbols_of(size) & inputs:
+            continue  # a constant extent is kept (broadcast_extents); a 1 is expanded
+        # Two sides of one equality; each message shows the dim's extent, then the size.
+        for low, high, extent_mark, size_mark in ((own, size, LOW, HIGH), (size, own, HIGH, LOW)):
+            message = (
+                f"broadcast_in_dim of {tv.name}: dim {dim} (extent {extent_mark}) maps to"
+                f" output dim {out_dim} of size {size_mark}; they must be equal"
+            )
+            rules.append(Requirement(low=low, high=high, message=message))
+    return tuple(rules)

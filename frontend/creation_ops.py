@@ -1,12 +1,12 @@
 """``fd.ops`` creation and random ops, as nvFuser's Python frontend names and defines them:
 ``full``, ``iota``, ``uniform``, ``normal``, and the composite ``triu``.
 
-The factories read no tensor: their output's extents come from a ``shape`` (ints, or
-sizes of the fusion's tensors), its dtype from ``dtype``. Each is recorded from its
-declaration (``hostir.ir.creation``, ``frontend.recording``), which checks the scalars
-against the dtype; the methods here check the form of their arguments and translate
-``shape`` to extents. ``triu`` is built from ``iota``, ``broadcast``, ``le`` and ``where``,
-as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
+The factories read no tensor: their output's extents come from a ``shape`` (ints, sizes
+of the fusion's tensors, Int scalar inputs bound at execute), its dtype from ``dtype``.
+Each is recorded from its declaration (``hostir.ir.creation``, ``frontend.recording``),
+which checks the scalars against the dtype; the methods here check the form of their
+arguments and translate ``shape`` to extents. ``triu`` is built from ``iota``,
+``broadcast``, ``le`` and ``where``, as nvFuser's C++ composite (``csrc/ops/composite.cpp``).
 The methods are joined to ``frontend.ops.Ops`` by :data:`CREATION_METHODS`; their ``self`` is
 that ``Ops`` (not imported here: ``frontend.ops`` imports this module).
 """
@@ -54,21 +54,16 @@ def _number(op: str, what: str, value: Any) -> Operand:
 
 
 def _extent(op: str, what: str, entry: Any) -> Scalar:
-    """A shape entry as an extent: an int, or an Int scalar that is a constant or a size
-    of the fusion's tensors (``tv.size(i)``, arithmetic on sizes)."""
+    """A shape entry as an extent: an int, or an Int scalar that is a constant, a size of
+    the fusion's tensors (``tv.size(i)``), a scalar input (its symbol, bound at execute;
+    the extent checks refuse a negative value then) or arithmetic on them."""
     if isinstance(entry, ScalarVal):
         if entry.dtype not in _INTEGERS:
             raise OperandError(
                 f"{op}: {what} = {entry.name} must be an integer, not a {entry.dtype.name}"
             )
-        if entry.is_input():
-            raise OperandError(
-                f"{op}: {what} = {entry.name} is a scalar input, bound only at execute; an"
-                " extent is an int, a size of a tensor of the fusion (tv.size(i), tv.shape())"
-                " or arithmetic on sizes and ints"
-            )
         if entry.value is None:
-            return entry.extent
+            return entry.to_hostir()
         entry = entry.value
     if not is_int(entry) or not 0 <= entry <= MAX_EXTENT:
         raise OperandError(f"{op}: {what} must be a non-negative int, got {shown(entry)}")

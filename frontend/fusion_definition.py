@@ -310,7 +310,7 @@ class FusionDefinition:
             kinds = input_kinds(inputs)
             evaluator_key = (self._fusion.schedule.version, kinds, str(device))
             known = self._evaluators.get(evaluator_key)
-            first = known is None or kinds not in known.agreed_kinds
+            first = known is None or not known.has_agreed(inputs)
             evaluator = self._evaluator(evaluator_key, inputs, communicator, device)
             # Every first call of a scalar value: its limits (a known key holds the value).
             check_scalar_inputs(self._fusion, self._integer_limits, inputs)

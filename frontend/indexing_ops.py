@@ -128,17 +128,12 @@ def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
 
 def _k_extent(arg: TensorView, k: Any) -> Scalar:
     """``k`` as the extent of the results' dim ``dim``: an int, or an Int scalar that is
-    a constant or a size (the declaration's requirements check it against ``arg``'s
-    extent: now where both are constants, else when the inputs bind them)."""
+    a constant, a size or a scalar input (the declaration's requirements check it against
+    ``arg``'s extent: now where both are constants, else when the inputs bind them)."""
     if isinstance(k, ScalarVal):
         if k.dtype not in _INDEX_DTYPES:
             raise OperandError(f"topk: k = {k.name} must be an integer, not a {k.dtype.name}")
-        if k.is_input():
-            raise OperandError(
-                f"topk: k = {k.name} is a scalar input, bound only at execute; k is the"
-                " extent of the results' dim: an int or a size of a tensor of the fusion"
-            )
-        return k.extent if k.value is None else Const(value=int(k.value))
+        return k.to_hostir()  # a scalar input's symbol, bound at execute
     if is_int(k) and 0 <= k <= MAX_EXTENT:
         return Const(value=int(k))
     raise OperandError(f"topk: k must be a non-negative int, got {shown(k)}")

@@ -22,7 +22,7 @@ import torch
 
 from frontend.arguments import MAX_EXTENT, check_bool, check_fits, int_list, is_int, shown
 from frontend.attention_ops import ATTENTION_OPS
-from frontend.contraction import broadcast_extents, wrapped_dims
+from frontend.contraction import broadcast_extents, mapped_requirements, wrapped_dims
 from frontend.declared_methods import declared_method
 from frontend.errors import DefinitionError, OperandError
 from frontend.expanded_dims import unexpanded
@@ -180,6 +180,8 @@ class Ops:
                 )
         broadcast_dims = wrapped_dims(tv, broadcast_dims, len(shape))
         extents = broadcast_extents(tv, shape, broadcast_dims)
+        inputs = {x.name for x in self._fusion.inputs() if isinstance(x, ScalarVal)}
+        self._fusion.require(mapped_requirements(tv, extents, broadcast_dims, inputs), carry=True)
         given = TensorValue(name=tv.name, dtype=tv.dtype.to_hostir(), shape=extents)
         operands = {"src": tv, "broadcast_dims": tuple(broadcast_dims)}
         return record(self._fusion, BROADCAST_IN_DIM, operands, given={"out": given})[0]

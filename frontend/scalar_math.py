@@ -3,11 +3,11 @@
 nvFuser lets a program compute with scalars alone (``fd.ops.reciprocal(fd.define_scalar(2.0))``,
 any pointwise op) and build shapes from sizes (``fd.ops.broadcast_in_dim(t, x.shape(), [-1])``).
 Here a scalar is known at definition (a constant: its value is computed now, in nvFuser's
-dtype for scalars, by the torch call the runtime makes) or is an extent (``tv.size(i)``: its
-value is known once the inputs are bound, and add, sub or mul on it stays a host IR extent
-expression; other ops on it are refused by name). A scalar input is known only at
-execute: arithmetic on it alone, or a shape entry made of it, is refused by name when the
-fusion is defined.
+dtype for scalars, by the torch call the runtime makes) or is an extent (``tv.size(i)``, or
+an Int scalar input: its value is known once the inputs are bound, and add, sub or mul on
+it stays a host IR extent expression; other ops on it are refused by name). A shape entry
+that is a scalar input is its symbol (``s0``), bound at execute as nvFuser binds it: the
+fusion is lowered once per kind of inputs, not per value.
 Python's ``+``, ``-`` and ``*`` on a scalar are :func:`scalar_binary` too (set on ``ScalarVal``
 below), as nvFuser's Vals take them: ``reshape(t, [b * s, e])``.
 """
@@ -75,28 +75,25 @@ def scalar_op(fusion: ScalarMaker, name: str, operands: Sequence[Any]) -> Scalar
     """Pointwise op ``name`` (any of ``hostir.ir.ops.POINTWISE_OPS``) on scalars alone
     (ScalarVals or Python numbers) as a new scalar of ``fusion``: a constant, computed now
     in nvFuser's dtype for scalars (:func:`scalar_promotion`) by the runtime's torch call,
-    if every operand is known; else an extent (add, sub and mul of integer extents and int
-    constants). Raises OperandError naming the operand that is an input bound at execute,
-    a size used in another op, or what the op does not take."""
+    if every operand is known; else an extent (add, sub and mul of integer extents, Int
+    scalar inputs and int constants: ``fd.ops.mul(s0, s1)`` as a reshape's size). Raises
+    OperandError naming the operand that is a size or scalar input used in another op, or
+    what the op does not take."""
     names = f"{name}({', '.join(_name(x) for x in operands)})"
-    for operand in operands:
-        if isinstance(operand, ScalarVal) and operand.is_input():
-            raise OperandError(
-                f"{names}: {operand.name} is a scalar input, bound only at execute; arithmetic"
-                " on scalars alone needs values known when the fusion is defined (constants,"
-                " sizes): compute it before execute and pass the result, or use it with a"
-                " tensor operand"
-            )
     known = [_value(x) for x in operands]
     if all(value is not None for value in known):
         promotion = scalar_promotion(names, name, [_dtype(x) for x in operands])
         return fusion.new_scalar(promotion[1], _constant(names, name, known, promotion))
     extent = next(x for x in operands if _value(x) is None)
     if name not in _EXTENT_OPS or any(_dtype(x) not in INTEGER_DTYPES for x in operands):
+        what = (
+            "a scalar input, bound at execute"
+            if extent.is_input()
+            else f"the size {print_scalar(extent.extent)}, known only when the inputs are bound"
+        )
         raise OperandError(
-            f"{names}: {extent.name} is the size {print_scalar(extent.extent)}, known only when"
-            f" the inputs are bound; arithmetic on it alone is add, sub or mul with integers"
-            f" (an extent), got {name}; use it with a tensor operand instead"
+            f"{names}: {extent.name} is {what}; arithmetic on it alone is add, sub or mul"
+            f" with integers (an extent), got {name}; use it with a tensor operand instead"
             f" (fd.ops.{name} with a tensor among its operands)"
         )
     lhs, rhs = operands
@@ -149,9 +146,10 @@ def scalar_promotion(names: str, name: str, dtypes: Sequence[DataType]) -> tuple
 
 def shape_entries(op: str, shape: Any) -> list[int | Scalar]:
     """``shape`` as a list of ints and symbolic extents: an int stays; a ScalarVal becomes
-    its value if known at definition, else its extent expression (a size ``tv.size(i)`` or
-    arithmetic on sizes, bound when the inputs are). Raises OperandError, naming ``op``
-    and the entry, for a scalar input, a scalar that is not an integer, and anything else."""
+    its value if known at definition, else its extent expression (a size ``tv.size(i)``, an
+    Int scalar input's symbol, or arithmetic on them, bound when the inputs are). Raises
+    OperandError, naming ``op`` and the entry, for a scalar that is not an integer, and
+    anything else."""
     entries = as_list(OperandError, op, "shape", shape, "ints or Int scalars")
     sizes: list[int | Scalar] = []
     for position, entry in enumerate(entries):
@@ -164,15 +162,9 @@ def shape_entries(op: str, shape: Any) -> list[int | Scalar]:
                 f"{where} must be an int or an Int scalar, got {shown(entry)} in {shown(shape)}"
             )
         where = f"{where} = {entry.name}"
-        if entry.is_input():
-            raise OperandError(
-                f"{where} is a scalar input, bound only at execute; a shape entry is an int,"
-                " a size of a tensor of the fusion (tv.size(i), tv.shape()) or arithmetic"
-                " on sizes and ints"
-            )
         if entry.dtype not in INTEGER_DTYPES:
             raise OperandError(f"{where} must be an integer scalar, got a {entry.dtype.name}")
-        sizes.append(int(entry.value) if entry.value is not None else entry.extent)
+        sizes.append(int(entry.value) if entry.value is not None else entry.to_hostir())
     return sizes
 
 

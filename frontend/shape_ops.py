@@ -7,13 +7,14 @@ Each function here takes the ``Ops`` object first and becomes its method
 ``cat``) are recorded from their declarations (``hostir.ir.shape_ops``: the dtype, the
 extents, the refusals); the functions here translate nvFuser's arguments to them (a -1 in
 a new shape, indices clamped, one instruction per sliced or padded dim, a list of tensors
-as a chain) and check their form. Sizes, indices and widths are ints or Int scalars known
-at definition: constants, or sizes (``tv.size(i)``) and arithmetic on them. Everything
-nvFuser would check is checked when the op is defined, and what reads sizes known only at
-execute (a slice's bounds, a pad's widths) when the inputs bind them, by the same rules in
-the same words (``hostir.ir.requirements``), so an op accepted here runs or is refused by
-name before anything runs. How each shards and what it communicates: docs/ops.md, "Shape
-ops".
+as a chain) and check their form. Sizes, indices and widths are ints or Int scalars:
+constants, sizes (``tv.size(i)``), scalar inputs (their symbols, bound at execute, as
+nvFuser's dynamic reshape) and arithmetic on them. Everything nvFuser would check is
+checked when the op is defined, and what reads values known only at execute (a slice's
+bounds, a pad's widths, a reshape's element counts) when the inputs bind them, by the
+same rules in the same words (``hostir.ir.requirements``), so an op accepted here runs or
+is refused by name before anything runs. How each shards and what it communicates:
+docs/ops.md, "Shape ops".
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from frontend.types import DataType
 from hostir import Const, Scalar, TensorValue
 from hostir.ir.extents import divides, normal_form, same_extent
 from hostir.ir.requirements import pad_requirements, slice_requirements
-from hostir.ir.scalars import print_scalar, product, sub
+from hostir.ir.scalars import floordiv, print_scalar, product, sub
 from hostir.ir.shape_ops import (
     CAT,
     PAD,
@@ -62,14 +63,9 @@ def _tensor(op: str, value: Any, role: str = "arg") -> TensorView:
 
 
 def _scalar(op: str, what: str, value: Any) -> Scalar:
-    """An int, or an Int scalar known at definition (a constant or a size), as a host IR
-    scalar; its value, negative or not, is for the op's own rules to judge."""
+    """An int, or an Int scalar (a constant, a size, a scalar input bound at execute), as
+    a host IR scalar; its value, negative or not, is for the op's own rules to judge."""
     if isinstance(value, ScalarVal):
-        if value.is_input():
-            raise OperandError(
-                f"{op}: {what} = {value.name} is a scalar input, bound only at execute; give an"
-                " int, a size of a tensor of the fusion (tv.size(i)) or arithmetic on sizes"
-            )
         if value.dtype not in INTEGER_DTYPES:
             raise OperandError(f"{op}: {what} = {value.name} must be an integer scalar")
         scalar = value.to_hostir()
@@ -92,8 +88,10 @@ def _dim(op: str, tv: TensorView, dim: Any, what: str = "dim") -> int:
 
 def reshape(self: OpsLike, arg: TensorView, new_shape: Sequence[Any]) -> TensorView:
     """nvFuser's ``reshape(arg, new_shape)``: the same elements, in order, in ``new_shape``
-    (ints, Int scalars such as ``tv.size(i)`` or products of them, and at most one -1 for
-    the extent that makes the element counts agree).
+    (ints, Int scalars such as ``tv.size(i)``, scalar inputs or products of them, and at
+    most one -1 for the extent that makes the element counts agree). Where the symbols do
+    not show the counts equal (``[i0] -> [s0, s1]``; a -1 next to a scalar input is
+    ``i0 // s0``), the reshape requires it of the bound values (``hostir.ir.shape_ops``).
 
     Shards: a dim kept one to one keeps its sharding; a split or merge keeps the sharding
     of its outermost input dim when each rank's shard stays one block of the output
@@ -130,6 +128,10 @@ def _inferred(arg: TensorView, source: tuple, sizes: list) -> Scalar:
     total = normal_form(product(list(source)))
     others = normal_form(product([s for s in sizes if s is not None]))
     quotient = divides(others, total) if others[0] else None
+    if quotient is None and others[0] and others[1]:
+        # Sizes known only at execute (a scalar input: nvFuser's dynamic reshape): the
+        # floor quotient, whose exactness the reshape's requirement checks then.
+        return floordiv(product(list(source)), product([s for s in sizes if s is not None]))
     if quotient is None:
         shown_sizes = ", ".join("-1" if s is None else print_scalar(s) for s in sizes)
         raise OperandError(

@@ -13,6 +13,7 @@ from hostir.ir.container import HostIrContainer
 from hostir.ir.program_info import program_meshes
 from hostir.ir.scalars import RANK, symbols_of
 from hostir.ir.values import TensorValue
+from hostir.run.agreements import extent_scalars
 from hostir.settings import MAX_WORLD_SIZE, parse_count
 
 MAX_TRAFFIC_WORLD = 4096
@@ -53,14 +54,16 @@ def world_size_option(value: int | None) -> int | None:
 
 
 def program_symbols(program: HostIrContainer) -> set[str]:
-    """The symbolic extents of the program's tensor inputs (what ``--bind`` may name)."""
-    return {
+    """What ``--bind`` may name: the symbolic extents of the program's tensor inputs, and
+    its scalar inputs that extents read (``s0`` in ``full([s0, 4])``)."""
+    tensors = {
         name
         for value in program.inputs
         if isinstance(value, TensorValue)
         for extent in value.shape
         for name in symbols_of(extent)
     }
+    return tensors | {name for _, name in extent_scalars(program)}
 
 
 def parse_bindings(items: list[str], program: HostIrContainer) -> dict[str, int]:

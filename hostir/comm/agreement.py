@@ -13,8 +13,8 @@ then) and every rank raises the same named error:
   naming the rank(s) that did and their error (which those ranks raise
   themselves);
 - :class:`~hostir.errors.DisagreementError` naming the ranks, and the program
-  digests, or the symbol, tensor, dim and extents, or the input and dtypes
-  that differ.
+  digests, or the symbol, tensor, dim and extents, or the scalar input (one that
+  extents read) and its values, or the input and dtypes that differ.
 
 When several ranks fail, for different reasons (rank 0 refuses a split of T6 that
 only it can check, the others one of T7), they agree on one account of all the
@@ -61,11 +61,12 @@ MAX_FAILURES_SHOWN = 4
 @dataclass(frozen=True, slots=True)
 class BoundExtent:
     """A symbolic extent bound from an input: ``symbol`` = ``value``, read from dim
-    ``dim`` of input ``tensor`` (the first input dim with that extent)."""
+    ``dim`` of input ``tensor`` (the first input dim with that extent); ``dim`` None for
+    a scalar input an extent reads (``tensor`` is then its name, ``symbol``)."""
 
     symbol: str
     tensor: str
-    dim: int
+    dim: int | None
     value: int
 
 
@@ -239,6 +240,12 @@ def _extent_disagreement(everyone: Sequence[RankFacts], rank: int) -> Disagreeme
         if len(values) == 1:
             continue
         first = by_rank[min(by_rank)]
+        if first.dim is None:  # a scalar input, passed as it is
+            seen = ", ".join(f"{describe_ranks(rs)} passed {v}" for v, rs in values)
+            return DisagreementError(
+                f"the ranks disagree on scalar input {symbol}, which extents read: {seen};"
+                f" every rank must pass the same value (this is rank {rank})"
+            )
         seen = ", ".join(f"{describe_ranks(rs)} bound {v}" for v, rs in values)
         return DisagreementError(
             f"the ranks disagree on extent {symbol} (input {first.tensor} dim {first.dim},"

@@ -37,8 +37,8 @@ from hostir.ir.opdecl import (
     ResultType,
     declare_op,
 )
-from hostir.ir.requirements import Requirement, pad_requirements, slice_requirements
-from hostir.ir.scalars import Scalar, add, print_scalar, sub
+from hostir.ir.requirements import HIGH, LOW, Requirement, pad_requirements, slice_requirements
+from hostir.ir.scalars import Scalar, add, print_scalar, product, sub
 from hostir.ir.values import TensorValue
 
 
@@ -149,8 +149,8 @@ def reshape_groups(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> li
         i, j = i + 1, j + 1
         while have_in != have_out:
             grow_in = _smaller(have_in, have_out)
-            if grow_in is None:
-                raise ReshapeError(_mismatch(source, target))
+            if grow_in is None:  # symbols known only at run (``[i0] -> [s0, s1]``)
+                return groups + [_unmatched(ins, outs, group_in, group_out, source, target)]
             if grow_in and i < len(ins):
                 have_in = times(have_in, ins[i])
                 group_in.append(i)
@@ -163,6 +163,27 @@ def reshape_groups(source: tuple[Scalar, ...], target: tuple[Scalar, ...]) -> li
                 raise ReshapeError(_mismatch(source, target))
         groups.append((tuple(group_in), tuple(group_out)))
     return groups
+
+
+def _unmatched(
+    ins: list[Normal],
+    outs: list[Normal],
+    group_in: list[int],
+    group_out: list[int],
+    source: tuple[Scalar, ...],
+    target: tuple[Scalar, ...],
+) -> Group:
+    """The rest of a reshape as one group, from the group whose products the symbols
+    cannot compare: equal element counts are then the reshape's requirement, checked when
+    the inputs bind the symbols (:func:`_reshape_requirements`); refused now where the
+    totals certainly differ (``[i0] -> [2 * i0]``)."""
+    rest_in = list(range(group_in[0], len(ins)))
+    rest_out = list(range(group_out[0], len(outs)))
+    total_in = reduce(times, [ins[i] for i in rest_in], _ONE)
+    total_out = reduce(times, [outs[j] for j in rest_out], _ONE)
+    if differ(total_in, total_out):
+        raise ReshapeError(_mismatch(source, target))
+    return tuple(rest_in), tuple(rest_out)
 
 
 def _smaller(a: Normal, b: Normal) -> bool | None:
@@ -240,6 +261,36 @@ def _infer_reshape(args: OpArgs) -> tuple[ResultType, ...] | str:
     return (ResultType(dtype=src.dtype, axes=axes),)
 
 
+def _reshape_requirements(instruction: Reshape) -> tuple[Requirement, ...]:
+    """Equal element counts, where the symbols alone do not show them (a shape entry that
+    is a scalar input, ``[i0] -> [s0, s1]``; a -1 next to one, ``i0 // s0``): two
+    requirements, each side at most the other."""
+    src, out = instruction.src, instruction.out
+    held, made = product(list(src.shape)), product(list(out.shape))
+    try:
+        reshape_groups(src.shape, out.shape)
+    except ReshapeError:
+        return ()  # infer names it
+    if normal_form(held) == normal_form(made):
+        return ()
+    shape = "[" + ", ".join(print_scalar(e) for e in out.shape) + "]"
+    where = f"reshape of {src.name} to {shape}"
+    return (
+        Requirement(
+            low=held,
+            high=made,
+            message=f"{where}: {src.name} holds {LOW} elements, more than the {HIGH} of the"
+            " new shape; the element counts must be equal",
+        ),
+        Requirement(
+            low=made,
+            high=held,
+            message=f"{where}: the new shape holds {LOW} elements, more than the {HIGH} of"
+            f" {src.name}; the element counts must be equal",
+        ),
+    )
+
+
 def _check_reshape(instruction: Reshape) -> str | None:
     """Each rank reshapes its own shard: the local shards hold as many elements."""
     src, out = instruction.src, instruction.out
@@ -265,6 +316,7 @@ RESHAPE = declare_op(
     dtype_rule="same",
     sharding=OpSharding(elementwise=True, keeps_blocks=True),
     check=_check_reshape,
+    requirements=_reshape_requirements,
     given=frozenset({"shape"}),
     nvfuser_signature="reshape(arg, new_shape)",
 )

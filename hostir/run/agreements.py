@@ -1,10 +1,12 @@
 """The agreement before a signature's first run, as the runtime takes part in it.
 
 In a world of more than one rank, the first run of each kind of inputs
-(``hostir.run.signature.input_kinds``) of a program starts with the agreement
+(``hostir.run.signature.agreement_kinds``: the coarse signature, and the value of each
+scalar input an extent reads) of a program starts with the agreement
 (``hostir.comm.agreement``): the ranks compare the program, the extents their inputs bound
-and their dtypes, and whether one failed before communicating; all raise the same named
-error if they differ. :func:`agree_on_run` is that step of a run; :func:`refuse_before_run`
+(a tensor's, and a scalar input's that an extent reads: ``full([s0, 4])``) and their
+dtypes, and whether one failed before communicating; all raise the same named error if
+they differ. :func:`agree_on_run` is that step of a run; :func:`refuse_before_run`
 is the same step for a rank that fails before it has a program to run (a bad argument, a
 lowering error: the frontend's ``execute``). An :class:`AgreementLog` says whether the
 ranks agreed on anything on a communicator, which decides how a failing rank tells its
@@ -20,9 +22,11 @@ from hostir.comm.agreement import BoundExtent, RankFacts, agree, restate
 from hostir.comm.communicator import Communicator
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import HostIrError
-from hostir.ir.container import HostIrContainer
-from hostir.ir.scalars import Symbol
-from hostir.ir.values import TensorValue
+from hostir.ir.container import HostIrContainer, ScalarInput
+from hostir.ir.instructions import ForLoop, defined_values
+from hostir.ir.program_info import walk_instructions
+from hostir.ir.scalars import Symbol, symbols_of
+from hostir.ir.values import TensorValue, value_symbols
 from hostir.run.context import RunContext
 
 
@@ -71,14 +75,44 @@ def agree_on_run(
         restate(failure, message)
 
 
+def extent_scalars(program: HostIrContainer) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each scalar input of ``program`` that an extent reads (a tensor's
+    shape or sharding, a loop's bounds: ``full([s0, 4])``): the ranks must pass it the same
+    value, as they pass shards of the same global tensors. A scalar no extent reads (a
+    pointwise operand) is not compared: its agreement costs nothing."""
+    read: set[str] = set()
+    for value in program.inputs:
+        if isinstance(value, TensorValue):
+            read |= value_symbols(value)
+    for instruction in walk_instructions(program.body):
+        if isinstance(instruction, ForLoop):
+            read |= symbols_of(instruction.start) | symbols_of(instruction.stop)
+        for value in defined_values(instruction):
+            if isinstance(value, TensorValue):
+                read |= value_symbols(value)
+    return tuple(
+        (position, value.name)
+        for position, value in enumerate(program.inputs)
+        if isinstance(value, ScalarInput) and value.name in read
+    )
+
+
 def run_facts(
-    program: HostIrContainer, context: RunContext, digest: str, failure: HostIrError | None
+    program: HostIrContainer,
+    context: RunContext,
+    digest: str,
+    failure: HostIrError | None,
+    scalars: tuple[tuple[int, str], ...] = (),
 ) -> RankFacts:
     """What this rank is about to run (``program``, digest ``digest``, its inputs bound in
-    ``context``), for the agreement; a failed rank's facts where ``failure`` is given."""
+    ``context``, and the values of ``scalars``, the scalar inputs extents read:
+    :func:`extent_scalars`), for the agreement; a failed rank's facts where ``failure`` is
+    given."""
     if failure is not None:
         return RankFacts.failed(failure, digest)
     extents: dict[str, BoundExtent] = {}
+    for _, name in scalars:
+        extents[name] = BoundExtent(name, name, None, int(context.scalars[name]))
     dtypes = []
     for value in program.inputs:
         tensor = context.tensors.get(value.name) if isinstance(value, TensorValue) else None

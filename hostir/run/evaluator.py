@@ -46,7 +46,7 @@ from hostir.ir.instructions import (
     ShardByStream,
 )
 from hostir.ir.program_info import check_meshes_fit, program_teams, walk_instructions
-from hostir.run.agreements import AgreementLog
+from hostir.run.agreements import AgreementLog, extent_scalars
 from hostir.run.arguments import (
     checked_communicator,
     checked_device,
@@ -64,7 +64,7 @@ from hostir.run.interpreter import run_step
 from hostir.run.pipelined_loops import pipelining, run_pipelined
 from hostir.run.replay import ReplayProgram, replay_program
 from hostir.run.self_checks import NO_CHECKS, SelfChecks, checked_checks, take_in, with_checkers
-from hostir.run.signature import call_key, input_kinds
+from hostir.run.signature import agreement_kinds, call_key
 from hostir.run.steps import Handler, Step, profiling
 from hostir.run.stream_handlers import STREAM_HANDLERS
 from hostir.run.stream_pool import StreamPool, stream_count
@@ -196,6 +196,8 @@ class HostIrEvaluator:
         self.device = checked_device(device)
         self.agreements = AgreementLog() if agreements is None else agreements
         self.agreed_kinds: set[tuple] = set()  # input kinds the ranks agreed on
+        # The scalar inputs extents read: their values are agreed on too (signature.py).
+        self.extent_scalars = extent_scalars(program)
         self.listening = threading.RLock()  # listeners observe one run at a time
         self.input_checks = InputChecks(program)  # binds a signature's inputs
         self.streams = stream_count(streams)  # the pool's size per device
@@ -286,7 +288,7 @@ class HostIrEvaluator:
     def has_agreed(self, inputs: Sequence[Any]) -> bool:
         """Whether the ranks already agreed on a run with inputs like ``inputs`` (the next run
         with them starts without the agreement)."""
-        return input_kinds(list(inputs)) in self.agreed_kinds
+        return agreement_kinds(list(inputs), self.extent_scalars) in self.agreed_kinds
 
     def digest(self) -> str:
         """The program's digest: the SHA-256 of its text (the same on ranks running it)."""

@@ -44,7 +44,7 @@ from hostir.run.context import RunContext
 from hostir.run.cuda_graph_checks import check_capturable, graphing
 from hostir.run.cuda_graphs import GraphedProgram
 from hostir.run.self_checks import check_run, checked_call, draws_for
-from hostir.run.signature import input_kinds
+from hostir.run.signature import agreement_kinds
 from hostir.run.stream_pool import MAIN
 
 Call = Callable[[Sequence[Any]], list]
@@ -262,8 +262,9 @@ def prepare(
             or evaluator.input_checks.bind(context, inputs)
         )
         if communicator.world_size > 1:
-            facts = run_facts(evaluator.program, context, evaluator.digest(), failure)
-            kinds, log = input_kinds(inputs), evaluator.agreements
+            scalars = evaluator.extent_scalars
+            facts = run_facts(evaluator.program, context, evaluator.digest(), failure, scalars)
+            kinds, log = agreement_kinds(inputs, scalars), evaluator.agreements
             agree_on_run(communicator, evaluator.agreed_kinds, log, kinds, facts, failure)
         if failure is not None:
             raise failure

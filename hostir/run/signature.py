@@ -11,9 +11,12 @@ One notion, read two ways:
   same code: ``hostir.run.executable.Executable`` is prepared once per key, and a call of
   a known key is that key's lookup and the executable's call, nothing else.
 - :func:`input_kinds`, the *coarse* signature: per input, a tensor's local shape, dtype
-  and device type, any other value's type. The ranks agree once per kind (the agreement
-  compares programs, bound extents and dtypes, hostir.comm.agreement), and
-  ``FusionDefinition`` lowers once per kind and schedule.
+  and device type, any other value's type. ``FusionDefinition`` lowers once per kind and
+  schedule: a scalar input is a symbol of the program, whatever its value.
+- :func:`agreement_kinds`: the coarse signature and the value of each scalar input an
+  extent reads (``full([s0, 4])``). The ranks agree once per such kind (the agreement
+  compares programs, bound extents, those scalars and dtypes, hostir.comm.agreement), so a
+  new value of ``s0`` is agreed on before it sizes a collective's buffers.
 """
 
 from __future__ import annotations
@@ -63,3 +66,15 @@ def input_kinds(inputs: Sequence[Any]) -> tuple:
         (tuple(x.shape), x.dtype, x.device.type) if isinstance(x, torch.Tensor) else type(x)
         for x in inputs
     )
+
+
+def agreement_kinds(inputs: Sequence[Any], scalars: tuple[tuple[int, str], ...]) -> tuple:
+    """What the ranks agree on once (see the module docstring): :func:`input_kinds` of
+    ``inputs``, with the value of each scalar input at ``scalars``' positions
+    (``hostir.run.agreements.extent_scalars``); the coarse signature alone where there is
+    none, so a program whose extents read no scalar input pays nothing for them."""
+    kinds = input_kinds(inputs)
+    if not scalars:
+        return kinds
+    values = tuple(repr(inputs[p]) if p < len(inputs) else None for p, _ in scalars)
+    return (kinds, values)

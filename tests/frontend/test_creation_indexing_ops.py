@@ -184,7 +184,7 @@ REFUSALS: list[tuple[Callable, str]] = [
     (lambda fd: fd.ops.full([2, -1], 1.0, DataType.Float), "shape[1] must be a non-negative"),
     (lambda fd: fd.ops.full([2], "a", DataType.Float), "fill_value must be a number"),
     (lambda fd: fd.ops.full([2], 2**40, DataType.Int32), "does not fit Int32"),
-    (lambda fd: fd.ops.full([fd.define_scalar(DataType.Int)], 1, DataType.Int), "scalar input"),
+    (lambda fd: fd.ops.full([fd.define_scalar(DataType.Double)], 1, DataType.Int), "integer"),
     (lambda fd: fd.ops.iota(4, 1, 1, DataType.Float), "takes a float start"),
     (lambda fd: fd.ops.iota(4, 0.0, 0.5), "takes an int start"),
     (lambda fd: fd.ops.iota(4, 0, 0), "step must not be 0"),
@@ -211,7 +211,7 @@ REFUSALS: list[tuple[Callable, str]] = [
     (lambda fd: fd.ops.cumsum(_tensor(fd), 1, init=1.0), "init=1.0 is not supported"),
     (lambda fd: fd.ops.cumsum(_tensor(fd, dtype=DataType.Bool), 0), "takes numbers"),
     (lambda fd: fd.ops.topk(_tensor(fd), 7), "larger than dim 1"),
-    (lambda fd: fd.ops.topk(_tensor(fd), fd.define_scalar(DataType.Int)), "scalar input"),
+    (lambda fd: fd.ops.topk(_tensor(fd), fd.define_scalar(DataType.Double)), "an integer"),
     (lambda fd: fd.ops.topk(_tensor(fd), 2, largest=1), "largest"),
 ]
 
