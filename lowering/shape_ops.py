@@ -27,8 +27,8 @@ import math
 from hostir.ir.catalog import keyword
 from hostir.ir.extents import divides, normal_form
 from hostir.ir.opdecl import op_decl
+from hostir.ir.reshape_groups import reshape_groups
 from hostir.ir.scalars import floordiv
-from hostir.ir.shape_ops import reshape_groups
 from hostir.ir.sharding import ShardPart, canonical_parts
 from lowering.errors import LoweringError
 from lowering.snapshot import AxisLayout, LoweringOp, LoweringTensor

@@ -186,6 +186,25 @@ def test_reshape_by_a_product_of_scalar_inputs_and_a_minus_one() -> None:
         fd.execute([_random(12), 13])
 
 
+def test_slice_pad_and_expand_by_scalar_inputs() -> None:
+    """A slice's bounds, a pad's widths and expand's size read scalar inputs: one lowering
+    for every value, torch's results, and the slice's rules on the bound values."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        a, b = fd.define_scalar(DataType.Int), fd.define_scalar(DataType.Int)
+        fd.add_output(fd.ops.slice(x, [0, a], [x.size(0), b]))
+        fd.add_output(fd.ops.pad(x, [a, b]))
+        fd.add_output(fd.ops.expand(fd.ops.broadcast(x, [True, False, False]), [b, -1, -1]))
+    x = _random(3, 6)
+    for a, b in ((1, 4), (0, 6), (2, 2)):
+        cut, padded, expanded = fd.execute([x, a, b])
+        assert torch.equal(cut, x[:, a:b]) and torch.equal(expanded, x.expand(b, 3, 6))
+        assert torch.equal(padded, torch.nn.functional.pad(x, [a, b]))
+    assert fd.lowering_count == 1
+    with pytest.raises(BoundRequirementError, match="end s1 = 2 is before start s0 = 4"):
+        fd.execute([x, 4, 2])
+
+
 def test_arithmetic_on_a_float_scalar_input_alone_is_refused() -> None:
     """An extent is an integer: a Double scalar input in a shape is refused by name."""
     fd = FusionDefinition()
@@ -278,3 +297,27 @@ def test_ranks_passing_different_scalars_disagree_by_name(multidevice_test) -> N
     text = str(fd.host_ir())
     assert text.count("Allgather") == 1 and "float32[s0, i0]" in text, text
     assert fd.lowering_count == 1
+
+
+@pytest.mark.world_sizes(2)
+def test_a_sharded_reshape_by_scalar_inputs(multidevice_test) -> None:
+    """[i0] split over the ranks, reshaped to [s0, s1] split on s0: the symbols cannot show
+    the blocks stay, so the input is gathered first (one Allgather) and each rank keeps
+    its rows; s0 not a multiple of the ranks is an ExtentError on every rank."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        y = fd.ops.reshape(x, [fd.define_scalar(DataType.Int), fd.define_scalar(DataType.Int)])
+        fd.add_output(y)
+    mesh = DeviceMesh(torch.arange(d))
+    for tv in (x, y):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(0, d)
+        tv.axis(0).parallelize(ParallelType.mesh_x)
+    full = _random(12 * d)
+    for s0 in (2 * d, 4 * d):
+        (out,) = fd.execute([full.chunk(d)[rank], s0, 12 * d // s0])
+        assert torch.equal(out, full.reshape(s0, -1).chunk(d)[rank])
+    assert str(fd.host_ir()).count("Allgather") == 1
+    with pytest.raises(ExtentError, match="s0 // 2"):
+        fd.execute([full.chunk(d)[rank], 3, 8])
