@@ -1,6 +1,6 @@
 """Input signatures: what a prepared run depends on, and what the ranks agree on.
 
-One notion, read two ways:
+One notion, read three ways:
 
 - :func:`call_key`, the *exact* signature: per input, a tensor's class, local shape,
   dtype and device, a scalar's type and text (so ``0.0`` and ``-0.0`` differ and ``nan``
