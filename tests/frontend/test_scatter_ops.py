@@ -239,7 +239,8 @@ def _collectives(text: str) -> list[str]:
 def test_sharded(multidevice_test) -> None:
     """Rows split over the ranks. ``scatter_add`` and ``index_add`` along dim 1 compute each
     rank's rows (no communication); along the split dim 0 the operands are gathered first
-    (Allgathers only). ``bincount`` of a split input: each rank counts its shard, one
+    (Allgathers only), as along dim 1 with an index of fewer rows than ``arg``.
+    ``bincount`` of a split input: each rank counts its shard, one
     Allreduce sums the counts (a ReduceScatter where the counts are split too)."""
     d, rank = multidevice_test.size, multidevice_test.rank
     mesh = DeviceMesh(torch.arange(d))
@@ -271,6 +272,22 @@ def test_sharded(multidevice_test) -> None:
         assert torch.equal(outs[1], shard(want, summed, rank)), dim
         kinds = set(_collectives(str(fd.host_ir())))
         assert kinds == ({"Allgather"} if gathered else set()), (dim, kinds)
+    # index and src of d rows: their row r is arg's row r, not row r of a rank's shard, so
+    # the rows are computed whole (gathered), though scattered along dim 1
+    index, few = _index((d, 6), 6, seed=23), _randn(d, 6, seed=24)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor((2 * d, 6))
+        i = fd.define_tensor((d, 6), dtype=DataType.Int)
+        s = fd.define_tensor((d, 6))
+        out = fd.ops.scatter_add(a, i, s, 1)
+        fd.add_output(out)
+    for tv in (a, i, s, out):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(0, d)
+        tv.axis(0).parallelize(ParallelType.mesh_x)
+    (got,) = fd.execute([shard(arg, a, rank), shard(index, i, rank), shard(few, s, rank)])
+    assert torch.equal(got, shard(torch.scatter_add(arg, 1, index, few), out, rank))
+    assert set(_collectives(str(fd.host_ir()))) == {"Allgather"}
     values = _index((4 * d,), 2 * d, seed=21)
     with FusionDefinition() as fd:
         tv = fd.define_tensor((4 * d,), dtype=DataType.Int)
