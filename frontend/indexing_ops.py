@@ -1,5 +1,8 @@
 """``fd.ops`` indexing and scan ops, as nvFuser's Python frontend names and defines them:
-``index_select``, ``gather``, ``take_along_axis``, ``cumsum`` and ``topk``.
+``index_select``, ``gather``, ``take_along_axis``, ``cumsum``, ``topk`` and ``bincount``
+(whose ``length``, as ``topk``'s ``k``, is an extent). ``scatter``, ``scatter_add`` and
+``index_add`` need no method written out: theirs are made from their declarations
+(``hostir.ir.scatter_ops``, ``frontend.declared_methods``).
 
 Each is recorded from its declaration (``hostir.ir.indexing``, ``frontend.recording``);
 the methods here check the form of their arguments and wrap a negative ``dim``. Their
@@ -25,6 +28,7 @@ from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, Scalar
 from hostir.ir.indexing import CUMSUM, GATHER_DECLS, INDEX_SELECT, TOPK, GatherKind, index_problem
+from hostir.ir.scatter_ops import BINCOUNT
 
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
 
@@ -126,17 +130,18 @@ def cumsum(self, arg: TensorView, dim: int, init: Any = None) -> TensorView:
     return record(self._fusion, CUMSUM, {"src": arg, "dim": dim})[0]
 
 
-def _k_extent(arg: TensorView, k: Any) -> Scalar:
-    """``k`` as the extent of the results' dim ``dim``: an int, or an Int scalar that is
-    a constant, a size or a scalar input (the declaration's requirements check it against
-    ``arg``'s extent: now where both are constants, else when the inputs bind them)."""
+def _k_extent(arg: TensorView, k: Any, op: str = "topk", name: str = "k") -> Scalar:
+    """``k`` as the extent of the results' dim ``dim`` (``bincount``: ``length``, its
+    result's): an int, or an Int scalar that is a constant, a size or a scalar input (the
+    declaration's requirements check it against ``arg``'s extent: now where both are
+    constants, else when the inputs bind them)."""
     if isinstance(k, ScalarVal):
         if k.dtype not in _INDEX_DTYPES:
-            raise OperandError(f"topk: k = {k.name} must be an integer, not a {k.dtype.name}")
+            raise OperandError(f"{op}: {name} = {k.name} must be an integer, not a {k.dtype.name}")
         return k.to_hostir()  # a scalar input's symbol, bound at execute
     if is_int(k) and 0 <= k <= MAX_EXTENT:
         return Const(value=int(k))
-    raise OperandError(f"topk: k must be a non-negative int, got {shown(k)}")
+    raise OperandError(f"{op}: {name} must be a non-negative int, got {shown(k)}")
 
 
 def topk(
@@ -156,11 +161,24 @@ def topk(
     return values, indices
 
 
+def bincount(self, arg: TensorView, length: Any) -> TensorView:
+    """``bincount(arg, length)``: how many times each value in ``[0, length)`` occurs in the
+    1-d Int or Int32 ``arg``, as ``torch.bincount(arg, minlength=length)`` (Int
+    ``[length]``); a value outside is an IndexDataError when the op runs. ``length`` is
+    the result's extent: an int or a size, as ``topk``'s ``k``. Shards: ``arg``'s dim is a
+    reduction axis of the result (``hostir.ir.scatter_ops``): a sharded ``arg`` gives
+    partial counts, summed by one Allreduce."""
+    arg = _tensor("bincount", "arg", arg)
+    extent = _k_extent(arg, length, "bincount", "length")
+    return record(self._fusion, BINCOUNT, {"src": arg, "length": extent})[0]
+
+
 INDEXING_METHODS = {
     "index_select": index_select,
     "gather": gather,
     "take_along_axis": take_along_axis,
     "cumsum": cumsum,
     "topk": topk,
+    "bincount": bincount,
 }
 """The ``fd.ops`` methods of this module, by name."""

@@ -107,6 +107,7 @@ import hostir.ir.attention  # noqa: E402, F401
 import hostir.ir.communications  # noqa: E402, F401 - after the local classes on purpose
 import hostir.ir.creation  # noqa: E402, F401
 import hostir.ir.indexing  # noqa: E402, F401
+import hostir.ir.scatter_ops  # noqa: E402, F401
 import hostir.ir.shape_ops  # noqa: E402, F401
 import hostir.ir.streams  # noqa: E402, F401
 

@@ -15,6 +15,7 @@ from hostir.run import (  # noqa: F401 - implementations
     layout_ops,
     pointwise,
     reductions,
+    scatter_ops,
     shape_ops,
 )
 from hostir.run.implementations import check_complete

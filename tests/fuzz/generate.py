@@ -24,6 +24,10 @@ frontend numbers them (its ops make helper tensors), by defining the fusion once
 half of those with an index input then get bad index data in it (``new_ops.draw_bad_index``,
 again from a stream of its own), which the run must refuse with an ``IndexDataError``.
 
+About one case in five (``moe_ops.MOE_SHARE``, again from a stream of its own) gets one
+of issue 35's MoE ops after its chain: ``scatter``, ``scatter_add``, ``index_add`` or
+``bincount``, with index inputs drawn in range (``tests/fuzz/moe_ops.py``).
+
 About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
 as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
 its dims are symbolic, and its schedule may split a symbolic dim by mesh axes and stream
@@ -43,7 +47,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hostir import HostIrError
-from tests.fuzz import new_ops
+from tests.fuzz import moe_ops, new_ops
 from tests.fuzz.case import Case, InputSpec, Statement
 from tests.fuzz.schedule import schedule_case
 from tests.fuzz.tensors import Axis, Tensor
@@ -541,6 +545,9 @@ def generate(seed: int, world_size: int) -> Case:
         rng.choices(ops, weights)[0](b)
     for _ in places:
         made_extra += new_ops.add_extra_op(b, extra) is not None
+    # Issue 35's MoE ops (tests/fuzz/moe_ops.py), after the chain, drawn from a stream of
+    # their own: a case that gets none is the case it always was.
+    moe_ops.add_moe_op(b, random.Random(f"hostir-fuzz-moe:{seed}:{world_size}"))
     reshaping = random.Random(f"hostir-fuzz-reshape:{seed}:{world_size}")
     if not ragged and reshaping.random() < RESHAPE_SHARE:
         op_reshape(b, reshaping)

@@ -155,6 +155,10 @@ NEW_OP_SEEDS = {
     2492: ("prod",),
     2977: ("broadcast", "squeeze"),
 }
+# MOE_SEEDS: at 4 ranks, a case of each of issue 35's MoE ops (tests/fuzz/moe_ops.py) that
+# runs with the op reading or writing a sharded tensor (3011's scatter in a stream loop,
+# 3107's bincount of a sharded input: partial counts and an Allreduce).
+MOE_SEEDS = {3942: "scatter_add", 3011: "scatter", 3065: "index_add", 3107: "bincount"}
 # BAD_INDEX_SEED draws bad index data (new_ops.draw_bad_index): a take_along_axis index
 # sharded over 4 devices, every element -2, which torch's take_along_dim wrapped around;
 # every rank must refuse it by name (seeds 10 and 53 here, and five 8-rank seeds, draw some too).
@@ -163,7 +167,7 @@ BAD_INDEX_SEED = 180
 # wrong (up to 3e+11 where 0 was expected) until gelu computed and copied.
 GELU_CHUNK_SEED = 7900674
 SUITE_CASES = {
-    4: [*range(0, 78), 257, *NEW_OP_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED],
+    4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED],
     8: [*range(1000, 1058), 90134, 90313],
 }
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
@@ -197,8 +201,9 @@ def test_fixed_seed_fuzz_run(multidevice_test):
     extents = [o for o in outcomes if o.status == REFUSED and o.message.startswith("ExtentError")]
     assert extents, f"no case refused by the extent checks\n{refusal_report(outcomes)}"
     if size == 4:
-        refused = [o.seed for o in outcomes if o.seed in NEW_OP_SEEDS and o.status != OK]
-        assert not refused, f"cases of NEW_OP_SEEDS refused: {refused}\n{refusal_report(outcomes)}"
+        pinned = {**NEW_OP_SEEDS, **MOE_SEEDS}
+        refused = [o.seed for o in outcomes if o.seed in pinned and o.status != OK]
+        assert not refused, f"pinned op seeds refused: {refused}\n{refusal_report(outcomes)}"
         (bad,) = [o for o in outcomes if o.seed == BAD_INDEX_SEED]
         assert bad.status == REFUSED and bad.message.startswith(
             "IndexDataError: take_along_axis defining T"
@@ -228,6 +233,27 @@ def test_new_op_seeds_shard_their_ops():
         for family in families:
             assert f"op:{family}" in case.features, f"seed {seed} draws no {family}"
             assert SHARDED_KEYWORDS.get(family, {family}) & sharded, (seed, family, sharded)
+
+
+def test_moe_seeds_shard_their_ops():
+    """Each seed of MOE_SEEDS draws its op at 4 ranks, whose instruction reads or writes a
+    tensor sharded over a mesh axis of more than one device; cases without a MoE op are
+    the cases they were (none of the pinned seeds above draws one)."""
+    for seed, op in MOE_SEEDS.items():
+        case = generate(seed, 4)
+        assert f"op:{op}" in case.features, (seed, op)
+        fd, _ = load(case)["define"]()
+        found = [i for i in walk_instructions(fd.host_ir().body) if keyword(i) == op]
+        tensors = [getattr(i, f) for i in found for f in (*i.OUTS, *i.INS)]
+        assert any(
+            part.axis is not None and t.sharding.mesh.axis_size(part.axis) > 1
+            for t in tensors
+            if getattr(t, "sharding", None) is not None
+            for dim in t.sharding.dims
+            for part in dim
+        ), (seed, op)
+    pinned = [*NEW_OP_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED, 257]
+    assert not [s for s in pinned if "moe_op" in generate(s, 4).features]
 
 
 def test_a_refusal_some_ranks_see_is_refused_when_the_others_carry_it():

@@ -78,6 +78,7 @@ from hostir.errors import JsonFormatError
 from hostir.ir.attention import EmbeddingFwd, GroupedMm, PhiloxResult, SdpaBwd, SdpaFwd, SdpaPhilox
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.indexing import Argsort, Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
+from hostir.ir.scatter_ops import Bincount, IndexAdd, ScatterAlong, ScatterKind
 from hostir.ir.shape_ops import Cat, Pad, Reshape, Slice
 from hostir.text import json_format
 from hostir.text.round_trip import check_round_trip
@@ -187,6 +188,10 @@ def every_instruction() -> tuple:
         Pad(out=y, src=x, dim=0, left=c(0), right=i, value=Const(value=-0.5), preallocated=True),
         Cat(out=y, lhs=x, rhs=w, dim=1),
         Argsort(out=w, src=x, dim=0, descending=True, stable=True),  # a class declare_op made
+        ScatterAlong(kind=ScatterKind.SCATTER, out=y, arg=x, index=w, src=c(1.5), dim=1),
+        ScatterAlong(kind=ScatterKind.SCATTER_ADD, out=y, arg=x, index=w, src=y, dim=0),
+        IndexAdd(out=y, arg=x, index=w, src=y, dim=1, preallocated=True),
+        Bincount(out=w, src=w, length=i),
     )
 
 
@@ -262,6 +267,20 @@ def walkthrough_ops() -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor((4, 6))
         fd.add_output(fd.ops.argsort(fd.ops.erf(x), 1, descending=True))
+    return fd
+
+
+def scatter_ops() -> FusionDefinition:
+    """The MoE ops (hostir.ir.scatter_ops): scatter, scatter_add, index_add, bincount."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor((4, 6))
+        index = fd.define_tensor((2, 6), dtype=DataType.Int)
+        rows = fd.define_tensor((2,), dtype=DataType.Int32)
+        y = fd.ops.scatter_add(
+            fd.ops.scatter(x, index, 0.5, 0), index, fd.ops.slice(x, [0, 0], [2, 6]), 0
+        )
+        fd.add_output(fd.ops.index_add(y, rows, fd.ops.slice(x, [0, 0], [4, 2]), 1))
+        fd.add_output(fd.ops.bincount(rows, 6))
     return fd
 
 
@@ -406,6 +425,7 @@ FUSIONS: dict[str, Callable[[], FusionDefinition]] = {
     "mesh_2x4_all_to_all_v": mesh_2x4_all_to_all_v,
     "creation_indexing": creation_indexing,
     "walkthrough_ops": walkthrough_ops,
+    "scatter_ops": scatter_ops,
 }
 
 
