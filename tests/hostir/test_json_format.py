@@ -38,6 +38,7 @@ from hostir import (
     HostIrContainer,
     HostIrError,
     HostIrEvaluator,
+    HostValue,
     Linear,
     LocalShard,
     Matmul,
@@ -47,6 +48,7 @@ from hostir import (
     PartialAxis,
     Permute,
     PipelineStage,
+    RaggedAllToAll,
     Reduce,
     ReduceOp,
     ReduceScatter,
@@ -68,6 +70,7 @@ from hostir import (
     Team,
     Ternary,
     TernaryOpKind,
+    ToHost,
     Unary,
     UnaryOpKind,
     VerifyError,
@@ -187,6 +190,10 @@ def every_instruction() -> tuple:
         Pad(out=y, src=x, dim=0, left=c(0), right=i, value=Const(value=-0.5), preallocated=True),
         Cat(out=y, lhs=x, rhs=w, dim=1),
         Argsort(out=w, src=x, dim=0, descending=True, stable=True),  # a class declare_op made
+        ToHost(out=HostValue(name="H0"), src=w),
+        RaggedAllToAll(
+            received=Symbol(name="m"), **comm, counts=HostValue(name="H0"), transpose=True
+        ),
     )
 
 
