@@ -190,12 +190,14 @@ class RaggedAllToAll:
 
     ``counts`` is a host int64 ``[P, P]`` over the team's group positions (``to_host``):
     member p sends ``counts[p][q]`` rows to member q; with ``transpose``, ``counts[q][p]``
-    (the way back). ``src``'s rows (its local dim 0) are grouped by receiver in member
-    order; ``out``'s rows are what each member sent, in member order; the other dims are
-    ``src``'s. The number of rows this member receives is bound to the symbol
-    ``received``, which ``out``'s dim 0 and later extents may read: a *run-time extent*,
-    different from rank to rank. ``out``'s dim 0 may instead be an extent that does not
-    read it (the way back into a buffer of known size): then the counts must fill it.
+    (the way back). Rows run along dim ``axis`` (the dims before it hold one element on
+    each member: a ``[D, rows, ...]`` tensor split over the team on dim 0). ``src``'s rows
+    are grouped by receiver in member order; ``out``'s rows are what each member sent, in
+    member order; the other dims are ``src``'s. The number of rows this member receives is
+    bound to the symbol ``received``, which ``out``'s dim ``axis`` and later extents may
+    read: a *run-time extent*, different from rank to rank. That dim may instead be an
+    extent that does not read it (the way back into a buffer of known size): then the
+    counts must fill it.
     Every member checks the whole counts matrix before anything is sent (no negative
     count, every row adding up to the rows its member sends, every column to what its
     receiver's buffer holds), so a bad count is a ``RunTimeExtentError`` on every member.
@@ -209,6 +211,7 @@ class RaggedAllToAll:
     team: Team
     counts: HostValue
     transpose: bool = False
+    axis: int = 0
     request: RequestValue
     preallocated: bool = False
 

@@ -18,10 +18,11 @@ reaches the peers as the failure it posts (``hostir.comm``), at their timeout.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from hostir.errors import RunTimeExtentError
+from hostir.errors import EvaluationError, RunTimeExtentError
 from hostir.ir.communications import RaggedAllToAll
 from hostir.ir.host_reads import ToHost
 from hostir.ir.program_info import run_time_symbols
@@ -29,6 +30,7 @@ from hostir.ir.scalars import RANK, MeshCoordinate, leaves
 from hostir.ir.values import TensorValue, value_symbols
 from hostir.run.context import RunContext
 from hostir.run.handler_common import Request, need
+from hostir.run.implementations import implements
 
 
 def run_to_host(context: RunContext, instruction: ToHost, operands: dict) -> list:
@@ -48,7 +50,7 @@ def run_ragged_all_to_all(context: RunContext, instruction: RaggedAllToAll, oper
     src = need(operands["src"], instruction, "src", context)
     shape = context.local_shape(instruction.out)
     out = torch.empty(shape, dtype=instruction.out.dtype.to_torch(), device=context.device)
-    row = math.prod(shape[1:])
+    row = math.prod(shape[instruction.axis + 1 :])  # the dims before axis hold one element
     in_splits = [count * row for count in sends[me]]
     out_splits = [sends[p][me] * row for p in range(len(group))]
     work = context.communicator.all_to_all_v(
@@ -96,7 +98,7 @@ def _check_counts(
                 f" each member{'' if src_rows.shared else f' (on member {p})'}; expected"
                 " the counts to add up to the rows sent"
             )
-    if instruction.out.shape[0] == instruction.received:
+    if instruction.out.shape[instruction.axis] == instruction.received:
         return  # the buffer is sized by what arrives
     out_rows = _rows_of(context, instruction.out, instruction)
     for q in range(size) if out_rows.shared else (me,):
@@ -118,9 +120,19 @@ class _Rows:
 
 
 def _rows_of(context: RunContext, value: TensorValue, instruction: RaggedAllToAll) -> _Rows:
-    rows = context.local_shape(value)[0]
+    rows = context.local_shape(value)[instruction.axis]
     local = value_symbols(value) & (run_time_symbols(context.program) | {RANK})
     coordinates = value.sharding is not None and any(
         isinstance(leaf, MeshCoordinate) for extent in value.shape for leaf in leaves(extent)
     )
     return _Rows(rows, not local and not coordinates)
+
+
+@implements("ragged_all_to_all", handler=True)
+def run_ragged_exchange(context: RunContext, instruction: Any, operands: dict) -> list:
+    """The frontend's form never runs: lowering emits ``to_host`` and ``RaggedAllToAll``
+    for it (the verifier refuses it first; a program built around the verifier gets this)."""
+    raise EvaluationError(
+        f"ragged_all_to_all defining {instruction.out.name} cannot run: it is the frontend's"
+        " form of an exchange by run-time counts, lowered to to_host and RaggedAllToAll"
+    )
