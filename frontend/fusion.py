@@ -39,6 +39,7 @@ class Fusion:
         self._tensors: list[TensorView] = []
         self._scalars: list[ScalarVal] = []
         self._symbols = 0
+        self._run_time_symbols = 0
         self._requires: dict[Requirement, None] = {}  # ordered, without repeats
 
     def new_tensor(self, dtype: DataType, logical: list[IterDomain]) -> TensorView:
@@ -63,6 +64,13 @@ class Fusion:
         """A new symbolic extent ``i<n>``."""
         symbol = Symbol(name=f"i{self._symbols}")
         self._symbols += 1
+        return symbol
+
+    def new_run_time_symbol(self) -> Symbol:
+        """A new run-time extent ``r<n>``: bound as the program runs (the rows an exchange
+        by run-time counts receives), not by the inputs (docs/run_time_extents.md)."""
+        symbol = Symbol(name=f"r{self._run_time_symbols}")
+        self._run_time_symbols += 1
         return symbol
 
     def add_input(self, value: TensorView | ScalarVal) -> None:

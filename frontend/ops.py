@@ -313,9 +313,10 @@ for _decl in POINTWISE_DECLS.values():
 
 # The creation, random, indexing and scan ops are written in their own modules.
 from frontend.creation_ops import CREATION_METHODS  # noqa: E402 - joins the class above
+from frontend.expert_ops import EXPERT_METHODS  # noqa: E402
 from frontend.indexing_ops import INDEXING_METHODS  # noqa: E402
 
-for _method_name, _method in {**CREATION_METHODS, **INDEXING_METHODS}.items():
+for _method_name, _method in {**CREATION_METHODS, **INDEXING_METHODS, **EXPERT_METHODS}.items():
     setattr(Ops, _method_name, _method)
 
 # The attention and MoE ops (frontend.attention_ops) are methods too.

@@ -23,6 +23,7 @@ from hostir.errors import (
     ParseError,
     RaceError,
     RequirementError,
+    RunTimeExtentError,
     VerifyError,
 )
 from hostir.ir.communications import (
@@ -36,6 +37,7 @@ from hostir.ir.communications import (
     CollectivePermute,
     Gather,
     LocalShard,
+    RaggedAllToAll,
     Reduce,
     ReduceScatter,
     Scatter,
@@ -45,6 +47,7 @@ from hostir.ir.communications import (
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.creation import Distribution, Full, Iota, Random
 from hostir.ir.dtypes import DType
+from hostir.ir.host_reads import ToHost
 from hostir.ir.indexing import Cumsum, GatherAlong, GatherKind, IndexSelect, TopK
 from hostir.ir.instructions import (
     COMPUTE,
@@ -81,7 +84,7 @@ from hostir.ir.sharding import (
 )
 from hostir.ir.streams import GetCurrentStream, SetCurrentStream, Synchronize
 from hostir.ir.team import Team
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.values import HostValue, RequestValue, StreamValue, TensorValue
 from hostir.run.context import Listener, RunContext
 from hostir.run.evaluator import HostIrEvaluator
 from hostir.run.race_checker import RaceChecker
@@ -106,6 +109,10 @@ __all__ = [
     "ROOTED",
     "AllToAll",
     "AllToAllV",
+    "HostValue",
+    "RaggedAllToAll",
+    "RunTimeExtentError",
+    "ToHost",
     "Allgather",
     "Allreduce",
     "Broadcast",

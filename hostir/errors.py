@@ -64,6 +64,15 @@ class ExtentError(InputError):
     message names the tensor, the dim, the split, the value bound and the divisor."""
 
 
+class RunTimeExtentError(ExtentError):
+    """Counts read to the host at run time (``to_host``) do not fit the exchange that uses
+    them (``RaggedAllToAll``): a negative count, a row of counts that does not add up to
+    the rows a member sends, or a column that does not add up to the rows a receiver's
+    buffer holds. Every member of the exchange's team checks the whole counts matrix before
+    anything is sent, so every member raises it, naming the member, the peer and the
+    values; none waits for a peer that gave up."""
+
+
 class RequirementError(HostIrError):
     """An op's rule on its values (``hostir.ir.requirements``: a slice's bounds, a pad's
     widths, topk's ``k``, a variance's correction) is broken. One class and one sentence

@@ -11,7 +11,7 @@ LoweringError naming the tensor, the symbol and the ranks that lack it.
 
 from __future__ import annotations
 
-from hostir import HostIrContainer, Symbol, TensorValue
+from hostir import HostIrContainer, RaggedAllToAll, Symbol, TensorValue
 from hostir.ir.instructions import defined_values
 from hostir.ir.program_info import walk_instructions
 from hostir.ir.scalars import symbols_of
@@ -34,6 +34,10 @@ def check_symbols(program: HostIrContainer) -> HostIrContainer:
 def _binders(program: HostIrContainer) -> dict[str, tuple[set[int] | None, str]]:
     """For each symbol: the ranks that bind it (None: every rank) and an input naming it."""
     binders: dict[str, tuple[set[int] | None, str]] = {}
+    for instruction in walk_instructions(program.body):
+        if isinstance(instruction, RaggedAllToAll):  # a run-time extent: its team binds it
+            where = f"the RaggedAllToAll defining {instruction.out.name}"
+            binders[instruction.received.name] = (set(instruction.team.mesh.devices), where)
     for value in program.inputs:
         if not isinstance(value, TensorValue):
             continue
@@ -41,7 +45,7 @@ def _binders(program: HostIrContainer) -> dict[str, tuple[set[int] | None, str]]
         for extent in value.shape:
             if not isinstance(extent, Symbol):
                 continue
-            known, first = binders.get(extent.name, (set(), value.name))
+            known, first = binders.get(extent.name, (set(), f"input {value.name}"))
             if ranks is EVERY_RANK or known is EVERY_RANK:
                 binders[extent.name] = (EVERY_RANK, first)
             else:
@@ -62,7 +66,7 @@ def _check_value(value: TensorValue, binders: dict) -> None:
         where = f"ranks {lacking}" if lacking is not None else "every rank"
         raise LoweringError(
             f"{value.name} has the symbolic extent {name}, which only ranks {sorted(known)}"
-            f" learn (from input {source}), but {where} of its mesh need it; declare that"
+            f" learn (from {source}), but {where} of its mesh need it; declare that"
             f" dim of {source} with a constant extent, or place {source} on a mesh that"
             " holds those ranks"
         )

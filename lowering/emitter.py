@@ -7,8 +7,10 @@ import itertools
 from collections.abc import Iterator, Mapping
 
 from hostir import Set, TensorValue
+from hostir.ir.host_reads import RaggedExchange
 from hostir.ir.instructions import Instruction
 from lowering.emit_resharding import emit_resharding
+from lowering.emit_run_time import emit_ragged_exchange
 from lowering.redistribution.plan_resharding import plan_resharding
 from lowering.snapshot import LoweringFusion, LoweringOp
 
@@ -50,6 +52,10 @@ class Emitter:
         """The names stream loops gave their chunks (a name is defined once per program)."""
         self.chunked: set[str] = set()
         """The tensors stream loops read or wrote chunk by chunk."""
+        self.host_reads: dict[str, object] = {}
+        """The host value each counts tensor was read into (one ``to_host`` per tensor)."""
+        self.run_time_extents: set[str] = set()
+        """The run-time extents an emitted exchange binds already."""
 
     def emit_op(
         self, op: LoweringOp, values: Mapping[str, TensorValue], preallocated: bool = False
@@ -61,6 +67,10 @@ class Emitter:
         if op.group is not None and op.result > 0:
             return []
         instruction = bind_values(op.instruction, values)
+        if isinstance(instruction, RaggedExchange):
+            return emit_ragged_exchange(
+                instruction, self.requests, self.host_reads, self.run_time_extents
+            )
         if isinstance(instruction, Set) and layout_of(instruction.src) != layout_of(
             instruction.out
         ):

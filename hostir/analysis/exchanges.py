@@ -35,6 +35,7 @@ from hostir.ir.communications import (
     Broadcast,
     CollectivePermute,
     Gather,
+    RaggedAllToAll,
     Reduce,
     ReduceScatter,
     Scatter,
@@ -229,3 +230,17 @@ def _all_to_all_v(c: AllToAllV, group: Group, env: Env) -> list[Flow]:
         )
         for p in pieces
     ]
+
+
+UNIFORM_ROUTING = "uniform routing assumed"
+"""What a RaggedAllToAll's flows say of themselves: its counts are known only at run time."""
+
+
+@register_exchange(RaggedAllToAll)
+def _ragged_all_to_all(c: RaggedAllToAll, group: Group, env: Env) -> list[Flow]:
+    """The counts are read at run time, so the count assumes *uniform routing*: each member
+    sends an equal share of its rows to every member (itself included), as a balanced
+    router does; a run-time extent its rows read (the way back's ``n0``) is taken from
+    ``env`` (``hostir traffic --bind n0=...``), else the flow is symbolic."""
+    share = _part(local_elements(c.src, env), len(group))
+    return [Flow(group, group, share, f"{c.src.name} ({UNIFORM_ROUTING})")]

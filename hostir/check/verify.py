@@ -57,15 +57,17 @@ from hostir.check.verify_chunks import check_chunk_uniformity
 from hostir.check.verify_communication import COMMUNICATION_RULES
 from hostir.check.verify_locations import Path, _describe_path, describe_location
 from hostir.check.verify_ops import compute_problem
+from hostir.check.verify_run_time import counts_problem
 from hostir.check.verify_shardings import _check_sharding
 from hostir.check.verify_teams import team_problem
 from hostir.errors import VerifyError
 from hostir.ir.catalog import is_instruction
-from hostir.ir.communications import Wait
+from hostir.ir.communications import RaggedAllToAll, Wait
 from hostir.ir.container import HostIrContainer, ScalarInput
 from hostir.ir.dtypes import python_type
 from hostir.ir.extents import extent_problem
 from hostir.ir.fields import FieldKind, field_kinds
+from hostir.ir.host_reads import ToHost
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -86,7 +88,7 @@ from hostir.ir.requirements import (
     refuted,
     requirement_problem,
 )
-from hostir.ir.scalars import Const, Symbol, scalar_problem
+from hostir.ir.scalars import RANK, Const, Symbol, scalar_problem
 from hostir.ir.values import RequestValue, TensorValue
 
 MAX_LOOP_DEPTH = 32
@@ -156,6 +158,8 @@ class _Walk:
                 with _declared_at("inputs", index):
                     self.check_tensor(value, ())
         bound = input_symbol_types(program.inputs)
+        self.input_symbols = frozenset(bound)
+        self.host_reads: dict[str, TensorValue] = {}  # host value -> the tensor it read
         for requirement in program.requires:
             problem = requirement_problem(requirement, bound)
             if problem is not None:
@@ -212,7 +216,8 @@ class _Walk:
         del self.scalars[name]
         self.close(scope, path, f"the body of loop {name}")
         for defined in scope.defined:  # a body's values live one iteration
-            self.values.pop(defined, None)
+            if isinstance(self.values.pop(defined, None), Symbol):
+                del self.scalars[defined]
             self.freed.discard(defined)
 
     def finish(self) -> None:
@@ -242,8 +247,17 @@ class _Walk:
                 f" {_describe_path(self.where.get(name, ()))})",
                 path=path,
             )
+        if isinstance(value, Symbol):  # a run-time extent, bound as the instruction runs
+            if name in self.input_symbols or name == RANK:
+                raise VerifyError(
+                    f"{keyword(instruction)} binds {name}, which the inputs bind already",
+                    path=path,
+                )
+            self.scalars[name] = int
         if isinstance(value, TensorValue):
             self.check_tensor(value, path)
+        if isinstance(instruction, ToHost):
+            self.host_reads[name] = instruction.src
         self.values[name] = value
         self.where[name] = path
         self.scopes[-1].defined[name] = None
@@ -356,6 +370,8 @@ class _Walk:
         rule = COMMUNICATION_RULES.get(type(instruction))
         if rule is not None and problem is None:
             problem = rule(instruction)
+        if problem is None and isinstance(instruction, RaggedAllToAll):
+            problem = counts_problem(instruction, self.host_reads[instruction.counts.name])
         if problem is None:  # any instruction with a team, those declared elsewhere too
             problem = team_problem(instruction, self.mesh_name)
         if problem is not None:
@@ -378,7 +394,11 @@ def _scalar_fields(cls: type) -> tuple[tuple[str, FieldKind], ...]:
     """The fields of ``cls`` that hold scalars: SCALAR (integers), OPERAND (a tensor or
     any scalar) and STREAM (whose index is an integer)."""
     wanted = (FieldKind.SCALAR, FieldKind.OPERAND, FieldKind.STREAM)
-    return tuple((name, kind) for name, (kind, _, _) in field_kinds(cls).items() if kind in wanted)
+    return tuple(
+        (name, kind)
+        for name, (kind, _, _) in field_kinds(cls).items()
+        if kind in wanted and name not in cls.OUTS  # a symbol it defines is not read
+    )
 
 
 def _constant(scalar: object) -> int | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from hostir.check.verify_run_time import ragged_problem, to_host_problem
 from hostir.ir.communications import (
     Allgather,
     Allreduce,
@@ -26,12 +27,14 @@ from hostir.ir.communications import (
     CollectivePermute,
     Gather,
     LocalShard,
+    RaggedAllToAll,
     Reduce,
     ReduceScatter,
     Scatter,
     SendRecv,
 )
 from hostir.ir.extents import Normal, differ, local_extents, scaled
+from hostir.ir.host_reads import ToHost
 from hostir.ir.values import TensorValue
 
 
@@ -204,5 +207,8 @@ COMMUNICATION_RULES: dict[type, Callable[[Any], str | None]] = {
     CollectivePermute: _rule_same_local,
     Gather: _rule_gather,
     Scatter: _rule_scatter,
+    RaggedAllToAll: ragged_problem,
+    ToHost: to_host_problem,
 }
-"""One rule per communication class (and LocalShard, which reshards without one)."""
+"""One rule per communication class (and LocalShard, which reshards without one; ToHost,
+which reads values to the host: hostir.check.verify_run_time)."""

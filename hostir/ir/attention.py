@@ -313,10 +313,12 @@ def _infer_grouped_mm(args: OpArgs) -> tuple[ResultType, ...] | str:
     grouped dim (and the groups) computed whole."""
     a, b, offsets = args["mat1"], args["mat2"], args["offsets"]
     op = "grouped_mm"
+    if offsets.ndim == 2 and offsets.dtype is DType.INT32:
+        return _infer_batched_grouped_mm(a, b, offsets)
     if offsets.ndim != 1 or offsets.dtype is not DType.INT32:
         return (
-            f"{op}: offsets {offsets.name} must be a 1-d Int32 tensor of group ends, got"
-            f" {NVFUSER_NAMES[offsets.dtype]} with {offsets.ndim} dims"
+            f"{op}: offsets {offsets.name} must be a 1-d Int32 tensor of group ends (2-d"
+            f" [B, G] for a batch), got {NVFUSER_NAMES[offsets.dtype]} with {offsets.ndim} dims"
         )
     if a.dtype is not b.dtype:
         return (
@@ -352,6 +354,41 @@ def _infer_grouped_mm(args: OpArgs) -> tuple[ResultType, ...] | str:
     return (ResultType(dtype=a.dtype, axes=(*groups, rows, columns, k)),)
 
 
+def _infer_batched_grouped_mm(
+    a: TensorValue, b: TensorValue, offsets: TensorValue
+) -> tuple[ResultType, ...] | str:
+    """The batched rows form (hostir's, not nvFuser's): ``[B, M, K] x [B, G, K, N]`` with
+    offsets ``[B, G]`` -> ``[B, M, N]``, batch ``b`` the rows form on ``mat1[b]``,
+    ``mat2[b]`` and ``offsets[b]``. The batch dim iterates with all three, so where it is
+    split over devices each computes its own batch: an expert-parallel layer's experts,
+    ``[D, r, K]`` tokens received by run-time counts and ``[D, G / D, K, N]`` weights, the
+    group ends each device's own (docs/run_time_extents.md)."""
+    op = "grouped_mm"
+    if (a.ndim, b.ndim) != (3, 4):
+        return (
+            f"{op}: with 2-d offsets {offsets.name} (a batch), mat1 {a.name} must be"
+            f" [B, M, K] and mat2 {b.name} [B, G, K, N], got {a.ndim} and {b.ndim} dims"
+        )
+    if a.dtype is not b.dtype or a.dtype not in ATTENTION_DTYPES:
+        return (
+            f"{op}: mat1 {a.name} is {NVFUSER_NAMES[a.dtype]} and mat2 {b.name}"
+            f" {NVFUSER_NAMES[b.dtype]}; expected one dtype, Half, BFloat16 or Float"
+        )
+    problem = (
+        unequal_dims_problem(op, a, 0, b, 0)
+        or unequal_dims_problem(op, offsets, 0, a, 0)
+        or unequal_dims_problem(op, offsets, 1, b, 1)
+        or unequal_dims_problem(op, a, 2, b, 2)
+    )
+    if problem is not None:
+        return problem
+    batch = result_axis(a.shape[0], ("mat1", 0), ("mat2", 0), ("offsets", 0))
+    rows = result_axis(a.shape[1], ("mat1", 1), whole=True)
+    columns = result_axis(b.shape[3], ("mat2", 3))
+    k = result_axis(a.shape[2], ("mat1", 2), ("mat2", 2), kind=AxisKind.REDUCTION)
+    return (ResultType(dtype=a.dtype, axes=(batch, rows, columns, k)),)
+
+
 GROUPED_MM = declare_op(
     "grouped_mm",
     cls=GroupedMm,
@@ -362,7 +399,8 @@ GROUPED_MM = declare_op(
     ),
     infer=_infer_grouped_mm,
     summary="One matrix product per group of mat1's rows, mat2's columns or K, the groups"
-    " ending at ``offsets`` (``torch._grouped_mm``).",
+    " ending at ``offsets`` (``torch._grouped_mm``); with 2-d offsets, a batch of the rows"
+    " form, computed where each batch is.",
     dtype_rule="one dtype",
 )
 

@@ -39,6 +39,7 @@ class Kind(enum.Enum):
     MEMORY = "memory"  # buffers and views: allocate, deallocate, shard_by_stream
     STREAM = "stream"  # which stream runs, and ordering between streams
     CONTROL = "control"  # loops and waits
+    HOST_SYNC = "host sync"  # a device-to-host read of values (run-time extents)
 
 
 class Instruction(Protocol):

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hostir.ir.catalog import COMMUNICATING, Kind, classes_of_kind, declare
-from hostir.ir.scalars import Scalar
+from hostir.ir.scalars import Scalar, Symbol
 from hostir.ir.sharding import MeshAxis, ReduceOp
 from hostir.ir.team import Team
-from hostir.ir.values import RequestValue, TensorValue
+from hostir.ir.values import HostValue, RequestValue, TensorValue
 
 
 @declare(kind=Kind.COLLECTIVE, positional=("src",))
@@ -178,6 +178,41 @@ class AllToAllV:
     request: RequestValue
     op: ReduceOp | None = None
     rounds: int | None = None
+    preallocated: bool = False
+
+
+@declare(kind=Kind.COLLECTIVE, positional=("src",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaggedAllToAll:
+    """An all-to-all of rows whose counts are known only at run time (XLA's
+    ragged-all-to-all, torch's ``all_to_all_single`` with split sizes): the dispatch and
+    combine of an expert-parallel layer.
+
+    ``counts`` is a host int64 ``[P, P]`` over the team's group positions (``to_host``):
+    member p sends ``counts[p][q]`` rows to member q; with ``transpose``, ``counts[q][p]``
+    (the way back). Rows run along dim ``axis`` (the dims before it hold one element on
+    each member: a ``[D, rows, ...]`` tensor split over the team on dim 0). ``src``'s rows
+    are grouped by receiver in member order; ``out``'s rows are what each member sent, in
+    member order; the other dims are ``src``'s. The number of rows this member receives is
+    bound to the symbol ``received``, which ``out``'s dim ``axis`` and later extents may
+    read: a *run-time extent*, different from rank to rank. That dim may instead be an
+    extent that does not read it (the way back into a buffer of known size): then the
+    counts must fill it.
+    Every member checks the whole counts matrix before anything is sent (no negative
+    count, every row adding up to the rows its member sends, every column to what its
+    receiver's buffer holds), so a bad count is a ``RunTimeExtentError`` on every member.
+    See docs/run_time_extents.md."""
+
+    OUTS: ClassVar[tuple[str, ...]] = ("received", "out", "request")
+    INS: ClassVar[tuple[str, ...]] = ("src", "counts")
+    received: Symbol
+    out: TensorValue
+    src: TensorValue
+    team: Team
+    counts: HostValue
+    transpose: bool = False
+    axis: int = 0
+    request: RequestValue
     preallocated: bool = False
 
 

@@ -18,7 +18,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from hostir.ir.catalog import declaration_of
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol
 from hostir.ir.team import Team
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.values import HostValue, RequestValue, StreamValue, TensorValue
 
 SCALAR_TYPES = frozenset({Const, Symbol, MeshCoordinate, BinaryExpr})
 """The classes of a scalar expression's nodes."""
@@ -37,6 +37,7 @@ class FieldKind(enum.Enum):
     STREAM = "a stream: a name or stream(i)"
     ENUM = "a name"
     REQUEST = "a request"
+    HOST = "a host value"
     OTHER = "(not written in text)"
 
 
@@ -75,6 +76,8 @@ def _kind_of(hint: Any) -> tuple[FieldKind, Any, bool]:
         return FieldKind.STREAM, None, optional
     if single is RequestValue:
         return FieldKind.REQUEST, None, optional
+    if single is HostValue:
+        return FieldKind.HOST, None, optional
     if isinstance(single, type) and issubclass(single, enum.Enum):
         return FieldKind.ENUM, single, optional
     return FieldKind.OTHER, None, optional

@@ -33,7 +33,7 @@ from hostir.ir.pointwise import Unary as Unary
 from hostir.ir.reductions import Reduction as Reduction
 from hostir.ir.reductions import ReductionOpKind as ReductionOpKind
 from hostir.ir.scalars import Scalar, Symbol, symbols_of
-from hostir.ir.values import RequestValue, TensorValue, value_symbols
+from hostir.ir.values import HostValue, RequestValue, TensorValue, value_symbols
 
 # The op enums (UnaryOpKind, ...) are generated from the pointwise op declarations
 # (hostir.ir.ops) and re-exported here with the declared ops' instructions (declared,
@@ -106,6 +106,7 @@ class PipelineStage:
 import hostir.ir.attention  # noqa: E402, F401
 import hostir.ir.communications  # noqa: E402, F401 - after the local classes on purpose
 import hostir.ir.creation  # noqa: E402, F401
+import hostir.ir.host_reads  # noqa: E402, F401
 import hostir.ir.indexing  # noqa: E402, F401
 import hostir.ir.scatter_ops  # noqa: E402, F401
 import hostir.ir.shape_ops  # noqa: E402, F401
@@ -124,11 +125,18 @@ def defined_values(instruction: Instruction) -> list[TensorValue | RequestValue]
     return [getattr(instruction, name) for name in defined_fields(instruction)]
 
 
-def used_values(instruction: Instruction) -> list[TensorValue | RequestValue]:
-    """The tensors and requests ``instruction`` reads or writes without defining them."""
+def used_values(instruction: Instruction) -> list[TensorValue | RequestValue | HostValue]:
+    """The tensors, requests and host values ``instruction`` reads or writes without
+    defining them."""
     names = list(instruction.INS) + written_fields_of(instruction)
     used = [getattr(instruction, name) for name in names]
-    return [v for v in used if isinstance(v, TensorValue | RequestValue)]
+    return [v for v in used if isinstance(v, TensorValue | RequestValue | HostValue)]
+
+
+def defined_symbols(instruction: Instruction) -> list[str]:
+    """The symbols ``instruction`` binds when it runs (run-time extents, such as
+    ``RaggedAllToAll``'s ``received``); a loop's index is not one of them."""
+    return [v.name for v in defined_values(instruction) if isinstance(v, Symbol)]
 
 
 def read_symbols(instruction: Instruction) -> set[str]:
@@ -147,7 +155,7 @@ def read_symbols(instruction: Instruction) -> set[str]:
                 names |= value_symbols(item)
             elif type(item) in SCALAR_TYPES:
                 names |= symbols_of(item)
-    return names
+    return names.difference(defined_symbols(instruction))
 
 
 def field_names(cls: type) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from hostir.errors import MeshError
 from hostir.ir.container import HostIrContainer
-from hostir.ir.instructions import ForLoop, Instruction
+from hostir.ir.instructions import ForLoop, Instruction, defined_symbols
 from hostir.ir.sharding import Mesh
 from hostir.ir.team import Team
 from hostir.ir.values import TensorValue
@@ -30,6 +30,24 @@ def walk_instructions(body: Sequence[Instruction]) -> Iterator[Instruction]:
         yield instruction
         if isinstance(instruction, ForLoop):
             yield from walk_instructions(instruction.body)
+
+
+def run_time_symbols(program: HostIrContainer) -> frozenset[str]:
+    """The symbols instructions of ``program`` bind as they run (run-time extents: a
+    ``RaggedAllToAll``'s ``received``), which no input signature fixes (cached per program:
+    programs are immutable)."""
+    found = _RUN_TIME_SYMBOLS.get(id(program))
+    if found is None or found[0] is not program:
+        names = frozenset(
+            name for i in walk_instructions(program.body) for name in defined_symbols(i)
+        )
+        if len(_RUN_TIME_SYMBOLS) > 256:  # holds the programs it saw: keep it small
+            _RUN_TIME_SYMBOLS.clear()
+        found = _RUN_TIME_SYMBOLS[id(program)] = (program, names)
+    return found[1]
+
+
+_RUN_TIME_SYMBOLS: dict[int, tuple[HostIrContainer, frozenset[str]]] = {}
 
 
 def program_meshes(program: HostIrContainer) -> list[Mesh]:

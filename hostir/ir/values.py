@@ -1,4 +1,5 @@
-"""Values of the host IR: tensors and streams (scalars live in ``scalars``).
+"""Values of the host IR: tensors, streams, requests and host values (scalars live in
+``scalars``).
 
 Values are immutable and compared by structure: two ``TensorValue`` objects
 with the same name, type and sharding are the same value.
@@ -65,7 +66,19 @@ Value = TensorValue | StreamValue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostValue:
+    """An integer tensor's values copied to the host by ``to_host`` (a device-to-host sync):
+    counts that size a later exchange (``RaggedAllToAll``) and the extents it binds."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestValue:
     """The pending completion of an asynchronous communication; ``wait`` consumes it."""
 
     name: str
+
+
+NAMED_VALUES = (TensorValue, RequestValue, HostValue)
+"""The values a run binds by name (``RunContext.tensors``): tensors, requests, host values."""

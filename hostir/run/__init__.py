@@ -14,6 +14,7 @@ from hostir.run import (  # noqa: F401 - implementations
     indexing,
     layout_ops,
     pointwise,
+    ragged_exchange,
     reductions,
     scatter_ops,
     shape_ops,

@@ -24,6 +24,7 @@ from hostir.ir.communications import (
     CollectivePermute,
     Gather,
     LocalShard,
+    RaggedAllToAll,
     Reduce,
     ReduceScatter,
     Scatter,
@@ -35,6 +36,7 @@ from hostir.ir.scalars import Const, Scalar, add, evaluate_scalar
 from hostir.ir.team import print_team
 from hostir.run.all_to_all_v import run_all_to_all_v
 from hostir.run.handler_common import Request, landing, need, out_buffer
+from hostir.run.ragged_exchange import run_ragged_all_to_all
 
 if TYPE_CHECKING:
     from hostir.run.context import RunContext
@@ -339,7 +341,8 @@ def run_local_shard(context: RunContext, instruction: LocalShard, operands: dict
     return [piece.contiguous()]
 
 
-# AllToAllV's handler lives in its own module, which builds on the helpers above.
+# AllToAllV's handler lives in its own module, which builds on the helpers above; so does
+# RaggedAllToAll's (hostir.run.ragged_exchange).
 
 COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     Allgather: run_allgather,
@@ -351,6 +354,7 @@ COMMUNICATION_HANDLERS: dict[type, Callable[..., list]] = {
     Scatter: run_scatter,
     AllToAll: run_all_to_all,
     AllToAllV: run_all_to_all_v,
+    RaggedAllToAll: run_ragged_all_to_all,
     SendRecv: run_send_recv,
     CollectivePermute: run_collective_permute,
     Wait: run_wait,

@@ -34,7 +34,7 @@ from hostir.ir.container import HostIrContainer
 from hostir.ir.instructions import ForLoop, Instruction
 from hostir.ir.mesh_names import MeshNames, mesh_names
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.values import NAMED_VALUES, StreamValue
 from hostir.run.context import RunContext
 from hostir.run.steps import Step, skipped_failure, step_failure
 from hostir.text.printer import print_instruction
@@ -248,7 +248,7 @@ class _Writer:
         checks, operands = [], []
         for name, operand in step.operands:
             expression = self._operand(operand)
-            if isinstance(operand, TensorValue | RequestValue) and not step.optional:
+            if isinstance(operand, NAMED_VALUES) and not step.optional:
                 local = f"o_{name}"
                 checks.append((local, expression))
                 expression = local
@@ -263,7 +263,7 @@ class _Writer:
             if operand.index is not None:
                 return f"ctx.stream_pool.stream_id(int({self._scalar(operand.index)}))"
             return f"t[{operand.name!r}]"
-        if isinstance(operand, TensorValue | RequestValue):
+        if isinstance(operand, NAMED_VALUES):
             return f"t[{operand.name!r}]"
         if isinstance(operand, Const | Symbol | MeshCoordinate | BinaryExpr):
             return self._scalar(operand)

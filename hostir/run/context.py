@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from hostir.ir.instructions import Instruction
+from hostir.ir.program_info import run_time_symbols
 from hostir.ir.scalars import RANK
-from hostir.ir.values import TensorValue, local_shape
+from hostir.ir.values import TensorValue, local_shape, value_symbols
 from hostir.run.stream_pool import MAIN, StreamPool
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class RunContext:
         # bound from a signature that ran before: a compiled run may replay (hostir.run.replay)
         self.replays = False
         self.stream_pool = runner.stream_pool(device)
+        self.run_time_symbols = run_time_symbols(program)
 
     @property
     def rank(self) -> int:
@@ -68,13 +70,15 @@ class RunContext:
 
         Cached for the run, and for later runs of the same input signature: shapes
         depend only on the extents bound from the inputs (never on loop indices), and
-        loops ask for the same shapes every iteration.
+        loops ask for the same shapes every iteration. A value whose extents read a
+        run-time extent (bound by an instruction as it runs) is never cached.
         """
         cached = self.shape_cache.get(id(value))
         if cached is not None and cached[0] is value:
             return cached[1]
         shape = local_shape(value, self.scalars)
-        self.shape_cache[id(value)] = (value, shape)
+        if not (self.run_time_symbols and value_symbols(value) & self.run_time_symbols):
+            self.shape_cache[id(value)] = (value, shape)
         return shape
 
     def participates(self, value: TensorValue) -> bool:

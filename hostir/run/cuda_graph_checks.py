@@ -20,6 +20,7 @@ from hostir.comm.communicator import Communicator
 from hostir.comm.torch_communicator import TorchCommunicator
 from hostir.errors import CudaGraphError, SettingError
 from hostir.ir.container import HostIrContainer
+from hostir.ir.host_reads import ToHost
 from hostir.ir.program_info import program_teams, walk_instructions
 from hostir.ir.values import TensorValue
 from hostir.run.race_checker import RaceChecker
@@ -72,15 +73,28 @@ def capture_problems(
 
     ``evaluator`` is a HostIrEvaluator (read for its program, the listeners of its runs,
     its self-checks' race checker included, its device and the handlers it would call).
-    The program itself never reads a tensor's values on the host: extents, loop bounds,
-    roots and AllToAllV's split sizes all come from the input signature and scalar
-    inputs, so there is no data-dependent extent to refuse."""
+    Extents, loop bounds, roots and AllToAllV's split sizes come from the input signature
+    and scalar inputs, except the run-time extents a program reads with ``to_host`` (a
+    device-to-host sync, which a graph cannot hold: refused by name)."""
     program: HostIrContainer = evaluator.program
     return [
+        *_host_read_problems(program),
         *_listener_problems(evaluator.run_listeners),
         *_device_problems(program, inputs, evaluator.device),
         *_handler_problems(evaluator),
         *_backend_problems(program, communicator),
+    ]
+
+
+def _host_read_problems(program: HostIrContainer) -> list[str]:
+    """A ``to_host`` waits on the host for values the graph would compute (run-time
+    extents: docs/run_time_extents.md says what a capacity form costs instead)."""
+    return [
+        f"to_host reads {i.src.name} into {i.out.name} on the host (a device-to-host sync"
+        " that sizes a RaggedAllToAll): a CUDA graph replays fixed sizes and cannot wait on"
+        " the host; run this program without cuda_graph"
+        for i in walk_instructions(program.body)
+        if isinstance(i, ToHost)
     ]
 
 

@@ -37,6 +37,7 @@ from hostir.check.verify import verify_located
 from hostir.comm.communicator import Communicator
 from hostir.errors import ExtentError, VerifyError
 from hostir.ir.container import HostIrContainer
+from hostir.ir.host_reads import ToHost
 from hostir.ir.instructions import (
     Allocate,
     Deallocate,
@@ -62,6 +63,7 @@ from hostir.run.executable import Executable, prepare
 from hostir.run.implementations import implemented
 from hostir.run.interpreter import run_step
 from hostir.run.pipelined_loops import pipelining, run_pipelined
+from hostir.run.ragged_exchange import run_to_host
 from hostir.run.replay import ReplayProgram, replay_program
 from hostir.run.self_checks import NO_CHECKS, SelfChecks, checked_checks, take_in, with_checkers
 from hostir.run.signature import agreement_kinds, call_key
@@ -130,6 +132,7 @@ HANDLERS: dict[type, Handler] = {
     ShardByStream: _run_shard_by_stream,
     ForLoop: _run_for_loop,
     PipelineStage: lambda context, instruction, operands: [],  # the loop runs the stages
+    ToHost: run_to_host,
 }
 """One handler per instruction class whose ops are not declared (a declared op's instruction
 runs its implementation: ``hostir.run.implementations.handler_for``)."""

@@ -27,7 +27,8 @@ runs (the suite compares them bitwise, ``HOSTIR_CHECK_COMPILED``):
 - every other instruction calls its handler, as the compiled program does.
 
 A program with a loop whose stages run pipelined (``hostir.run.pipelined_loops``
-interleaves iterations) has no replay: its runs stay compiled. A failure inside a
+interleaves iterations) has no replay: its runs stay compiled; so has a program that binds
+run-time extents (``hostir.ir.host_reads``). A failure inside a
 replay raises what the interpreter raises, with the same line note
 (``CompiledProgram.fail``, after the locals are put back into ``ctx.tensors``).
 """
@@ -48,8 +49,8 @@ from hostir.ir.instructions import (
     ShardByStream,
     defined_values,
 )
-from hostir.ir.program_info import walk_instructions
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.program_info import run_time_symbols, walk_instructions
+from hostir.ir.values import NAMED_VALUES, StreamValue, TensorValue
 from hostir.run.communication_handlers import run_wait
 from hostir.run.compiled import INDENT, CompiledProgram, _Writer
 from hostir.run.context import RunContext
@@ -108,8 +109,12 @@ def replay_program(
     on_cpu: bool = False,
 ) -> ReplayProgram | None:
     """``program``'s replay for ``rank`` (for runs on the CPU alone with ``on_cpu``: no
-    stream instructions); None if a loop run pipelined holds a loop, or loops nest deeper
-    than Python compiles."""
+    stream instructions); None if a loop run pipelined holds a loop, loops nest deeper
+    than Python compiles, or the program binds run-time extents (``RaggedAllToAll``'s
+    ``received``: a replay drops the shape checks that the first run of a signature made,
+    but these extents change from run to run)."""
+    if run_time_symbols(program):
+        return None
     for loop in walk_instructions(program.body):
         if pipelined and isinstance(loop, ForLoop) and is_pipelined(loop):
             if any(isinstance(i, ForLoop) for i in walk_instructions(loop.body)):
@@ -327,7 +332,7 @@ class _ReplayWriter(_Writer):
         checks, operands = [], []
         for name, operand in step.operands:
             expression = self._operand(operand)
-            if isinstance(operand, TensorValue | RequestValue) and not step.optional:
+            if isinstance(operand, NAMED_VALUES) and not step.optional:
                 if operand.name not in self.present:
                     checks.append(expression)
             operands.append((name, expression))
@@ -337,7 +342,7 @@ class _ReplayWriter(_Writer):
         """As the compiled program's, with tensors, requests and streams as locals."""
         if isinstance(operand, StreamValue) and operand.index is None:
             return self.variable(operand.name)
-        if isinstance(operand, TensorValue | RequestValue):
+        if isinstance(operand, NAMED_VALUES):
             return self.variable(operand.name)
         return super()._operand(operand)
 

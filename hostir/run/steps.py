@@ -22,7 +22,7 @@ from hostir.ir.mesh_names import mesh_names
 from hostir.ir.scalars import BinaryExpr, Const, MeshCoordinate, Symbol, evaluate_scalar
 from hostir.ir.sharding import Mesh
 from hostir.ir.team import print_team
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.values import NAMED_VALUES, StreamValue, TensorValue
 from hostir.run.context import RunContext
 from hostir.run.implementations import handler_for
 
@@ -61,7 +61,9 @@ class Step:
         step.handler = handler_for(instruction, handler)
         step.mesh = placement(instruction)
         step.rank, step.runs = -1, True
-        outs = defined_values(instruction)
+        # A symbol an instruction defines (a run-time extent) is bound by its handler in
+        # ``context.scalars``, not among the tensors.
+        outs = [value for value in defined_values(instruction) if not isinstance(value, Symbol)]
         step.defined = [value.name for value in outs]
         step.binds = [
             (index, getattr(instruction, name).name)
@@ -187,7 +189,7 @@ def resolve_operand(operand: Any, context: RunContext, optional: bool = False) -
             index = int(evaluate_scalar(operand.index, context.scalars))
             return context.stream_pool.stream_id(index)  # iterations share the pool round-robin
         return context.tensors[operand.name]
-    if isinstance(operand, TensorValue | RequestValue):
+    if isinstance(operand, NAMED_VALUES):
         if operand.name not in context.tensors:
             raise EvaluationError(f"{operand.name} is used before it is defined")
         tensor = context.tensors[operand.name]

@@ -16,11 +16,12 @@ from hostir.ir.catalog import by_keyword
 from hostir.ir.communications import Wait
 from hostir.ir.fields import FieldKind, field_kinds
 from hostir.ir.instructions import Allocate, Deallocate, ForLoop, Instruction
-from hostir.ir.scalars import MAX_INT_DIGITS
+from hostir.ir.scalars import MAX_INT_DIGITS, Symbol
 from hostir.ir.sharding import ReduceOp
 from hostir.ir.team import Team
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.values import HostValue, RequestValue, StreamValue, TensorValue
 from hostir.text.syntax import parse_call
+from hostir.text.text_values import check_name
 
 Builder = Any  # hostir.text.parser._Builder; typed loosely to keep the modules acyclic
 
@@ -37,6 +38,8 @@ def kind_of(value: Any) -> str:
         return "a request"
     if isinstance(value, StreamValue):
         return "a stream"
+    if isinstance(value, HostValue):
+        return "a host value"
     return "a scalar"
 
 
@@ -105,13 +108,20 @@ def _results(
         if getattr(target, "data", None) != "plain_target":
             raise b.fail(target, f"{name}: name its {field} with a plain name, like R0")
         token = target.children[0]
-        values[field] = (
-            RequestValue(name=str(token))
-            if kind is FieldKind.REQUEST
-            else (StreamValue(name=str(token)))
-        )
+        if kind is FieldKind.SCALAR:  # a symbol the instruction binds (a run-time extent)
+            check_name(token, "a symbol")
+        values[field] = _DEFINED[kind](name=str(token))
         b.define(token, values[field])
     return values
+
+
+_DEFINED = {
+    FieldKind.REQUEST: RequestValue,
+    FieldKind.STREAM: StreamValue,
+    FieldKind.HOST: HostValue,
+    FieldKind.SCALAR: Symbol,
+}
+"""The value a plain target names, by the kind of the field it defines."""
 
 
 def _written_list(b: Builder, name: lark.Token, node: Any, written: list[str]) -> list:
@@ -187,6 +197,14 @@ def _stream(b: Builder, node: Any, enum_class: Any = None) -> StreamValue:
     return value
 
 
+def _host(b: Builder, node: Any, enum_class: Any = None) -> HostValue:
+    token = _name_token(b, node, "a host value (defined by to_host)")
+    value = b.lookup(token)
+    if not isinstance(value, HostValue):
+        raise b.fail(token, f"{token} is {kind_of(value)}, expected a host value (to_host)")
+    return value
+
+
 def _enum(b: Builder, enum_class: Any, node: Any) -> Any:
     token = node.children[0] if isinstance(node, lark.Tree) else node
     try:
@@ -212,6 +230,7 @@ _READERS = {
     FieldKind.STREAM: _stream,
     FieldKind.ENUM: lambda b, node, enum_class: _enum(b, enum_class, node),
     FieldKind.REQUEST: _unreadable,
+    FieldKind.HOST: _host,
     FieldKind.OTHER: _unreadable,
 }
 """How each kind of field is read from an argument."""

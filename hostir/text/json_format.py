@@ -86,7 +86,7 @@ from hostir.ir.scalars import (
 )
 from hostir.ir.sharding import PartialAxis, ReduceOp, Sharding, ShardPart
 from hostir.ir.team import Team
-from hostir.ir.values import RequestValue, StreamValue, TensorValue
+from hostir.ir.values import HostValue, RequestValue, StreamValue, TensorValue
 from hostir.text.json_text import load
 from hostir.text.json_types import PRIMITIVES, describe_json, describe_value, fields_of, mismatch
 
@@ -112,6 +112,7 @@ VALUE_CLASSES: tuple[type, ...] = (
     TensorValue,
     StreamValue,
     RequestValue,
+    HostValue,
     Const,
     Symbol,
     MeshCoordinate,

@@ -394,7 +394,7 @@ class _Builder:
             return Const(value=CONSTANTS[name])
         known = name in self.loop_indices or name in self.extents or name == RANK
         value = self.values.get(name)
-        if isinstance(value, ScalarInput):
+        if isinstance(value, ScalarInput | Symbol):  # a Symbol: a run-time extent defined above
             known = True
         if extent and not known and name not in self.values:
             self.extents.add(name)  # a symbolic extent, bound from the inputs at run time

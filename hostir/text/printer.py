@@ -129,6 +129,7 @@ def _value_printers(meshes: MeshNames) -> dict[FieldKind, Callable[[Any], str]]:
         FieldKind.TEAM: lambda team: print_team(team, meshes.name),
         FieldKind.STREAM: lambda stream: print_stream(stream, meshes),
         FieldKind.ENUM: lambda member: member.value,
+        FieldKind.HOST: lambda value: value.name,
     }
 
 

@@ -48,7 +48,11 @@ WRAP = 46
 STREAM_COLOURS = ("#e6e6e6", "#cfe2ff", "#ffdfb0", "#cdeccd", "#f5cfe0", "#e2d6f5", "#fff0a0")
 """Fill colours of streams, in order of first appearance (``main`` is usually first)."""
 
-_SHAPES: dict[Kind, str] = {Kind.COLLECTIVE: "hexagon", Kind.POINT_TO_POINT: "cds"}
+_SHAPES: dict[Kind, str] = {
+    Kind.COLLECTIVE: "hexagon",
+    Kind.POINT_TO_POINT: "cds",
+    Kind.HOST_SYNC: "invhouse",
+}
 """Node shape by the kind an instruction is declared with (waits are octagons); anything
 else is a box."""
 
@@ -57,6 +61,7 @@ _STYLES: dict[Kind, str] = {
     Kind.POINT_TO_POINT: "filled,bold",
     Kind.MEMORY: "filled,dashed",
     Kind.STREAM: "filled,dotted",
+    Kind.HOST_SYNC: "filled,bold",
 }
 """Node style by kind; anything else (compute) is a filled rounded box."""
 
@@ -73,7 +78,12 @@ def _style(instruction: Instruction) -> str:
     return _STYLES.get(declaration_of(type(instruction)).kind, "filled,rounded")
 
 
-_LEGEND_SHAPES = (("hexagon", "collective"), ("cds", "permute / send-recv"), ("octagon", "wait"))
+_LEGEND_SHAPES = (
+    ("hexagon", "collective"),
+    ("cds", "permute / send-recv"),
+    ("octagon", "wait"),
+    ("invhouse", "to_host (device-to-host sync)"),
+)
 
 
 @dataclass

@@ -127,7 +127,7 @@ def _grouped_program(k: int) -> hostir.HostIrContainer:
     )
 
 
-@pytest.mark.parametrize("k", [16, 5], ids=["torch_grouped_mm", "group_by_group"])
+@pytest.mark.parametrize("k", [16, 5], ids=["aligned", "unaligned"])
 @pytest.mark.parametrize(
     ("offsets", "problem"),
     [
@@ -140,8 +140,9 @@ def test_grouped_mm_refuses_offsets_out_of_order_or_range(
     k: int, offsets: list[int], problem: str, no_twin_runs
 ) -> None:
     """Out of order, past M and negative offsets all returned a result, through torch's
-    grouped matmul (K = 16: aligned operands) and group by group (K = 5, where Python's
-    slicing read ``a[0:-1]``); good ones match a loop over the groups."""
+    grouped matmul (K = 16: aligned operands, on CUDA; the CPU goes group by group) and
+    group by group (K = 5, where Python's slicing read ``a[0:-1]``); good ones match a loop
+    over the groups."""
     program = _grouped_program(k)
     generator = torch.Generator().manual_seed(3)
     a = torch.randn(10, k, generator=generator).bfloat16()

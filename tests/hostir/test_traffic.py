@@ -66,6 +66,11 @@ COLLECTIVES = {
         "T3 : float32[16, 4] @M0 {0: [x, 4]}, R0 = AllToAllV(T4, team=M0(x))",
         [12 * 4] * N,  # of its 4x4 target block a rank holds one column already
     ),
+    "RaggedAllToAll": (  # counts known at run time: a quarter of each block to each rank
+        "H0 = to_host(T5)\n  n0, T3 : float32[n0, 3] @M0, R0 = RaggedAllToAll(T0, team=M0(x),"
+        " counts=H0)",
+        [3 * BLOCK // 4] * N,
+    ),
 }
 
 
@@ -79,6 +84,7 @@ def _program(statement: str) -> hostir.HostIrContainer:
         "  input T1 : float32[16, 3] @M0\n"
         "  input T2 : float32[16, 3] @M0 partial{x: sum}\n"
         "  input T4 : float32[16, 4] @M0 {1: [x, 1]}\n"
+        "  input T5 : int64[4, 4] @M0\n"
         f"{allocate}"
         f"  {statement}\n"
         "  wait R0\n"
