@@ -79,6 +79,8 @@ def _rows_along(src: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tenso
     lead, extent, rest = src.shape[:dim], src.shape[dim], src.shape[dim + 1 :]
     batches, picks = math.prod(lead), index.shape[dim]
     flat = index.reshape(batches, picks)
+    if extent:  # wrapped as take_along_dim wraps it (only reachable with the check off)
+        flat = flat.remainder(extent)
     if batches > 1:  # batch b's rows start at b * extent in the flattened src
         flat = flat + torch.arange(batches, device=index.device).unsqueeze(1) * extent
     rows = src.reshape(batches * extent, *rest).index_select(0, flat.reshape(-1))

@@ -10,6 +10,7 @@ import torch
 
 import hostir
 from hostir.run.attention import grouped_mm
+from hostir.run.indexing import _picks_rows, _rows_along
 
 ROWS = """%HostIrContainer {{
   input T0 : float32{src}
@@ -71,3 +72,12 @@ def test_grouped_mm_into_a_buffer_zeroes_the_rows_past_the_last_group() -> None:
     grouped_mm(a, b, torch.tensor([1, 4], dtype=torch.int32), out)
     assert torch.equal(out[:1], a[:1] @ b[0]) and torch.equal(out[1:4], a[1:4] @ b[1])
     assert torch.equal(out[4:], torch.zeros(2, 3))
+
+
+def test_rows_picked_wrap_negative_indices_as_take_along_dim() -> None:
+    """Unchecked (the fuzzer turns the check off), negative indices wrap around as in
+    ``take_along_dim``: the fast path changes no value, not even a wrong one."""
+    x = torch.randn(2, 5, 3)
+    picks = torch.tensor([[-1, 0, -5], [4, -2, 1]]).unsqueeze(-1)
+    assert _picks_rows(x, picks, 1)
+    assert torch.equal(_rows_along(x, picks, 1), torch.take_along_dim(x, picks, 1))
