@@ -1,6 +1,6 @@
-"""Transformer blocks against the same blocks written by hand with ``torch.distributed``.
+"""Transformer blocks and a MoE layer against the same written by hand with ``torch.distributed``.
 
-Two blocks of ``examples/``, on the same local shards of the same random inputs:
+Three layers of ``examples/``, on the same local shards of the same random inputs:
 
 - ``tensor-parallel`` (examples/tensor_parallel_block.py: Megatron's block, heads and the
   MLP's 4E sharded, 2 Allreduces): ours against the block by hand (``F.layer_norm``,
@@ -17,6 +17,11 @@ Two blocks of ``examples/``, on the same local shards of the same random inputs:
   ``reduce_scatter_single`` waited after chunk ``j + 1``'s matmul, then its bias,
   residual and layernorm) and (d) the same by hand unpipelined (each wait right after
   its post).
+- ``moe`` (examples/moe_layer.py: the expert-parallel MoE layer, tokens dispatched by
+  run-time counts): ours against the layer by hand as torchtitan writes it
+  (benchmarks/moe_hand.py: ``dist.all_to_all_single`` of the per-expert counts, then of
+  the tokens with the split sizes on the host, a matmul per local expert, and back), both
+  checked against ``moe_layer.reference`` first (``--moe-dtypes`` adds bfloat16).
 
 The method is benchmarks/overlap.py's, whose ``compare`` this uses: every version's
 output is checked against ours (and ours against the single-device torch reference)
@@ -53,6 +58,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import moe_hand  # noqa: E402  (benchmarks/moe_hand.py: the MoE layer by hand, its row)
 import overlap  # noqa: E402  (benchmarks/overlap.py: compare, the method)
 import sequence_parallel_block as sp  # noqa: E402
 import tensor_parallel_block as tp  # noqa: E402
@@ -66,7 +72,8 @@ SIZES = {
     "medium": ((512, 256), (512, 256)),
     "large": ((1024, 512), (1024, 512)),
 }
-DEFAULT_RUNS = {"small": 200, "medium": 60, "large": 30}
+DEFAULT_RUNS = {"small": 200, "medium": 60, "large": 30}  # the MoE's: moe_hand.RUNS
+BLOCKS = ("tensor-parallel", "sequence-parallel", "moe")
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}  # f32 sums over up to 4E terms in another order
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -296,7 +303,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="small,medium,large", help="comma-separated")
     parser.add_argument(
-        "--blocks", default="tensor-parallel,sequence-parallel", help="comma-separated"
+        "--blocks", default="tensor-parallel,sequence-parallel,moe", help="comma-separated"
+    )
+    parser.add_argument(
+        "--moe-dtypes", default="float32", help="comma-separated: float32,bfloat16 (MoE only)"
     )
     parser.add_argument(
         "--runs", type=int, default=None, help="timed runs per size (default: 200, 60, 30)"
@@ -317,7 +327,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sizes = [s for s in args.sizes.split(",") if s]
     args.blocks = [b for b in args.blocks.split(",") if b]
-    for name, known in (("size", SIZES), ("block", ("tensor-parallel", "sequence-parallel"))):
+    args.moe_dtypes = [getattr(torch, t) for t in args.moe_dtypes.split(",") if t]
+    for name, known in (("size", SIZES), ("block", BLOCKS)):
         for value in getattr(args, name + "s"):
             if value not in known:
                 parser.error(f"unknown {name} {value!r}; known: {', '.join(known)}")
@@ -338,14 +349,16 @@ def main(argv: list[str]) -> int:
     communicator = hostir.default_communicator()  # joins the gloo group
     rank, d = communicator.rank, communicator.world_size
     load = os.getloadavg()
-    tp_rows, sp_rows = [], []
+    tp_rows, sp_rows, moe_rows = [], [], []
     for size in args.sizes:
         if "tensor-parallel" in args.blocks:
             tp_rows.append(measure_tensor_parallel(size, args, rank, d))
         if "sequence-parallel" in args.blocks:
             sp_rows.append(measure_sequence_parallel(size, args, rank, d))
+        if "moe" in args.blocks:
+            moe_rows += [moe_hand.measure_moe(size, args, rank, d, t) for t in args.moe_dtypes]
     if rank == 0:
-        print(tables(tp_rows, sp_rows))
+        print("\n\n".join(filter(None, [tables(tp_rows, sp_rows), moe_hand.moe_table(moe_rows)])))
         print()
         print(f"command: {overlap.reproducing_command(argv, d)}")
         print(

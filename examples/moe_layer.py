@@ -85,19 +85,27 @@ def _rows(fd: FusionDefinition, tv, index):
 
 
 def define(
-    d: int, dtype: torch.dtype = torch.float32, k: int = TOP_K, experts: int = EXPERTS
+    d: int,
+    dtype: torch.dtype = torch.float32,
+    k: int = TOP_K,
+    experts: int = EXPERTS,
+    *,
+    tokens: int = TOKENS,
+    hidden: int = HIDDEN,
+    ffn: int = FFN,
 ) -> tuple[FusionDefinition, list]:
     """The layer for ``d`` devices in ``dtype`` (float32 or bfloat16; the router in Float),
-    each token routed to ``k`` of ``experts``; returns the fusion and its inputs ``x [D, t,
-    H]``, ``router [E, H]``, ``w1 [D, L, H, F]``, ``w2 [D, L, F, H]``. Outputs: the layer's
-    ``[D, t, H]``, then the rows each device received ``[D, r, H]`` (the dispatch)."""
+    each of a device's ``tokens`` routed to ``k`` of ``experts`` (MLPs ``hidden -> ffn ->
+    hidden``); returns the fusion and its inputs ``x [D, t, H]``, ``router [E, H]``, ``w1
+    [D, L, H, F]``, ``w2 [D, L, F, H]``. Outputs: the layer's ``[D, t, H]``, then the rows
+    each device received ``[D, r, H]`` (the dispatch)."""
     dt, per = DataType.from_torch(dtype), slots(d, experts)
-    tk = TOKENS * k
+    tk = tokens * k
     with FusionDefinition() as fd:
-        x = fd.define_tensor([d, TOKENS, HIDDEN], dtype=dt)
-        router = fd.define_tensor([experts, HIDDEN], dtype=DataType.Float)
-        w1 = fd.define_tensor([d, per, HIDDEN, FFN], dtype=dt)
-        w2 = fd.define_tensor([d, per, FFN, HIDDEN], dtype=dt)
+        x = fd.define_tensor([d, tokens, hidden], dtype=dt)
+        router = fd.define_tensor([experts, hidden], dtype=DataType.Float)
+        w1 = fd.define_tensor([d, per, hidden, ffn], dtype=dt)
+        w2 = fd.define_tensor([d, per, ffn, hidden], dtype=dt)
         # 1. route
         logits = fd.ops.linear(_cast(fd, x, DataType.Float), router)
         weights, chosen = fd.ops.topk(_softmax(fd, logits, 2), k, dim=2, sorted=True)
@@ -119,15 +127,15 @@ def define(
         local = fd.ops.sub(ids, fd.ops.mul(fd.ops.div(ids, per), per))
         grouping = fd.ops.argsort(local, dim=1, stable=True)
         ends = fd.ops.cast(fd.ops.cumsum(_count(fd, local, per), 1), DataType.Int32)
-        hidden = fd.ops.grouped_mm(_rows(fd, received, grouping), w1, ends)
-        hidden = _cast(fd, fd.ops.gelu(_cast(fd, hidden, DataType.Float)), dt)
-        y = fd.ops.grouped_mm(hidden, w2, ends)
+        inner = fd.ops.grouped_mm(_rows(fd, received, grouping), w1, ends)
+        inner = _cast(fd, fd.ops.gelu(_cast(fd, inner, DataType.Float)), dt)
+        y = fd.ops.grouped_mm(inner, w2, ends)
         # 5. combine
         y = _rows(fd, y, fd.ops.argsort(grouping, dim=1))  # arrival order
         y = fd.ops.ragged_all_to_all(y, counts, transpose=True, extent=tk)
         y = _rows(fd, y, fd.ops.argsort(order, dim=1))  # (token, choice) order
-        y = fd.ops.reshape(_cast(fd, y, DataType.Float), [d, TOKENS, k, HIDDEN])
-        scale = fd.ops.broadcast_in_dim(weights, [d, TOKENS, k, HIDDEN], [0, 1, 2])
+        y = fd.ops.reshape(_cast(fd, y, DataType.Float), [d, tokens, k, hidden])
+        scale = fd.ops.broadcast_in_dim(weights, [d, tokens, k, hidden], [0, 1, 2])
         out = _cast(fd, fd.ops.sum(fd.ops.mul(y, scale), dims=[2]), dt)
         fd.add_output(out)
         fd.add_output(received)
@@ -147,22 +155,30 @@ def fusion(world_size: int = 4) -> FusionDefinition:
 
 
 def make_inputs(
-    d: int, seed: int, dtype: torch.dtype = torch.float32, experts: int = EXPERTS
+    d: int,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    experts: int = EXPERTS,
+    *,
+    tokens: int = TOKENS,
+    hidden: int = HIDDEN,
+    ffn: int = FFN,
 ) -> list[torch.Tensor]:
-    """The global inputs for ``d`` devices, the same on every rank for one ``seed``; the
-    padding experts' weights are zeros (no token reaches them). Every fourth seed skews the
-    router toward expert 0 (most tokens pick it first: one device receives most rows)."""
+    """The global inputs for ``d`` devices (sizes as :func:`define`'s), the same on every
+    rank for one ``seed``; the padding experts' weights are zeros (no token reaches them).
+    Every fourth seed skews the router toward expert 0 (most tokens pick it first: one
+    device receives most rows)."""
     generator = torch.Generator().manual_seed(seed)
     per = slots(d, experts)
-    x = torch.randn(d, TOKENS, HIDDEN, generator=generator).to(dtype)
-    router = torch.randn(experts, HIDDEN, generator=generator)
+    x = torch.randn(d, tokens, hidden, generator=generator).to(dtype)
+    router = torch.randn(experts, hidden, generator=generator)
     if seed % 4 == 3:
         router[0] = x.float().mean((0, 1)) * 20
-    w1 = torch.zeros(d * per, HIDDEN, FFN)
-    w2 = torch.zeros(d * per, FFN, HIDDEN)
-    w1[:experts] = torch.randn(experts, HIDDEN, FFN, generator=generator) / HIDDEN**0.5
-    w2[:experts] = torch.randn(experts, FFN, HIDDEN, generator=generator) / FFN**0.5
-    w1, w2 = w1.reshape(d, per, HIDDEN, FFN), w2.reshape(d, per, FFN, HIDDEN)
+    w1 = torch.zeros(d * per, hidden, ffn)
+    w2 = torch.zeros(d * per, ffn, hidden)
+    w1[:experts] = torch.randn(experts, hidden, ffn, generator=generator) / hidden**0.5
+    w2[:experts] = torch.randn(experts, ffn, hidden, generator=generator) / ffn**0.5
+    w1, w2 = w1.reshape(d, per, hidden, ffn), w2.reshape(d, per, ffn, hidden)
     return [x, router, w1.to(dtype), w2.to(dtype)]
 
 
@@ -174,7 +190,7 @@ def reference(
     in the order the layer sends them (by source device, then by (token, choice)), so the
     products are bitwise those of the layer."""
     x, router, w1, w2 = inputs
-    d, per = x.shape[0], w1.shape[1]
+    (d, tokens, hidden), per = x.shape, w1.shape[1]
     dtype = x.dtype
     logits = torch.nn.functional.linear(x.float(), router)
     # softmax as the layer writes it (max, exp, sum, div): torch.softmax's fused kernel
@@ -190,16 +206,16 @@ def reference(
     for p in range(d):
         for i, e in enumerate(experts_sorted[p]):
             picks[e].append((p, i))
-    outputs = torch.zeros(d, TOKENS * k, HIDDEN, dtype=dtype)
+    outputs = torch.zeros(d, tokens * k, hidden, dtype=dtype)
     for e, chosen_rows in enumerate(picks):
         if not chosen_rows:
             continue
         rows = torch.stack([x[p, tokens_sorted[p][i]] for p, i in chosen_rows])
-        hidden = (rows @ w1[e // per, e % per]).float()
-        y = torch.nn.functional.gelu(hidden).to(dtype) @ w2[e // per, e % per]
+        inner = (rows @ w1[e // per, e % per]).float()
+        y = torch.nn.functional.gelu(inner).to(dtype) @ w2[e // per, e % per]
         for (p, i), row in zip(chosen_rows, y, strict=True):
             outputs[p, order[p, i]] = row
-    out = (outputs.float().reshape(d, TOKENS, k, HIDDEN) * weights[..., None]).sum(2)
+    out = (outputs.float().reshape(d, tokens, k, hidden) * weights[..., None]).sum(2)
     dispatched = []
     for q in range(d):  # arrival order: by source device, then its sorted rows
         mine = [
@@ -208,7 +224,7 @@ def reference(
             for i, e in enumerate(experts_sorted[p])
             if e // per == q
         ]
-        dispatched.append(torch.stack(mine) if mine else x.new_zeros(0, HIDDEN))
+        dispatched.append(torch.stack(mine) if mine else x.new_zeros(0, hidden))
     return out.to(dtype), dispatched
 
 

@@ -10,6 +10,7 @@ both of its results from one ``torch.topk``.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
@@ -52,9 +53,38 @@ def prepare_gather(instruction: GatherAlong) -> TorchCall:
         index = index.to(torch.int64)
         if gather:
             return torch.gather(src, dim, index)
+        if _picks_rows(src, index, dim):
+            return _rows_along(src, index, dim)
         return torch.take_along_dim(src, index, dim)
 
     return gather_along
+
+
+def _picks_rows(src: torch.Tensor, index: torch.Tensor, dim: int) -> bool:
+    """Whether ``take_along_dim(src, index, dim)`` picks whole rows: ``index`` matches
+    ``src`` before ``dim`` and has extent 1 after it (broadcast), ``src`` contiguous."""
+    return (
+        index.dim() == src.dim()
+        and index.shape[:dim] == src.shape[:dim]
+        and all(extent == 1 for extent in index.shape[dim + 1 :])
+        and src.is_contiguous()
+    )
+
+
+def _rows_along(src: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:
+    """``take_along_dim`` of whole rows as one ``index_select`` of ``src`` flattened up to
+    ``dim``: the same values. ``take_along_dim`` expands the index to the result's shape,
+    then wraps it (``remainder``) and gathers element by element; picking a MoE layer's
+    token rows so took 2.5x the time of ``index_select``."""
+    lead, extent, rest = src.shape[:dim], src.shape[dim], src.shape[dim + 1 :]
+    batches, picks = math.prod(lead), index.shape[dim]
+    flat = index.reshape(batches, picks)
+    if extent:  # wrapped as take_along_dim wraps it (only reachable with the check off)
+        flat = flat.remainder(extent)
+    if batches > 1:  # batch b's rows start at b * extent in the flattened src
+        flat = flat + torch.arange(batches, device=index.device).unsqueeze(1) * extent
+    rows = src.reshape(batches * extent, *rest).index_select(0, flat.reshape(-1))
+    return rows.reshape(*lead, picks, *rest)
 
 
 @implements("cumsum", fresh=True)
