@@ -13,8 +13,8 @@ router never picks). Per device, in order:
    for one device are consecutive, device by device;
 3. **count** the rows bound for each device (``[D, D]``, row p device p's) and **dispatch**:
    ``ragged_all_to_all`` sends each device its rows and, by the same counts, their expert
-   ids: device q receives ``r`` rows, a run-time extent (lowering all-gathers the counts,
-   reads them to the host once, and emits two ``RaggedAllToAll``);
+   ids: device q receives ``r`` rows, a run-time extent (lowering gathers the counts with
+   one Allgather, reads them to the host once, and emits two ``RaggedAllToAll``);
 4. **experts**: the received rows sorted by local expert, its group ends counted, and a
    ``gelu`` MLP as two batched ``grouped_mm`` on the device's own experts (no gather);
 5. **combine**: rows put back in arrival order, sent back by the transposed counts, put

@@ -72,6 +72,8 @@ def _team(out: TensorValue) -> Team:
         where = "on no mesh" if sharding is None else f"split over {len(axes)} mesh axes"
         raise LoweringError(
             f"ragged_all_to_all defining {out.name}: its dim 0 is {where}; expected dim 0"
-            " (one member's rows per device) split over the one axis of a 1-d mesh"
+            " (one member's rows per device) split over the one axis of a 1-d mesh: schedule"
+            " its src so (outer_split(0, D), parallelize on mesh_x), or compute src from a"
+            " tensor that is"
         )
     return Team(mesh=sharding.mesh, axes=(axes[0],))

@@ -10,7 +10,7 @@ import argparse
 from hostir.check.extent_checks import ExtentChecks
 from hostir.errors import SettingError
 from hostir.ir.container import HostIrContainer
-from hostir.ir.program_info import program_meshes
+from hostir.ir.program_info import program_meshes, run_time_symbols
 from hostir.ir.scalars import RANK, symbols_of
 from hostir.ir.values import TensorValue
 from hostir.run.agreements import extent_scalars
@@ -54,8 +54,9 @@ def world_size_option(value: int | None) -> int | None:
 
 
 def program_symbols(program: HostIrContainer) -> set[str]:
-    """What ``--bind`` may name: the symbolic extents of the program's tensor inputs, and
-    its scalar inputs that extents read (``s0`` in ``full([s0, 4])``)."""
+    """What ``--bind`` may name: the symbolic extents of the program's tensor inputs, its
+    scalar inputs that extents read (``s0`` in ``full([s0, 4])``) and its run-time extents
+    (``r0``, the rows a RaggedAllToAll receives: docs/run_time_extents.md)."""
     tensors = {
         name
         for value in program.inputs
@@ -63,7 +64,7 @@ def program_symbols(program: HostIrContainer) -> set[str]:
         for extent in value.shape
         for name in symbols_of(extent)
     }
-    return tensors | {name for _, name in extent_scalars(program)}
+    return tensors | {name for _, name in extent_scalars(program)} | run_time_symbols(program)
 
 
 def parse_bindings(items: list[str], program: HostIrContainer) -> dict[str, int]:

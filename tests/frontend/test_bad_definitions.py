@@ -87,6 +87,7 @@ def use_foreign(fd: FusionDefinition, x: TensorView, op: str, a: TensorView, s: 
         "scatter_add": lambda: fd.ops.scatter_add(a, x, x, 0),
         "index_add": lambda: fd.ops.index_add(a, x, x),
         "bincount": lambda: fd.ops.bincount(a, 4),
+        "ragged_all_to_all": lambda: fd.ops.ragged_all_to_all(a, x),
         "topk": lambda: fd.ops.topk(a, 2),
         "sdpfa_fwd": lambda: fd.ops.sdpfa_fwd(a, x, x),
         "sdpfa_bwd": lambda: fd.ops.sdpfa_bwd(a, x, x, x, x, x, 0.0, False, x, x, None),
@@ -119,6 +120,7 @@ def test_an_operand_of_another_definition_is_refused(op: str) -> None:
     role |= {"full": "fill_value", "iota": "start", "uniform": "minval", "normal": "std"}
     role |= {"sdpfa_fwd": "query", "sdpfa_bwd": "grad_output", "grouped_mm": "mat1"}
     role["embedding_fwd"] = "input"
+    role["ragged_all_to_all"] = "src"
     role.update(cat="tensors\\[0\\]")  # an ``arg`` parameter is named "operand"
     if op in POINTWISE_OPS and op not in role and POINTWISE_OPS[op].arity > 1:
         role[op] = POINTWISE_OPS[op].params[0]  # the foreign tensor is the first operand

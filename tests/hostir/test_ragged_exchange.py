@@ -151,3 +151,14 @@ def test_a_bad_count_is_named_on_every_rank(multidevice_test, bad):
     received, back = evaluator.run([mine, counts])
     assert torch.equal(back, mine * 2)
     assert received.shape[0] == (d * ROWS if rank == 0 else 0)
+
+
+def test_hostir_traffic_takes_a_binding_of_the_run_time_extent():
+    """``hostir traffic --bind n0=8``: the run-time extent is a name it may bind."""
+    from hostir.cli.arguments import parse_bindings
+    from hostir.errors import SettingError
+
+    program = parse(program_text(4))
+    assert parse_bindings(["i0=32", "n0=8"], program) == {"i0": 32, "n0": 8}
+    with pytest.raises(SettingError, match="n9 is not a symbolic extent"):
+        parse_bindings(["n9=8"], program)

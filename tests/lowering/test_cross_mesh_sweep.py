@@ -115,7 +115,9 @@ def _check_numbers(multidevice_test, cases: list) -> None:
         shape = (parts, *SHAPE) if src.partial else SHAPE
         values = torch.randint(-8, 8, shape, generator=generator).to(torch.float32)
         full = values.sum(0) if src.partial else values
-        local = shard_tensor(values, fd.host_ir().inputs[0], rank)
+        # The input's own schedule: fd.host_ir() before execute would lower twice.
+        (source,) = fd.fusion.inputs()
+        local = shard_tensor(values, source, rank)
         (out,) = fd.execute([None if local is None else local.to(multidevice_test.device)])
         expected = shard_tensor(full, fd.host_ir().outputs[0], rank)
         if expected is None:

@@ -340,7 +340,9 @@ print(fd.host_ir())
 def test_the_program_does_not_depend_on_string_hashes():
     """A stream loop allocated its buffers in the order of a set of names, which depends
     on each process's string hashes: ranks lowered different programs and refused to run
-    (the program digest check; seed 100 at 8 ranks)."""
+    (the program digest check; seed 100 at 8 ranks). Two interpreters, not four (each
+    imports torch): with the set's order back, hash seeds 0 and 1 allocate T2, T1, T3 and
+    T3, T1, T2 (0 to 5 give four orders; checked on Python 3.11)."""
     env = child_environment()
     runs = [
         subprocess.Popen(
@@ -349,7 +351,7 @@ def test_the_program_does_not_depend_on_string_hashes():
             stdout=subprocess.PIPE,
             text=True,
         )
-        for seed in range(4)
+        for seed in range(2)
     ]
     texts = [run.communicate(timeout=120)[0] for run in runs]
     assert texts[0].count("  allocate ") == 3

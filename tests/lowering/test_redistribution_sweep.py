@@ -5,10 +5,13 @@ received; run against the single-device reference on 4, 6 and 8 ranks (on 2x2x2 
 covering every source and target; see its test). Whatever the planner picks (fused
 collectives, permutations, AllToAll, AllToAllV in rounds, local slices, building in the
 output), the numbers must be right; the race checker and
-the text round trip run on every program (tests/conftest.py)."""
+the text round trip run on every program (tests/conftest.py). Each program is lowered once,
+in the pytest process, and run by the evaluator on every rank (``_lowered``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -21,6 +24,8 @@ from hostir import DType, Mesh, TensorValue
 from hostir.analysis.traffic import count_traffic
 from hostir.ir.container import HostIrContainer
 from hostir.ir.scalars import Const
+from hostir.run.evaluator import HostIrEvaluator
+from hostir.run.self_checks import SelfChecks
 from lowering.emit_resharding import emit_resharding
 from lowering.redistribution.distribution import parse_notation
 from lowering.redistribution.exchange_cost import (
@@ -32,29 +37,66 @@ from lowering.redistribution.plan_memory import memory_bound, peak_temporaries
 from lowering.redistribution.plan_resharding import plan_resharding
 from tests.redistribution_programs import fusion_for, reference_local
 
-SHAPE = (8, 8)
 TARGETS = ["".join(p) for p in itertools.product(["R", "S0", "S1"], repeat=2)]
 SOURCES = ["".join(p) for p in itertools.product(["R", "S0", "S1", "P"], repeat=2)]
 
 
-def _check(
-    multidevice_test, mesh: Mesh, src_text: str, dst_text: str, seed: int, shape=SHAPE
-) -> None:
-    src, dst = parse_notation(src_text, mesh), parse_notation(dst_text, mesh)
-    fd = fusion_for(src, dst, shape)
-    parts = 1
-    for p in src.partial:
-        parts *= mesh.axis_size(p.axis)
-    generator = torch.Generator().manual_seed(seed)
-    values = torch.randint(-8, 8, (parts, *shape) if src.partial else shape, generator=generator)
-    values = values.to(torch.float32)
-    full = values.sum(0) if src.partial else values
-    local = shard_tensor(values, fd.host_ir().inputs[0], multidevice_test.rank)
-    (out,) = fd.execute([local.to(multidevice_test.device)])
-    expected = reference_local(full, dst, multidevice_test.rank)
-    assert torch.equal(out.cpu(), expected), (
-        f"{src_text} -> {dst_text} on {mesh}, rank {multidevice_test.rank}:\n{fd.host_ir()}"
-    )
+def _lowered(name: str, pairs: list[tuple[str, str]]) -> tuple[str, list]:
+    """``(name, [(source text, target text, program), ...])``: each pair's fusion on the
+    mesh ``name`` lowered here, in the pytest process, with its text and JSON round trips
+    checked (tests/conftest.py). Fixtures run here and reach the ranks pickled, so each
+    program is lowered once instead of once on each of the 4 to 8 ranks: lowering and its
+    round-trip check were about half of every rank's CPU, on 2 cores. (Every rank lowering
+    the same program is what every other multi-rank test checks, and the agreement's
+    program digest with it.)"""
+    mesh, shape = _mesh(name), SHAPES[name]
+    lowered = []
+    for src_text, dst_text in pairs:
+        src, dst = parse_notation(src_text, mesh), parse_notation(dst_text, mesh)
+        lowered.append((src_text, dst_text, fusion_for(src, dst, shape).host_ir()))
+    return name, lowered
+
+
+def _check_every(multidevice_test, lowered: tuple[str, list]) -> None:
+    """Runs every program of ``lowered`` on this rank (the race checker, the pipelined and
+    compiled twins as the settings say) against the single-device reference."""
+    name, programs = lowered
+    mesh, shape, rank = _mesh(name), SHAPES[name], multidevice_test.rank
+    checks = dataclasses.replace(SelfChecks.from_settings(), round_trip=False)  # _lowered's
+    for seed, (src_text, dst_text, program) in enumerate(programs):
+        src, dst = parse_notation(src_text, mesh), parse_notation(dst_text, mesh)
+        parts = math.prod(mesh.axis_size(p.axis) for p in src.partial)
+        generator = torch.Generator().manual_seed(seed)
+        values = torch.randint(
+            -8, 8, (parts, *shape) if src.partial else shape, generator=generator
+        )
+        values = values.to(torch.float32)
+        full = values.sum(0) if src.partial else values
+        local = shard_tensor(values, program.inputs[0], rank)
+        evaluator = HostIrEvaluator(program, device=multidevice_test.device, checks=checks)
+        (out,) = evaluator.run([local.to(multidevice_test.device)])
+        expected = reference_local(full, dst, rank)
+        assert torch.equal(out.cpu(), expected), (
+            f"{src_text} -> {dst_text} on {mesh}, rank {rank}:\n{program}"
+        )
+
+
+@pytest.fixture
+def lowered(request) -> tuple[str, list]:
+    """The programs of every pair a pair test runs (``request.param``: the mesh's name)."""
+    return _lowered(request.param, _sweep_pairs(request.param))
+
+
+def _sweep_pairs(name: str) -> list[tuple[str, str]]:
+    """The pairs run on mesh ``name``: every pair, but on 2x2x2 every source with two
+    targets, and every target with four sources or more (128 of the 1728 pairs: at 8
+    ranks on 2 cores each pair costs about 0.1 s, mostly each rank's first-run work; all
+    1728 pass with ``HOSTIR_FULL_SWEEP=1``, about 3 minutes)."""
+    pairs = _pairs(len(MESHES[name]))
+    if name == "2x2x2" and os.environ.get("HOSTIR_FULL_SWEEP") != "1":
+        pairs = [pairs[27 * i + (i * 10 + j * 13) % 27] for i in range(64) for j in range(2)]
+        assert len({d for _, d in pairs}) == 27 and len({s for s, _ in pairs}) == 64
+    return pairs
 
 
 def value(name: str, distribution, shape) -> TensorValue:
@@ -78,15 +120,20 @@ def _mesh(name: str) -> Mesh:
     return Mesh(devices=tuple(range(math.prod(shape))), shape=shape)
 
 
-def _plans(name: str):
+@functools.cache
+def _plans(name: str) -> tuple:
     """(source text, target text, source value, target value, plan) of every pair on the
-    mesh ``name``."""
+    mesh ``name``. Kept for the module's two tests over them: plan_resharding's own cache
+    holds 1024 plans, so a second pass over 2x2x2's 1728 pairs, in the same order, planned
+    every one again (about 4 s)."""
     mesh, shape = _mesh(name), SHAPES[name]
+    plans = []
     for src_text, dst_text in _pairs(len(MESHES[name])):
         src, dst = (
             value(n, parse_notation(t, mesh), shape) for n, t in (("A", src_text), ("B", dst_text))
         )
-        yield src_text, dst_text, src, dst, plan_resharding(src, dst)
+        plans.append((src_text, dst_text, src, dst, plan_resharding(src, dst)))
+    return tuple(plans)
 
 
 @pytest.mark.parametrize("name", MESHES)
@@ -109,34 +156,29 @@ def test_every_plan_keeps_the_bound_and_reaches_the_lower_bound(name):
 
 
 @pytest.mark.world_sizes(4)
-def test_every_pair_on_a_2x2_mesh(multidevice_test):
-    for seed, (src, dst) in enumerate(_pairs(2)):
-        _check(multidevice_test, _mesh("2x2"), src, dst, seed)
+@pytest.mark.parametrize("lowered", ["2x2"], indirect=True)
+def test_every_pair_on_a_2x2_mesh(multidevice_test, lowered):
+    _check_every(multidevice_test, lowered)
 
 
 @pytest.mark.world_sizes(6)
-def test_every_pair_on_a_2x3_mesh(multidevice_test):
-    for seed, (src, dst) in enumerate(_pairs(2)):
-        _check(multidevice_test, _mesh("2x3"), src, dst, seed, shape=(12, 12))
+@pytest.mark.parametrize("lowered", ["2x3"], indirect=True)
+def test_every_pair_on_a_2x3_mesh(multidevice_test, lowered):
+    _check_every(multidevice_test, lowered)
 
 
 @pytest.mark.world_sizes(8)
-def test_every_pair_on_a_2x4_mesh(multidevice_test):
-    for seed, (src, dst) in enumerate(_pairs(2)):
-        _check(multidevice_test, _mesh("2x4"), src, dst, seed)
+@pytest.mark.parametrize("lowered", ["2x4"], indirect=True)
+def test_every_pair_on_a_2x4_mesh(multidevice_test, lowered):
+    _check_every(multidevice_test, lowered)
 
 
 @pytest.mark.world_sizes(8)
-def test_pairs_on_a_2x2x2_mesh(multidevice_test):
-    """Every source with two targets, and every target with four sources or more (128 of
-    the 1728 pairs: at 8 ranks on 2 cores each pair costs about 0.1 s, mostly each rank's
-    first-run work; all 1728 pass with ``HOSTIR_FULL_SWEEP=1``, about 3 minutes)."""
-    pairs = _pairs(3)
-    if os.environ.get("HOSTIR_FULL_SWEEP") != "1":
-        pairs = [pairs[27 * i + (i * 10 + j * 13) % 27] for i in range(64) for j in range(2)]
-    assert len({d for _, d in pairs}) == 27 and len({s for s, _ in pairs}) == 64
-    for seed, (src, dst) in enumerate(pairs):
-        _check(multidevice_test, _mesh("2x2x2"), src, dst, seed)
+@pytest.mark.parametrize("lowered", ["2x2x2"], indirect=True)
+def test_pairs_on_a_2x2x2_mesh(multidevice_test, lowered):
+    """Every source with two targets, and every target with four sources or more
+    (``_sweep_pairs``)."""
+    _check_every(multidevice_test, lowered)
 
 
 @pytest.mark.parametrize("name", MESHES)
