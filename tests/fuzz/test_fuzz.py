@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from frontend import DefinitionError, OperandError, ScheduleError
-from hostir import HostIrError, IndexDataError
+from hostir import HostIrError, IndexDataError, RunTimeExtentError
+from hostir.check import extent_checks
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
-from hostir.run import indexing
+from hostir.run import indexing, ragged_exchange
 from tests.fuzz.case import Case, load, make_inputs, render, shrink_candidates
 from tests.fuzz.generate import generate
 from tests.fuzz.run import (
@@ -159,6 +160,24 @@ NEW_OP_SEEDS = {
 # runs with the op reading or writing a sharded tensor (3011's scatter in a stream loop,
 # 3107's bincount of a sharded input: partial counts and an Allreduce).
 MOE_SEEDS = {3942: "scatter_add", 3011: "scatter", 3065: "index_add", 3107: "bincount"}
+# Issue 35's extents, at 4 ranks: SCALAR_SEEDS run a case whose op takes its shape from a
+# scalar input (tests/fuzz/scalar_extents.py); EXCHANGE_SEEDS an exchange case
+# (tests/fuzz/exchange.py): counts as an input split over the mesh (3060, 3053 permuted) or
+# whole (3004), or computed from destination ids (3012 and 3150 with rows sorted by them),
+# a second tensor by the same counts (3012, 3014, 3150), sums over the rows and the width
+# (3014), the way back. BAD_EXTENT_SEEDS pass values the program cannot run with, refused
+# by name on every rank (the message's start).
+SCALAR_SEEDS = {3141: "broadcast_in_dim", 3252: "full", 3933: "iota", 3683: "reshape_grid"}
+EXCHANGE_SEEDS = (3004, 3012, 3014, 3053, 3060, 3150)
+BAD_EXTENT_SEEDS = {
+    4077: "BoundRequirementError: reshape of T4 to [s0, s1]: the new shape holds s0 * s1 = 68",
+    3293: "BoundRequirementError: mul: dim 0 of T3 (s0 = 5) is larger than the extent 4",
+    3540: "ExtentError: T8 dim 0: extent s0 = -2 is not a whole number >= 0",
+    3109: "RunTimeExtentError: RaggedAllToAll defining T2 on rank 0: counts H0 has member 3"
+    " send 7 rows in all ([0, 1, 5, 1]), but T0 holds 6 rows on each member",
+    3118: "RunTimeExtentError: RaggedAllToAll defining T2 on rank 0: counts H0 says member 2"
+    " sends -1 rows to member 3; expected a count >= 0",
+}
 # BAD_INDEX_SEED draws bad index data (new_ops.draw_bad_index): a take_along_axis index
 # sharded over 4 devices, every element -2, which torch's take_along_dim wrapped around;
 # every rank must refuse it by name (seeds 10 and 53 here, and five 8-rank seeds, draw some too).
@@ -167,7 +186,8 @@ BAD_INDEX_SEED = 180
 # wrong (up to 3e+11 where 0 was expected) until gelu computed and copied.
 GELU_CHUNK_SEED = 7900674
 SUITE_CASES = {
-    4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED],
+    4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED]
+    + [*SCALAR_SEEDS, *EXCHANGE_SEEDS, *BAD_EXTENT_SEEDS],
     8: [*range(1000, 1058), 90134, 90313],
 }
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
@@ -201,7 +221,7 @@ def test_fixed_seed_fuzz_run(multidevice_test):
     extents = [o for o in outcomes if o.status == REFUSED and o.message.startswith("ExtentError")]
     assert extents, f"no case refused by the extent checks\n{refusal_report(outcomes)}"
     if size == 4:
-        pinned = {**NEW_OP_SEEDS, **MOE_SEEDS}
+        pinned = {**NEW_OP_SEEDS, **MOE_SEEDS, **SCALAR_SEEDS, **dict.fromkeys(EXCHANGE_SEEDS)}
         refused = [o.seed for o in outcomes if o.seed in pinned and o.status != OK]
         assert not refused, f"pinned op seeds refused: {refused}\n{refusal_report(outcomes)}"
         (bad,) = [o for o in outcomes if o.seed == BAD_INDEX_SEED]
@@ -211,6 +231,9 @@ def test_fixed_seed_fuzz_run(multidevice_test):
         assert "(this rank's shard) holds -2 at [0, 0], out of range: expected 0 <= index < 8" in (
             bad.message
         )
+        for o in outcomes:
+            if o.seed in BAD_EXTENT_SEEDS:
+                assert o.status == REFUSED and o.message.startswith(BAD_EXTENT_SEEDS[o.seed]), o
 
 
 def test_new_op_seeds_shard_their_ops():
@@ -315,3 +338,92 @@ def test_bad_index_data_must_be_refused_by_name(monkeypatch):
     may = [c for c in cases if any(s.high for s in c.inputs) and "ragged" not in c.features]
     drawn = [c for c in may if "bad_index" in c.features]
     assert 0.2 * len(may) <= len(drawn) <= 0.6 * len(may), (len(drawn), len(may))
+
+
+def test_extent_seeds_draw_their_features_and_exchange_rows():
+    """Each seed of SCALAR_SEEDS draws its op at 4 ranks (all but the reshape's reading or
+    writing a tensor split over a mesh axis of more than one device), each of
+    EXCHANGE_SEEDS an exchange whose program reads the counts to the host once (after the
+    Allgather that gives every member the matrix, where a device holds its row only) and
+    sends rows by RaggedAllToAll: out, a second tensor, back. The pinned seeds of the
+    earlier issues draw neither (their cases are the ones they were)."""
+    for seed, op in SCALAR_SEEDS.items():
+        case = generate(seed, 4)
+        assert f"scalar:{op}" in case.features and "bad_scalar" not in case.features, seed
+        fd, _ = load(case)["define"]()
+        found = [i for i in walk_instructions(fd.host_ir().body) if keyword(i) == _KEYWORDS[op]]
+        tensors = [getattr(i, f) for i in found for f in (*i.OUTS, *i.INS)]
+        assert found and (op == "reshape_grid" or any(map(_split, tensors))), (seed, op)
+    drawn = set()
+    for seed in EXCHANGE_SEEDS:
+        case = generate(seed, 4)
+        drawn |= set(case.features)
+        text = str(load(case)["define"]()[0].host_ir())
+        sends = 1 + ("exchange_second" in case.features) + ("exchange_back" in case.features)
+        assert text.count("= RaggedAllToAll(") == sends, (seed, text)
+        assert text.count("transpose=true") == ("exchange_back" in case.features), seed
+        assert text.count("= to_host(") == 1, (seed, text)
+        gathered = "counts_input_whole" not in case.features
+        assert (text.count("= Allgather(") == 1) == gathered, (seed, text)
+    for feature in ("counts_input_split", "counts_input_whole", "counts_computed", "permuted"):
+        assert feature in drawn, feature
+    for feature in ("sorted_by_destination", "exchange_second", "exchange:sum_rows"):
+        assert feature in drawn, feature
+    for seed in BAD_EXTENT_SEEDS:
+        assert {"bad_scalar", "bad_counts"} & set(generate(seed, 4).features), seed
+    pinned = [*NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED, 257]
+    assert not [s for s in pinned if {"exchange", "scalar_extent"} & set(generate(s, 4).features)]
+
+
+_KEYWORDS = {"reshape_grid": "reshape", "full": "full", "iota": "iota"}
+_KEYWORDS["broadcast_in_dim"] = "broadcast_in_dim"
+
+
+def _split(tensor) -> bool:
+    """Whether ``tensor`` is split over a mesh axis of more than one device."""
+    sharding = getattr(tensor, "sharding", None)
+    return sharding is not None and any(
+        part.axis is not None and sharding.mesh.axis_size(part.axis) > 1
+        for dim in sharding.dims
+        for part in dim
+    )
+
+
+def test_bad_extents_must_be_refused_by_name(monkeypatch):
+    """At one rank: a negative scalar extent (seed 42) and counts whose row does not add up
+    to the rows sent (seed 226) are refused by name; with the checks off they run into
+    torch (a crash) or a wrong result, never a refusal. An ExtentError for values drawn
+    valid is a crash."""
+    scalar, counts = generate(42, 1), generate(226, 1)
+    assert "bad_scalar" in scalar.features and "bad_counts" in counts.features
+    assert run_on_rank(scalar, 0)[0].message.startswith("ExtentError: T8 dim 1: extent s0 = -1")
+    assert run_on_rank(counts, 0)[0].message.startswith(
+        "RunTimeExtentError: RaggedAllToAll defining T5 on rank 0: counts H0 has member 0 send 9"
+    )
+    good = generate(13, 1)
+    assert "exchange" in good.features and run_on_rank(good, 0)[0].status == OK
+    assert _refusal(RunTimeExtentError("counts H0 ..."), good).status == CRASH
+    assert _refusal(RunTimeExtentError("counts H0 ..."), counts).status == REFUSED
+    monkeypatch.setattr(extent_checks.ExtentChecks, "check", lambda *arguments: None)
+    monkeypatch.setattr(ragged_exchange, "_check_counts", lambda *arguments: None)
+    assert run_on_rank(scalar, 0)[0].status in (WRONG, CRASH)
+    assert run_on_rank(counts, 0)[0].status in (WRONG, CRASH)
+
+
+def test_received_rows_compare_with_their_members_piece():
+    """An exchange case's received rows (a list of pieces in the reference) are compared
+    with this rank's member's piece: a nudged element or a row fewer is wrong."""
+    case = generate(39, 1)
+    namespace = load(case)
+    fd, _ = namespace["define"]()
+    full = make_inputs(case)
+    expected = namespace["reference"](*full)
+    outputs = fd.execute(full)
+    ragged = [i for i, ref in enumerate(expected) if isinstance(ref, list)]
+    assert ragged and compare_outputs(case, fd, outputs, expected, 0).status == OK
+    nudged = [t.clone() for t in outputs]
+    nudged[ragged[0]].view(-1)[0] += 1.0
+    assert compare_outputs(case, fd, nudged, expected, 0).status == WRONG
+    cut = list(outputs)
+    cut[ragged[0]] = outputs[ragged[0]][:, :-1]
+    assert compare_outputs(case, fd, cut, expected, 0).status == WRONG
