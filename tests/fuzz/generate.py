@@ -28,6 +28,13 @@ About one case in five (``moe_ops.MOE_SHARE``, again from a stream of its own) g
 of issue 35's MoE ops after its chain: ``scatter``, ``scatter_add``, ``index_add`` or
 ``bincount``, with index inputs drawn in range (``tests/fuzz/moe_ops.py``).
 
+Issue 35's extents, each from a stream of its own: three in ten of the cases that are not
+ragged and draw none of the ops above (about one case in sixteen) get an op whose shape
+reads Int scalar inputs (``reshape``, ``full``, ``broadcast_in_dim``, ``iota``; sometimes
+a value it cannot run with, refused by name: ``tests/fuzz/scalar_extents.py``), and about
+one case in ten is an *exchange* case instead: rows sent by ``ragged_all_to_all`` over
+run-time counts and back (``tests/fuzz/exchange.py``).
+
 About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
 as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
 its dims are symbolic, and its schedule may split a symbolic dim by mesh axes and stream

@@ -1,9 +1,10 @@
 """The fuzzer's scalar inputs as extents (issue 35; docs/frontend_api.md, "Scalar inputs as
 extents"): Int scalar inputs that size a tensor, bound when the fusion executes.
 
-About one case in five that is not ragged and has none of issue 25's or 35's other ops
-(:data:`SCALAR_SHARE`, decided by a random stream of its own, ``hostir-fuzz-scalar``)
-gets one op after its chain whose shape reads scalar inputs ``s0`` (``s1``):
+Three in ten of the cases that are not ragged and have none of issue 25's or 35's other
+ops (:data:`SCALAR_SHARE`, decided by a random stream of its own, ``hostir-fuzz-scalar``;
+about one case in sixteen) get one op after its chain whose shape reads scalar inputs
+``s0`` (``s1``):
 
 - ``reshape(t, [s0, -1])`` or ``reshape(t, [s0, s1])`` of a pool tensor;
 - ``add(full([s0, n], v), t)`` of a pool tensor ``t [n]``, or ``t [e0, n]`` (``s0`` tied
