@@ -21,6 +21,8 @@ from tests.fuzz.run import (
     REFUSED,
     WRONG,
     RankResult,
+    _identical,
+    _mismatch,
     _refusal,
     combine,
     compare_outputs,
@@ -185,8 +187,12 @@ BAD_INDEX_SEED = 180
 # GELU_CHUNK_SEED: a stream-split gelu writing strided chunks, which torch's gelu(out=) got
 # wrong (up to 3e+11 where 0 was expected) until gelu computed and copied.
 GELU_CHUNK_SEED = 7900674
+# OVERFLOW_SEED: a prod overflows, exp(inf) and a sharded linear of infinities gives inf or
+# NaN by the order of its sum; the comparison judged it wrong (test_overflows_compare_alike).
+OVERFLOW_SEED = 8500850
 SUITE_CASES = {
     4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED]
+    + [OVERFLOW_SEED]
     + [*SCALAR_SEEDS, *EXCHANGE_SEEDS, *BAD_EXTENT_SEEDS],
     8: [*range(1000, 1058), 90134, 90313],
 }
@@ -427,3 +433,17 @@ def test_received_rows_compare_with_their_members_piece():
     cut = list(outputs)
     cut[ragged[0]] = outputs[ragged[0]][:, :-1]
     assert compare_outputs(case, fd, cut, expected, 0).status == WRONG
+
+
+def test_overflows_compare_alike():
+    """Fuzz seed 8500850 at 4 ranks: where the reference overflowed, any non-finite value
+    matches (``inf * x + inf * y`` is inf or NaN by the order of the sum, which sharding
+    changes) and a NaN matches a NaN; a finite value where the reference is not, or a NaN
+    where it is finite, still differs."""
+    case = generate(OVERFLOW_SEED, 4)
+    inf, nan = float("inf"), float("nan")
+    piece = torch.tensor([inf, inf, nan, 1.0])
+    assert _mismatch(case, torch.tensor([inf, nan, nan, 1.0]), piece, piece) is None
+    for out in ([1.0, inf, nan, 1.0], [inf, inf, nan, nan], [inf, inf, nan, inf]):
+        assert _mismatch(case, torch.tensor(out), piece, piece).startswith("values differ")
+    assert _identical(piece, piece.clone()) and not _identical(piece, piece.nan_to_num())
