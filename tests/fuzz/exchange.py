@@ -30,6 +30,7 @@ counts are bad (feature ``bad_counts``): a negative count (its row still adding 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from tests.fuzz.case import Case, InputSpec, Statement
@@ -186,8 +187,7 @@ def _input_counts(b: _Case, m: int) -> str:
 
 
 def _with_data(spec: InputSpec, data: tuple, bad: tuple = ()) -> InputSpec:
-    import dataclasses
-
+    """``spec`` holding ``data`` (and ``bad`` instead, where given)."""
     return dataclasses.replace(spec, data=data, bad_data=bad)
 
 
