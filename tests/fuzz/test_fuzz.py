@@ -190,11 +190,15 @@ GELU_CHUNK_SEED = 7900674
 # OVERFLOW_SEED: a prod overflows, exp(inf) and a sharded linear of infinities gives inf or
 # NaN by the order of its sum; the comparison judged it wrong (test_overflows_compare_alike).
 OVERFLOW_SEED = 8500850
+# BROADCAST_TIE_SEED at 8 ranks: iota(s0) times a broadcast_in_dim's new dim [4], which ties
+# no extent (the program takes s0's, whatever it is): the generator drew s0 = 5 as a bad
+# value, and the case ran (judged wrong); it draws a negative s0 there now.
+BROADCAST_TIE_SEED = 8601628
 SUITE_CASES = {
     4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED]
     + [OVERFLOW_SEED]
     + [*SCALAR_SEEDS, *EXCHANGE_SEEDS, *BAD_EXTENT_SEEDS],
-    8: [*range(1000, 1058), 90134, 90313],
+    8: [*range(1000, 1058), 90134, 90313, BROADCAST_TIE_SEED],
 }
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
 COVERED += ("reshape_split", "reshape_merge")
@@ -447,3 +451,13 @@ def test_overflows_compare_alike():
     for out in ([1.0, inf, nan, 1.0], [inf, inf, nan, nan], [inf, inf, nan, inf]):
         assert _mismatch(case, torch.tensor(out), piece, piece).startswith("values differ")
     assert _identical(piece, piece.clone()) and not _identical(piece, piece.nan_to_num())
+
+
+def test_a_broadcast_dim_ties_no_scalar_extent():
+    """Seed 8601628 at 8 ranks: ``t7 = broadcast_in_dim(t6, [4], [])`` times
+    ``iota(s0)``; t7's dim is a broadcast, so ``s0 = 5`` is no mismatch (the program
+    computes 5 elements): the bad value drawn there is a negative extent."""
+    case = generate(BROADCAST_TIE_SEED, 8)
+    assert {"bad_scalar", "scalar:iota"} <= set(case.features)
+    (scalar,) = [spec for spec in case.inputs if spec.value is not None]
+    assert scalar.value == 4 and scalar.bad < 0, scalar
