@@ -23,8 +23,10 @@ from frontend.iter_domain import IterDomain, IterType
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, TensorValue
-from hostir.ir.opdecl import AxisKind, OpArgs, OpDecl, ParamKind, ResultAxis
-from hostir.ir.scalars import BinaryExpr, MeshCoordinate, Symbol
+from hostir.ir.opdecl import AxisKind, OpArgs, OpDecl, ParamKind, ResultAxis, ResultType
+from hostir.ir.pointwise import POINTWISE_DECLS
+from hostir.ir.requirements import HIGH, LOW, Requirement
+from hostir.ir.scalars import BinaryExpr, MeshCoordinate, Symbol, symbols_of
 
 PYTHON_TYPES = {DataType.Bool: bool, DataType.Int: int, DataType.Int32: int}
 """The Python type a scalar of each DataType counts as in a dtype rule (others: float)."""
@@ -82,6 +84,7 @@ def record(
     outs = {r.field: placeholder(tv) for r, tv in zip(decl.results, results, strict=True)}
     instruction = decl.cls(**decl.fixed, **outs, **values)
     fusion.require(decl.requirements(instruction) if decl.requirements is not None else ())
+    fusion.require(_tied_extents(fusion, decl, values, inferred, results), carry=True)
     users += [tv for tv in mesh_from if tv not in users]
     axis_maps = []
     for tv, result_type in zip(results, inferred, strict=True):
@@ -100,6 +103,69 @@ def record(
     )
     fusion.add_expr(op)  # one expression, however many results the op has
     return tuple(results)
+
+
+def _tied_extents(
+    fusion: Fusion,
+    decl: OpDecl,
+    values: Mapping[str, Any],
+    inferred: Sequence[ResultType],
+    results: Sequence[TensorView],
+) -> tuple[Requirement, ...]:
+    """What a pointwise op needs of operand extents written apart that a scalar input
+    sizes (``add(full([s0, 4], 1.0), T0[8, 4])``): equal to the result's extent at that
+    position, checked when the inputs bind them (``hostir.check.value_rules``), so that
+    ``s0 = 9`` is a BoundRequirementError on every rank before anything runs, not torch's
+    size mismatch mid-run. Extents of tensor inputs alone are left as they were (a size-1
+    dim bound to a symbol broadcasts), and run-time extents are bound too late for it."""
+    if POINTWISE_DECLS.get(decl.name) is not decl:  # the pointwise ops broadcast
+        return ()
+    scalars = {v.name for v in fusion.inputs() if isinstance(v, ScalarVal)}
+    out = results[0].name
+    found = []
+    for position, axis in enumerate(inferred[0].axes):
+        for source in axis.sources:
+            operand = values[source.operand]
+            extent = operand.shape[source.dim]
+            read = symbols_of(extent) | symbols_of(axis.extent)
+            if extent == axis.extent or not read & scalars or not read <= _input_symbols(fusion):
+                continue
+            # a negative extent first, in the words the extent checks give it (they run later)
+            sides = ((operand.name, source.dim, extent), (out, position, axis.extent))
+            for name, dim, side in sides:
+                if symbols_of(side) & scalars:
+                    message = f"{name} dim {dim}: extent {HIGH} is not a whole number >= 0"
+                    found.append(Requirement(low=Const(value=0), high=side, message=message))
+            where = f"{decl.name}: dim {source.dim} of {operand.name}"
+            tail = f" it broadcasts with (output dim {position}); the extents must be equal"
+            found.append(
+                Requirement(
+                    low=extent,
+                    high=axis.extent,
+                    message=f"{where} ({LOW}) is larger than the extent {HIGH}{tail}",
+                )
+            )
+            found.append(
+                Requirement(
+                    low=axis.extent,
+                    high=extent,
+                    message=f"{where} ({HIGH}) is smaller than the extent {LOW}{tail}",
+                )
+            )
+    return tuple(found)
+
+
+def _input_symbols(fusion: Fusion) -> set[str]:
+    """The symbols the fusion's inputs bind: its scalar inputs and its tensor inputs'
+    symbolic extents (not run-time extents, bound as the program runs)."""
+    bound = set()
+    for value in fusion.inputs():
+        if isinstance(value, ScalarVal):
+            bound.add(value.name)
+        else:
+            for extent in placeholder(value).shape:
+                bound |= symbols_of(extent)
+    return bound
 
 
 def _iter_type(axis: ResultAxis, tensors: Mapping[str, TensorView]) -> IterType:

@@ -22,8 +22,9 @@ stays) and the host IR program. The exit code is 1 if any case was wrong or cras
 A long run, step by step:
 
 1. Pick seeds never run before. A case is a function of (seed, world size) only, so
-   the same seeds give the same cases; the suite runs 0-77, 257 and NEW_OP_SEEDS at 4
-   ranks and 1000-1057, 90134 and 90313 at 8 (tests/fuzz/test_fuzz.py),
+   the same seeds give the same cases; the suite runs 0-77, 257, NEW_OP_SEEDS and the
+   seeds of issue 35's ops and extents at 4 ranks and 1000-1057, 90134 and 90313 at 8
+   (tests/fuzz/test_fuzz.py),
    docs/reliability.md lists the ranges of earlier long runs. Take a fresh range (a
    round number above the last one used, e.g. ``--seed 200000``) and note it with the
    results in docs/reliability.md.
@@ -50,7 +51,10 @@ A long run, step by step:
    divide: those must end ok or refused (ExtentError, or the frontend's ScheduleError),
    never wrong. The ``bad_index`` row counts the cases given bad index data
    (tests/fuzz/new_ops.py): all must be refused, by an IndexDataError on every rank
-   or by a refusal before the run.
+   or by a refusal before the run; likewise ``bad_scalar`` (a scalar extent the program
+   cannot run with: an ``ExtentError`` or ``BoundRequirementError`` on every rank) and
+   ``bad_counts`` (run-time counts an exchange cannot use: a ``RunTimeExtentError``). The
+   ``exchange*`` and ``scalar*`` rows count issue 35's cases.
 4. For a failure, the report has the seed, a reproduction shrunk from it (a
    self-contained fusion, schedule and torch reference: paste it into a test) and its
    host IR. Rerun it alone with ``--only SEED`` (add ``--no-shrink`` to see the full

@@ -32,10 +32,22 @@ class InputSpec:
     """An index input's bound: its data is drawn in ``[0, high)`` (0 for a float input)."""
     bad: int | None = None
     """Bad index data (``tests/fuzz/new_ops.py``, :func:`draw_bad_index`): every element of
-    the index input is this value, ``high`` or more or negative; the run must refuse it."""
+    the index input is this value, ``high`` or more or negative; the run must refuse it.
+    For a scalar input (``value``), the bad value passed instead of ``value``
+    (``tests/fuzz/scalar_extents.py``)."""
+    value: int | None = None
+    """A scalar input's value (an Int scalar sizing a tensor): ``shape`` is ``()``."""
+    data: tuple[int, ...] = ()
+    """An integer input's elements, flat, chosen by the case (run-time counts,
+    ``tests/fuzz/exchange.py``) instead of drawn in ``[0, high)``."""
+    bad_data: tuple[int, ...] = ()
+    """Bad elements passed instead of ``data`` (counts the run must refuse)."""
 
     def define(self) -> str:
-        """The fusion line defining this input (``fd.define_tensor``; -1 for symbolic)."""
+        """The fusion line defining this input (``fd.define_tensor``; -1 for symbolic;
+        ``fd.define_scalar`` for a scalar input)."""
+        if self.value is not None:
+            return f"{self.name} = fd.define_scalar(DataType.Int)"
         shape = [-1 if sym else n for n, sym in zip(self.shape, self.symbolic, strict=True)]
         dtype = INDEX_DTYPES.get(self.dtype)
         return f"{self.name} = fd.define_tensor({tuple(shape)!r}" + (
@@ -74,6 +86,10 @@ class Case:
     features: tuple[str, ...] = ()
     low_precision: bool = False
     """Whether an output is cast to float16/bfloat16 (looser tolerance)."""
+    members: tuple[int, ...] = ()
+    """A ragged exchange's mesh, its devices in member order (``tests/fuzz/exchange.py``):
+    an output whose reference is a list of pieces, one per member, is compared on each
+    rank with its member's piece."""
 
 
 PRELUDE = '''\
@@ -96,6 +112,31 @@ def _prod(t, dims, keepdim):
     for dim in sorted(dims, reverse=True):
         t = torch.prod(t, dim, keepdim=keepdim)
     return t
+
+
+def _exchange(x, counts):
+    """torch's equivalent of fd.ops.ragged_all_to_all of x [D, m, ...] by counts [D, D]: a
+    list of what each member q receives, [1, r_q, ...]: from each sender p in order, its
+    counts[p][q] rows after those it sends the members before q."""
+    received = []
+    for q in range(x.shape[0]):
+        pieces = [x[p, int(counts[p, :q].sum()) :][: int(counts[p, q])] for p in range(x.shape[0])]
+        received.append(torch.cat(pieces)[None])
+    return received
+
+
+def _exchange_back(received, counts, rows):
+    """The transposed exchange of ``received`` (a list of [1, r_q, ...]): [D, rows, ...],
+    each sender's rows back where they were."""
+    d = len(received)
+    out = received[0].new_zeros(d, rows, *received[0].shape[2:])
+    for q in range(d):
+        at = 0
+        for p in range(d):
+            n, start = int(counts[p, q]), int(counts[p, :q].sum())
+            out[p, start : start + n] = received[q][0, at : at + n]
+            at += n
+    return out
 
 
 def _sdpa_logsumexp(q, k, is_causal, scale):
@@ -142,12 +183,18 @@ def make_inputs(case: Case, bad: bool = True) -> list[torch.Tensor]:
     misplaced piece shows; ``positive`` inputs (divisors) are in [1, 2); index inputs
     (``high``) are integers in ``[0, high)``, in range on every rank, except an input
     drawn bad (``InputSpec.bad``), all of whose elements hold that value (``bad=False``:
-    the data drawn for it in range, for the reference).
+    the data drawn for it in range, for the reference). A scalar input is its ``value``
+    (or its bad one), an input with ``data`` holds it (or its ``bad_data``).
     """
     generator = torch.Generator().manual_seed(case.seed)
-    full = []
+    full: list = []
     for spec in case.inputs:
-        if spec.high:
+        if spec.value is not None:  # no draw: the tensors after it get the data they had
+            full.append(spec.bad if bad and spec.bad is not None else spec.value)
+        elif spec.data:
+            data = spec.bad_data if bad and spec.bad_data else spec.data
+            full.append(torch.tensor(data, dtype=getattr(torch, spec.dtype)).reshape(spec.shape))
+        elif spec.high:
             dtype = getattr(torch, spec.dtype)
             drawn = torch.randint(0, spec.high, spec.shape, generator=generator, dtype=dtype)
             # drawn anyway: the inputs after it get the data they always had

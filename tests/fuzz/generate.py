@@ -28,6 +28,13 @@ About one case in five (``moe_ops.MOE_SHARE``, again from a stream of its own) g
 of issue 35's MoE ops after its chain: ``scatter``, ``scatter_add``, ``index_add`` or
 ``bincount``, with index inputs drawn in range (``tests/fuzz/moe_ops.py``).
 
+Issue 35's extents, each from a stream of its own: three in ten of the cases that are not
+ragged and draw none of the ops above (about one case in sixteen) get an op whose shape
+reads Int scalar inputs (``reshape``, ``full``, ``broadcast_in_dim``, ``iota``; sometimes
+a value it cannot run with, refused by name: ``tests/fuzz/scalar_extents.py``), and about
+one case in ten is an *exchange* case instead: rows sent by ``ragged_all_to_all`` over
+run-time counts and back (``tests/fuzz/exchange.py``).
+
 About one case in five (:data:`RAGGED_SHARE`, drawn apart so that the other cases stay
 as they were) is *ragged*: its fresh extents come from :data:`RAGGED_EXTENTS`, most of
 its dims are symbolic, and its schedule may split a symbolic dim by mesh axes and stream
@@ -47,7 +54,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hostir import HostIrError
-from tests.fuzz import moe_ops, new_ops
+from tests.fuzz import exchange, moe_ops, new_ops, scalar_extents
 from tests.fuzz.case import Case, InputSpec, Statement
 from tests.fuzz.schedule import schedule_case
 from tests.fuzz.tensors import Axis, Tensor
@@ -520,6 +527,8 @@ def _first_inputs(b: Builder) -> None:
 
 def generate(seed: int, world_size: int) -> Case:
     """The case of ``seed`` for a world of ``world_size`` ranks (4 or 8; any >= 1 works)."""
+    if exchange.draws_exchange(seed, world_size):  # its own stream: the others stay
+        return renumber(exchange.exchange_case(seed, world_size))
     rng = random.Random(f"hostir-fuzz:{seed}:{world_size}")
     ragged = random.Random(f"hostir-fuzz-ragged:{seed}:{world_size}").random() < RAGGED_SHARE
     reductions = random.Random(f"hostir-fuzz-reduction:{seed}:{world_size}")
@@ -548,6 +557,8 @@ def generate(seed: int, world_size: int) -> Case:
     # Issue 35's MoE ops (tests/fuzz/moe_ops.py), after the chain, drawn from a stream of
     # their own: a case that gets none is the case it always was.
     moe_ops.add_moe_op(b, random.Random(f"hostir-fuzz-moe:{seed}:{world_size}"))
+    # Scalar inputs as extents (tests/fuzz/scalar_extents.py), likewise.
+    scalar_extents.add_scalar_extent(b, random.Random(f"hostir-fuzz-scalar:{seed}:{world_size}"))
     reshaping = random.Random(f"hostir-fuzz-reshape:{seed}:{world_size}")
     if not ragged and reshaping.random() < RESHAPE_SHARE:
         op_reshape(b, reshaping)
@@ -592,13 +603,14 @@ def renumber(case: Case) -> Case:
     """``case`` with tensor variables named as the frontend names them (``t3`` is ``T3``):
     inputs first, then ops, each taking the numbers of the tensors it makes
     (:func:`_tensors_made`)."""
-    names = {spec.name: f"t{i}" for i, spec in enumerate(case.inputs)}
-    number = len(case.inputs)
+    tensors = [spec for spec in case.inputs if spec.value is None]  # scalars take no number
+    names = {spec.name: f"t{i}" for i, spec in enumerate(tensors)}
+    number = len(tensors)
     for statement in case.statements:
         named, made = _tensors_made(statement.fusion)
         names[statement.name] = f"t{number + named}"
         number += made
-    if "new_op" in case.features:  # ops of many shapes: as the frontend names them
+    if {"new_op", "scalar_extent", "exchange"} & set(case.features):  # as the frontend names them
         try:
             names = _frontend_names(case)
         except HostIrError:  # the frontend refuses the fusion: so will the run, by name
@@ -635,5 +647,6 @@ def _frontend_names(case: Case) -> dict[str, str]:
         for line in [spec.define() for spec in case.inputs] + [s.fusion for s in case.statements]:
             exec(line, namespace)
         fd.add_output(namespace[case.statements[-1].name])
-    names = [spec.name for spec in case.inputs] + [s.name for s in case.statements]
+    names = [spec.name for spec in case.inputs if spec.value is None]
+    names += [s.name for s in case.statements]
     return {name: "t" + namespace[name].name.removeprefix("T") for name in names}

@@ -303,7 +303,7 @@ def schedule_case(case: Case, b: Builder, rng: random.Random) -> Case:
         made = gather_steps(b, main, src, dst, features)
         if made is not None:
             fixed[src], fixed[dst] = made
-    names = [s.name for s in case.inputs] + [s.name for s in case.statements]
+    names = [s.name for s in case.inputs if s.value is None] + [s.name for s in case.statements]
     stream_target = _stream_target(b, names, fixed, rng)
     schedules = []
     for name in names:
@@ -327,12 +327,12 @@ def schedule_case(case: Case, b: Builder, rng: random.Random) -> Case:
 def _place_every_component(case, b, main: MeshChoice, schedules: list, features) -> list:
     """``schedules`` with the first input of each group of connected tensors that has no
     mesh yet placed on ``main`` (propagation would have nothing to give them)."""
-    names = [s.name for s in case.inputs] + [s.name for s in case.statements]
+    names = [s.name for s in case.inputs if s.value is None] + [s.name for s in case.statements]
     placed = {name for name, steps in schedules if "set_device_mesh" in steps[0][0]}
     for component in _components(case):
         if placed & component:
             continue
-        first = next(s.name for s in case.inputs if s.name in component)
+        first = next(s.name for s in case.inputs if s.name in component and s.value is None)
         loop = Loop(b.tensors[first], b.rng, b.ragged, features)
         steps = [(f"{first}.set_device_mesh({main.name})",)]
         steps += mesh_steps(loop, b.tensors[first], main, b, features)

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from frontend import DefinitionError, OperandError, ScheduleError
-from hostir import HostIrError, IndexDataError
+from hostir import HostIrError, IndexDataError, RunTimeExtentError
+from hostir.check import extent_checks
 from hostir.ir.instructions import keyword
 from hostir.ir.program_info import walk_instructions
-from hostir.run import indexing
+from hostir.run import indexing, ragged_exchange
 from tests.fuzz.case import Case, load, make_inputs, render, shrink_candidates
 from tests.fuzz.generate import generate
 from tests.fuzz.run import (
@@ -20,6 +21,8 @@ from tests.fuzz.run import (
     REFUSED,
     WRONG,
     RankResult,
+    _identical,
+    _mismatch,
     _refusal,
     combine,
     compare_outputs,
@@ -159,6 +162,24 @@ NEW_OP_SEEDS = {
 # runs with the op reading or writing a sharded tensor (3011's scatter in a stream loop,
 # 3107's bincount of a sharded input: partial counts and an Allreduce).
 MOE_SEEDS = {3942: "scatter_add", 3011: "scatter", 3065: "index_add", 3107: "bincount"}
+# Issue 35's extents, at 4 ranks: SCALAR_SEEDS run a case whose op takes its shape from a
+# scalar input (tests/fuzz/scalar_extents.py); EXCHANGE_SEEDS an exchange case
+# (tests/fuzz/exchange.py): counts as an input split over the mesh (3060) or whole (3004,
+# with a sum over the rows), or computed from destination ids (3150: rows sorted by them, a
+# second tensor by the same counts, a permuted mesh), and the way back. BAD_EXTENT_SEEDS
+# pass values the program cannot run with, refused by name on every rank (the message's
+# start).
+SCALAR_SEEDS = {3141: "broadcast_in_dim", 3252: "full", 3933: "iota", 3683: "reshape_grid"}
+EXCHANGE_SEEDS = (3004, 3060, 3150)
+BAD_EXTENT_SEEDS = {
+    4077: "BoundRequirementError: reshape of T4 to [s0, s1]: the new shape holds s0 * s1 = 68",
+    3293: "BoundRequirementError: mul: dim 0 of T3 (s0 = 5) is larger than the extent 4",
+    3540: "ExtentError: T8 dim 0: extent s0 = -2 is not a whole number >= 0",
+    3109: "RunTimeExtentError: RaggedAllToAll defining T2 on rank 0: counts H0 has member 3"
+    " send 7 rows in all ([0, 1, 5, 1]), but T0 holds 6 rows on each member",
+    3118: "RunTimeExtentError: RaggedAllToAll defining T2 on rank 0: counts H0 says member 2"
+    " sends -1 rows to member 3; expected a count >= 0",
+}
 # BAD_INDEX_SEED draws bad index data (new_ops.draw_bad_index): a take_along_axis index
 # sharded over 4 devices, every element -2, which torch's take_along_dim wrapped around;
 # every rank must refuse it by name (seeds 10 and 53 here, and five 8-rank seeds, draw some too).
@@ -166,9 +187,18 @@ BAD_INDEX_SEED = 180
 # GELU_CHUNK_SEED: a stream-split gelu writing strided chunks, which torch's gelu(out=) got
 # wrong (up to 3e+11 where 0 was expected) until gelu computed and copied.
 GELU_CHUNK_SEED = 7900674
+# OVERFLOW_SEED: a prod overflows, exp(inf) and a sharded linear of infinities gives inf or
+# NaN by the order of its sum; the comparison judged it wrong (test_overflows_compare_alike).
+OVERFLOW_SEED = 8500850
+# BROADCAST_TIE_SEED at 8 ranks: iota(s0) times a broadcast_in_dim's new dim [4], which ties
+# no extent (the program takes s0's, whatever it is): the generator drew s0 = 5 as a bad
+# value, and the case ran (judged wrong); it draws a negative s0 there now.
+BROADCAST_TIE_SEED = 8601628
 SUITE_CASES = {
-    4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED],
-    8: [*range(1000, 1058), 90134, 90313],
+    4: [*range(0, 78), 257, *NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED]
+    + [OVERFLOW_SEED]
+    + [*SCALAR_SEEDS, *EXCHANGE_SEEDS, *BAD_EXTENT_SEEDS],
+    8: [*range(1000, 1058), 90134, 90313, BROADCAST_TIE_SEED],
 }
 COVERED = ("mesh1d", "mesh2d", "mesh3d", "stream", "partial", "inner_split", "symbolic")
 COVERED += ("reshape_split", "reshape_merge")
@@ -201,7 +231,7 @@ def test_fixed_seed_fuzz_run(multidevice_test):
     extents = [o for o in outcomes if o.status == REFUSED and o.message.startswith("ExtentError")]
     assert extents, f"no case refused by the extent checks\n{refusal_report(outcomes)}"
     if size == 4:
-        pinned = {**NEW_OP_SEEDS, **MOE_SEEDS}
+        pinned = {**NEW_OP_SEEDS, **MOE_SEEDS, **SCALAR_SEEDS, **dict.fromkeys(EXCHANGE_SEEDS)}
         refused = [o.seed for o in outcomes if o.seed in pinned and o.status != OK]
         assert not refused, f"pinned op seeds refused: {refused}\n{refusal_report(outcomes)}"
         (bad,) = [o for o in outcomes if o.seed == BAD_INDEX_SEED]
@@ -211,6 +241,9 @@ def test_fixed_seed_fuzz_run(multidevice_test):
         assert "(this rank's shard) holds -2 at [0, 0], out of range: expected 0 <= index < 8" in (
             bad.message
         )
+        for o in outcomes:
+            if o.seed in BAD_EXTENT_SEEDS:
+                assert o.status == REFUSED and o.message.startswith(BAD_EXTENT_SEEDS[o.seed]), o
 
 
 def test_new_op_seeds_shard_their_ops():
@@ -286,6 +319,8 @@ def test_new_ops_define_and_their_index_inputs_are_in_range():
         except ScheduleError:
             pass
         for spec, data in zip(case.inputs, make_inputs(case), strict=True):
+            if spec.value is not None:  # a scalar input (its bad value is no index)
+                continue
             if spec.high:
                 assert data.dtype in (torch.int64, torch.int32), (seed, spec)
             if spec.bad is not None:
@@ -315,3 +350,116 @@ def test_bad_index_data_must_be_refused_by_name(monkeypatch):
     may = [c for c in cases if any(s.high for s in c.inputs) and "ragged" not in c.features]
     drawn = [c for c in may if "bad_index" in c.features]
     assert 0.2 * len(may) <= len(drawn) <= 0.6 * len(may), (len(drawn), len(may))
+
+
+def test_extent_seeds_draw_their_features_and_exchange_rows():
+    """Each seed of SCALAR_SEEDS draws its op at 4 ranks (all but the reshape's reading or
+    writing a tensor split over a mesh axis of more than one device), each of
+    EXCHANGE_SEEDS an exchange whose program reads the counts to the host once (after the
+    Allgather that gives every member the matrix, where a device holds its row only) and
+    sends rows by RaggedAllToAll: out, a second tensor, back. The pinned seeds of the
+    earlier issues draw neither (their cases are the ones they were)."""
+    for seed, op in SCALAR_SEEDS.items():
+        case = generate(seed, 4)
+        assert f"scalar:{op}" in case.features and "bad_scalar" not in case.features, seed
+        fd, _ = load(case)["define"]()
+        found = [i for i in walk_instructions(fd.host_ir().body) if keyword(i) == _KEYWORDS[op]]
+        tensors = [getattr(i, f) for i in found for f in (*i.OUTS, *i.INS)]
+        assert found and (op == "reshape_grid" or any(map(_split, tensors))), (seed, op)
+    drawn = set()
+    for seed in EXCHANGE_SEEDS:
+        case = generate(seed, 4)
+        drawn |= set(case.features)
+        text = str(load(case)["define"]()[0].host_ir())
+        sends = 1 + ("exchange_second" in case.features) + ("exchange_back" in case.features)
+        assert text.count("= RaggedAllToAll(") == sends, (seed, text)
+        assert text.count("transpose=true") == ("exchange_back" in case.features), seed
+        assert text.count("= to_host(") == 1, (seed, text)
+        gathered = "counts_input_whole" not in case.features
+        assert (text.count("= Allgather(") == 1) == gathered, (seed, text)
+    for feature in ("counts_input_split", "counts_input_whole", "counts_computed", "permuted"):
+        assert feature in drawn, feature
+    for feature in ("sorted_by_destination", "exchange_second", "exchange:sum_rows"):
+        assert feature in drawn, feature
+    for seed in BAD_EXTENT_SEEDS:
+        assert {"bad_scalar", "bad_counts"} & set(generate(seed, 4).features), seed
+    pinned = [*NEW_OP_SEEDS, *MOE_SEEDS, BAD_INDEX_SEED, GELU_CHUNK_SEED, 257]
+    assert not [s for s in pinned if {"exchange", "scalar_extent"} & set(generate(s, 4).features)]
+
+
+_KEYWORDS = {"reshape_grid": "reshape", "full": "full", "iota": "iota"}
+_KEYWORDS["broadcast_in_dim"] = "broadcast_in_dim"
+
+
+def _split(tensor) -> bool:
+    """Whether ``tensor`` is split over a mesh axis of more than one device."""
+    sharding = getattr(tensor, "sharding", None)
+    return sharding is not None and any(
+        part.axis is not None and sharding.mesh.axis_size(part.axis) > 1
+        for dim in sharding.dims
+        for part in dim
+    )
+
+
+def test_bad_extents_must_be_refused_by_name(monkeypatch):
+    """At one rank: a negative scalar extent (seed 42) and counts whose row does not add up
+    to the rows sent (seed 226) are refused by name; with the checks off they run into
+    torch (a crash) or a wrong result, never a refusal. An ExtentError for values drawn
+    valid is a crash."""
+    scalar, counts = generate(42, 1), generate(226, 1)
+    assert "bad_scalar" in scalar.features and "bad_counts" in counts.features
+    assert run_on_rank(scalar, 0)[0].message.startswith("ExtentError: T8 dim 1: extent s0 = -1")
+    assert run_on_rank(counts, 0)[0].message.startswith(
+        "RunTimeExtentError: RaggedAllToAll defining T5 on rank 0: counts H0 has member 0 send 9"
+    )
+    good = generate(13, 1)
+    assert "exchange" in good.features and run_on_rank(good, 0)[0].status == OK
+    assert _refusal(RunTimeExtentError("counts H0 ..."), good).status == CRASH
+    assert _refusal(RunTimeExtentError("counts H0 ..."), counts).status == REFUSED
+    monkeypatch.setattr(extent_checks.ExtentChecks, "check", lambda *arguments: None)
+    monkeypatch.setattr(ragged_exchange, "_check_counts", lambda *arguments: None)
+    assert run_on_rank(scalar, 0)[0].status in (WRONG, CRASH)
+    assert run_on_rank(counts, 0)[0].status in (WRONG, CRASH)
+
+
+def test_received_rows_compare_with_their_members_piece():
+    """An exchange case's received rows (a list of pieces in the reference) are compared
+    with this rank's member's piece: a nudged element or a row fewer is wrong."""
+    case = generate(39, 1)
+    namespace = load(case)
+    fd, _ = namespace["define"]()
+    full = make_inputs(case)
+    expected = namespace["reference"](*full)
+    outputs = fd.execute(full)
+    ragged = [i for i, ref in enumerate(expected) if isinstance(ref, list)]
+    assert ragged and compare_outputs(case, fd, outputs, expected, 0).status == OK
+    nudged = [t.clone() for t in outputs]
+    nudged[ragged[0]].view(-1)[0] += 1.0
+    assert compare_outputs(case, fd, nudged, expected, 0).status == WRONG
+    cut = list(outputs)
+    cut[ragged[0]] = outputs[ragged[0]][:, :-1]
+    assert compare_outputs(case, fd, cut, expected, 0).status == WRONG
+
+
+def test_overflows_compare_alike():
+    """Fuzz seed 8500850 at 4 ranks: where the reference overflowed, any non-finite value
+    matches (``inf * x + inf * y`` is inf or NaN by the order of the sum, which sharding
+    changes) and a NaN matches a NaN; a finite value where the reference is not, or a NaN
+    where it is finite, still differs."""
+    case = generate(OVERFLOW_SEED, 4)
+    inf, nan = float("inf"), float("nan")
+    piece = torch.tensor([inf, inf, nan, 1.0])
+    assert _mismatch(case, torch.tensor([inf, nan, nan, 1.0]), piece, piece) is None
+    for out in ([1.0, inf, nan, 1.0], [inf, inf, nan, nan], [inf, inf, nan, inf]):
+        assert _mismatch(case, torch.tensor(out), piece, piece).startswith("values differ")
+    assert _identical(piece, piece.clone()) and not _identical(piece, piece.nan_to_num())
+
+
+def test_a_broadcast_dim_ties_no_scalar_extent():
+    """Seed 8601628 at 8 ranks: ``t7 = broadcast_in_dim(t6, [4], [])`` times
+    ``iota(s0)``; t7's dim is a broadcast, so ``s0 = 5`` is no mismatch (the program
+    computes 5 elements): the bad value drawn there is a negative extent."""
+    case = generate(BROADCAST_TIE_SEED, 8)
+    assert {"bad_scalar", "scalar:iota"} <= set(case.features)
+    (scalar,) = [spec for spec in case.inputs if spec.value is not None]
+    assert scalar.value == 4 and scalar.bad < 0, scalar
