@@ -27,8 +27,9 @@ def emit_ragged_exchange(
 ) -> list[Instruction]:
     """``H = to_host(counts)`` (once per counts tensor: ``host_reads`` holds the reads made,
     so the way back reuses the way out's), the RaggedAllToAll of ``src`` into ``out`` along
-    dim 1 over dim 0's mesh axis, and its wait. ``bound``: the run-time extents earlier
-    exchanges bound (the frontend names them ``r0``, ``r1``, ...)."""
+    dim 1 over dim 0's mesh axis, and its wait. ``bound``: the symbols bound before it
+    (the inputs' and those earlier exchanges bound); a symbol of its rows not among them
+    is a run-time extent it binds."""
     src, out, counts = instruction.src, instruction.out, instruction.counts
     team = _team(out)
     for value in (counts,):
@@ -46,7 +47,7 @@ def emit_ragged_exchange(
     rows = out.shape[1]
     # The first exchange of a run-time extent binds it; a later one by the same counts (a
     # second tensor, or the way back) fills a buffer of that extent and binds its own name.
-    fresh = isinstance(rows, Symbol) and rows.name not in bound and rows.name.startswith("r")
+    fresh = isinstance(rows, Symbol) and rows.name not in bound
     received = rows if fresh else None
     if fresh:
         bound.add(rows.name)

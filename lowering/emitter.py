@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from hostir import Set, TensorValue
 from hostir.ir.host_reads import RaggedExchange
 from hostir.ir.instructions import Instruction
+from hostir.ir.scalars import symbols_of
 from lowering.emit_resharding import emit_resharding
 from lowering.emit_run_time import emit_ragged_exchange
 from lowering.redistribution.plan_resharding import plan_resharding
@@ -54,8 +55,15 @@ class Emitter:
         """The tensors stream loops read or wrote chunk by chunk."""
         self.host_reads: dict[str, object] = {}
         """The host value each counts tensor was read into (one ``to_host`` per tensor)."""
-        self.run_time_extents: set[str] = set()
-        """The run-time extents an emitted exchange binds already."""
+        self.run_time_extents: set[str] = {s.name for s in fusion.scalar_inputs} | {
+            name
+            for tensor in fusion.tensors
+            if tensor.name in fusion.inputs
+            for extent in self.values[tensor.name].shape
+            for name in symbols_of(extent)
+        }
+        """The symbols bound before the next exchange: the inputs', then the run-time
+        extents emitted exchanges bind."""
 
     def emit_op(
         self, op: LoweringOp, values: Mapping[str, TensorValue], preallocated: bool = False

@@ -41,12 +41,10 @@ from hostir.ir.opdecl import (
     declare_op,
     result_axis,
 )
+from hostir.ir.pointwise import Operand
 from hostir.ir.requirements import HIGH, LOW, Requirement
 from hostir.ir.scalars import Const, Scalar, print_scalar
 from hostir.ir.values import TensorValue
-
-Operand = TensorValue | Scalar
-"""A tensor, or a scalar expression (``scatter``'s ``src``)."""
 
 
 class ScatterKind(enum.Enum):
