@@ -67,6 +67,7 @@ import torch
 import torch.distributed as dist
 
 from tests.cpu_watch import Limits, default_limits
+from tests.multidevice_simulated import run_simulated, simulating
 from tests.multidevice_pool import (
     FIXTURE,
     MultiDeviceTest,
@@ -158,6 +159,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "rank_timeout(seconds, hang=seconds): wall-clock limit and hang window of a multi-rank "
         "test run in worker processes",
     )
+    config.addinivalue_line(
+        "markers",
+        "real_ranks: needs a torch.distributed process group; skipped in a simulated world"
+        " (HOSTIR_TEST_SIMULATE, tests/multidevice_simulated.py)",
+    )
     config.stash[_POOLS] = {}
 
 
@@ -246,6 +252,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     size = _pool_size(pyfuncitem)
     if size == 1:
         return None
+    if simulating():
+        run_simulated(pyfuncitem, size)
+        return True
     job = _pickle_job(pyfuncitem)
     limits = limits_of(pyfuncitem)
     pool = _pool(pyfuncitem.config, size, limits)

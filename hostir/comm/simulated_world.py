@@ -1,0 +1,352 @@
+"""A simulated world: every rank of an SPMD program in one process, each in a thread.
+
+The ranks run the unchanged run path; their communicators
+(:class:`~hostir.comm.simulated_communicator.SimulatedCommunicator`) post each
+collective here. The world pairs posts as torch.distributed does, by their order on
+each group (the k-th post of every member of group G is one collective), checks that
+the members posted the same collective (:func:`hostir.comm.simulated_collectives.mismatch`:
+a real run would hang or deliver garbage; here every member raises a
+CommunicationError naming the ranks), and completes it when its last member posts:
+that member's thread moves the data into every member's buffers
+(:func:`~hostir.comm.simulated_collectives.complete`) and wakes the members waiting
+for it. Point-to-point calls (SendRecv, a CollectivePermute's step) pair by sender and
+receiver, first in first out.
+
+**One rank runs at a time**, from one wait to its next (a turn): a rank's thread takes
+the world's turn when it starts and gives it up only while it waits for a
+communication, and when it ends. So the code a rank runs between communications is
+never interleaved with another rank's: a script that seeds torch's (process-wide)
+generator and draws its inputs draws the same numbers on every rank, as separate
+processes would.
+
+**Hangs are found, not waited for.** The world knows which ranks are running, which
+wait, and for what. When every rank still running waits for a communication that
+cannot complete (a member finished or failed without posting it), it is a hang: each
+waiting rank raises a CommunicationError naming the collective, the members that
+posted it and, for each missing member, what it is doing instead (finished, failed
+with its error, or waiting elsewhere). The rank that failed is named as a real run
+names it ("rank r failed first: ..."), through the failure notices kept here.
+
+**Traffic is measured** as it moves: ``links[s, d]``, the bytes rank ``s`` sent rank
+``d`` in the program's collectives (the agreement apart), counted with ``hostir
+traffic``'s logical model (see hostir.comm.simulated_collectives), so a run's
+measure can be compared with the static count.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hostir.comm.backend_hooks import Work
+from hostir.comm.rank_text import describe_group, describe_ranks
+from hostir.comm.simulated_collectives import Post, complete, mismatch, sent_elements
+from hostir.errors import CommunicationError
+
+Group = tuple[int, ...]
+
+AGREEMENT = "agreement"
+"""The channel of the agreement's exchanges (a process group of its own in a real run)."""
+
+
+class SimulatedWork(Work):
+    """One rank's part of a communication in a simulated world: done when every piece
+    of it (a collective: one; a permute: its send and its receive) completed."""
+
+    def __init__(self, world: SimulatedWorld, rank: int, what: str, pieces: int = 1) -> None:
+        self.world, self.rank, self.what = world, rank, what
+        self.left = pieces
+        self.error: str | None = None
+        self.result: Any = None
+
+    @property
+    def done(self) -> bool:
+        """Whether every piece completed (or failed)."""
+        return self.left == 0 or self.error is not None
+
+    def wait(self) -> None:
+        """Blocks until done; CommunicationError if it failed or can never complete."""
+        self.world.wait_for(self)
+        if self.error is not None:
+            raise CommunicationError(self.error)
+
+
+@dataclass
+class _Collective:
+    """Posts of one collective (the ``index``-th on ``group``) so far, by position."""
+
+    channel: str
+    group: Group
+    index: int
+    posts: dict[int, Post] = field(default_factory=dict)
+    works: dict[int, SimulatedWork] = field(default_factory=dict)
+
+
+@dataclass
+class _Transfer:
+    """One side of a point-to-point transfer waiting for its other side."""
+
+    tensor: torch.Tensor
+    work: SimulatedWork
+
+
+class SimulatedWorld:
+    """The shared state of ``world_size`` simulated ranks (see the module docstring)."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self._lock = threading.Lock()
+        self._open: dict[tuple, _Collective] = {}  # (channel, group, index) -> posts
+        self._counts: dict[tuple, int] = {}  # (rank, channel, group) -> posts so far
+        self._sends: dict[tuple[int, int], deque[_Transfer]] = {}  # (from, to)
+        self._receives: dict[tuple[int, int], deque[_Transfer]] = {}
+        self._running = set(range(world_size))
+        self._ended: dict[int, str] = {}  # rank -> "finished" / "failed with ..."
+        self._waiting: dict[int, SimulatedWork] = {}
+        self._events = [threading.Event() for _ in range(world_size)]
+        self._failures: dict[int, tuple[float, str]] = {}
+        self.hang: str | None = None
+        self.links = torch.zeros(world_size, world_size, dtype=torch.float64)
+        self._turn = threading.Lock()  # held by the one rank that runs now
+        self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
+        self._shared_lock = threading.Lock()
+
+    # -- Collectives -------------------------------------------------------------------
+
+    def post(
+        self, channel: str, group: Group, post: Post, what: str, wait: bool = True
+    ) -> SimulatedWork:
+        """Posts ``post`` as the next collective of ``post.rank`` on ``group``; completes it
+        if this is its last member. Returns the rank's work (waited for when ``wait``)."""
+        work = SimulatedWork(self, post.rank, what)
+        with self._lock:
+            self._check_alive(work)
+            key = (post.rank, channel, group)
+            index = self._counts.get(key, 0)
+            self._counts[key] = index + 1
+            slot = (channel, group, index)
+            collective = self._open.get(slot)
+            if collective is None:
+                collective = self._open[slot] = _Collective(channel, group, index)
+            position = group.index(post.rank)
+            collective.posts[position] = post
+            collective.works[position] = work
+            if len(collective.posts) == len(group):
+                del self._open[slot]
+                self._complete(collective)
+        if wait:
+            work.wait()
+        return work
+
+    def _complete(self, collective: _Collective) -> None:
+        posts = [collective.posts[p] for p in range(len(collective.group))]
+        problem = mismatch(posts, collective.group, collective.index)
+        if problem is None:
+            try:
+                complete(posts)
+            except (RuntimeError, ValueError) as error:  # shapes a backend would refuse
+                problem = f"{posts[0].kind} over {describe_group(collective.group)}: {error}"
+        if problem is None and collective.channel != AGREEMENT:
+            self._count(collective.group, sent_elements(posts), posts)
+        for position, work in collective.works.items():
+            work.result = posts[position].args.get("result")
+            self._finish_piece(work, problem)
+
+    def _count(self, group: Group, elements: torch.Tensor | None, posts: list[Post]) -> None:
+        if elements is None:
+            return
+        itemsize = _itemsize(posts[0])
+        members = torch.tensor(group)
+        self.links[members.unsqueeze(1), members] += elements * itemsize
+
+    # -- Point to point --------------------------------------------------------------------
+
+    def transfer(
+        self,
+        rank: int,
+        what: str,
+        send: tuple[int, torch.Tensor] | None,
+        receive: tuple[int, torch.Tensor] | None,
+    ) -> SimulatedWork:
+        """Posts this rank's send of a tensor to a peer and/or receive of one from a peer
+        (global ranks); each pairs with the peer's matching side, first in first out."""
+        work = SimulatedWork(self, rank, what, pieces=(send is not None) + (receive is not None))
+        with self._lock:
+            self._check_alive(work)
+            if send is not None:
+                peer, tensor = send
+                self._pair(rank, peer, _Transfer(tensor, work), sending=True)
+            if receive is not None:
+                peer, tensor = receive
+                self._pair(peer, rank, _Transfer(tensor, work), sending=False)
+        return work
+
+    def _pair(self, source: int, destination: int, side: _Transfer, sending: bool) -> None:
+        mine, theirs = (self._sends, self._receives) if sending else (self._receives, self._sends)
+        waiting = theirs.get((source, destination))
+        if not waiting:
+            mine.setdefault((source, destination), deque()).append(side)
+            return
+        other = waiting.popleft()
+        sent, received = (side, other) if sending else (other, side)
+        problem = None
+        if sent.tensor.shape != received.tensor.shape or sent.tensor.dtype != received.tensor.dtype:
+            problem = (
+                f"rank {source} sends {_describe(sent.tensor)} to rank {destination}, which"
+                f" receives {_describe(received.tensor)} ({sent.work.what} /"
+                f" {received.work.what})"
+            )
+        else:
+            received.tensor.copy_(sent.tensor)
+            self.links[source, destination] += sent.tensor.numel() * sent.tensor.element_size()
+        self._finish_piece(sent.work, problem)
+        self._finish_piece(received.work, problem)
+
+    # -- Waiting and hangs -------------------------------------------------------------
+
+    def _finish_piece(self, work: SimulatedWork, problem: str | None) -> None:
+        """One piece of ``work`` completed (or failed with ``problem``); wakes its rank if
+        it waits for it and nothing is left. The world's lock is held."""
+        if problem is not None and work.error is None:
+            work.error = f"{work.what} failed on rank {work.rank}: {problem}"
+        work.left = max(work.left - 1, 0)
+        if work.done and self._waiting.get(work.rank) is work:
+            del self._waiting[work.rank]
+            self._events[work.rank].set()
+
+    def wait_for(self, work: SimulatedWork) -> None:
+        """Blocks the calling rank until ``work`` is done; marks it failed if every rank
+        still running waits for something that cannot come (a hang, named)."""
+        rank = work.rank
+        with self._lock:
+            if work.done:
+                return
+            self._check_alive(work)
+            if work.error is not None:
+                return
+            self._events[rank].clear()
+            self._waiting[rank] = work
+            self._find_hang()
+        self._turn.release()  # another rank runs while this one waits
+        self._events[rank].wait()
+        self._turn.acquire()
+        with self._lock:
+            if not work.done:
+                work.error = self._hang_message(work)
+
+    def _check_alive(self, work: SimulatedWork) -> None:
+        if self.hang is not None and work.error is None:
+            work.error = self._hang_message(work)
+
+    def _hang_message(self, work: SimulatedWork) -> str:
+        return (
+            f"{work.what} failed on rank {work.rank}: its peers can never answer (the"
+            f" simulated world found every running rank waiting: {self.hang})"
+        )
+
+    def _find_hang(self) -> None:
+        """With the lock held: if every running rank waits, declare the hang and wake them."""
+        if not self._running or len(self._waiting) < len(self._running):
+            return
+        self.hang = self._describe_hang()
+        for rank, work in list(self._waiting.items()):
+            if work.error is None:
+                work.error = self._hang_message(work)
+            self._events[rank].set()
+        self._waiting.clear()
+
+    def _describe_hang(self) -> str:
+        parts = []
+        for collective in list(self._open.values())[:3]:
+            missing = [r for p, r in enumerate(collective.group) if p not in collective.posts]
+            kind = next(iter(collective.posts.values())).kind
+            where = (
+                "the agreement"
+                if collective.channel == AGREEMENT
+                else f"{kind} number {collective.index + 1} over {describe_group(collective.group)}"
+            )
+            posted = [collective.group[p] for p in sorted(collective.posts)]
+            parts.append(
+                f"{where} was posted by {describe_ranks(posted)} and never by"
+                f" {describe_ranks(missing)} ({self._doing(missing)})"
+            )
+        for (source, destination), sides in list(self._sends.items())[:2]:
+            if sides:
+                parts.append(f"rank {source} sends to rank {destination}, which never receives")
+        for (source, destination), sides in list(self._receives.items())[:2]:
+            if sides:
+                parts.append(f"rank {destination} receives from rank {source}, which never sends")
+        return "; ".join(parts) if parts else "no communication is pending"
+
+    def _doing(self, ranks: list[int]) -> str:
+        """What each of ``ranks`` does instead (the first few)."""
+        said = []
+        for rank in ranks[:4]:
+            if rank in self._ended:
+                said.append(f"rank {rank} {self._ended[rank]}")
+            elif rank in self._waiting:
+                said.append(f"rank {rank} waits in {self._waiting[rank].what}")
+        more = len(ranks) - 4
+        return ", ".join(said) + (f", and {more} more" if more > 0 else "")
+
+    # -- Ranks starting and ending ---------------------------------------------------------
+
+    def start_turn(self) -> None:
+        """Blocks the calling rank's thread until no other rank runs (see the module
+        docstring: one rank runs at a time, from one wait to the next)."""
+        self._turn.acquire()
+
+    def ended(self, rank: int, how: str) -> None:
+        """Rank ``rank`` stopped running (``how``: ``finished``, ``failed with ...``)."""
+        with self._lock:
+            self._running.discard(rank)
+            self._ended[rank] = how
+            self._find_hang()
+        self._turn.release()
+
+    # -- Failure notices (the c10d store's part in a real run) --------------------------
+
+    def post_failure(self, rank: int, message: str) -> None:
+        """Records that ``rank`` failed with ``message`` (peers name it)."""
+        with self._lock:
+            self._failures[rank] = (time.time(), message)
+
+    def failures_since(self, rank: int, moment: float) -> list[tuple[int, str]]:
+        """Failures of ranks other than ``rank`` posted at or after ``moment``, rank order."""
+        with self._lock:
+            found = sorted(self._failures.items())
+        return [(r, msg) for r, (at, msg) in found if r != rank and at >= moment]
+
+    def posted_failure(self, rank: int) -> str | None:
+        """The last failure ``rank`` posted, if any."""
+        with self._lock:
+            notice = self._failures.get(rank)
+        return None if notice is None else notice[1]
+
+    # -- Work done once for every rank ------------------------------------------------------
+
+    def once(self, key: Any, make: Any) -> Any:
+        """``make()``, called by the first rank asking for ``key``; the others get its
+        result (lowering a fusion every rank defines alike, say). Not for anything a rank
+        changes afterwards."""
+        with self._shared_lock:
+            if key not in self.shared:
+                self.shared[key] = make()
+            return self.shared[key]
+
+
+def _itemsize(post: Post) -> int:
+    for name in ("inp", "tensor", "out"):
+        tensor = post.args.get(name)
+        if isinstance(tensor, torch.Tensor):
+            return tensor.element_size()
+    return 1
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"

@@ -1,0 +1,63 @@
+"""Multi-rank tests in a simulated world: ``HOSTIR_TEST_SIMULATE=1 pytest ...``.
+
+With the variable set, tests/multidevice.py runs a world-size-N test (N > 1) not on a
+pool of N processes but in one simulated world of N ranks in the pytest process
+(hostir.comm.simulate: one thread per rank, ``default_communicator()`` answering the
+thread's rank). Each rank gets its own deep copy of the test's arguments, as the pool's
+workers get their own unpickled copy. A test that reaches ``torch.distributed``
+itself (a real process group: ``TorchCommunicator``, ``dist.*``) is marked
+``real_ranks`` and skipped here, by name.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import traceback
+
+import pytest
+import torch
+
+from hostir.comm.simulate import simulate
+
+SIMULATE_VARIABLE = "HOSTIR_TEST_SIMULATE"
+
+
+def simulating() -> bool:
+    """Whether multi-rank tests run in a simulated world (see the module docstring)."""
+    return os.environ.get(SIMULATE_VARIABLE, "") not in ("", "0")
+
+
+def run_simulated(item: pytest.Function, size: int) -> None:
+    """Runs ``item`` as every rank of a simulated world of ``size``; fails the test with
+    each failed rank's traceback, or skips it as a rank skipped it."""
+    from tests.multidevice_pool import MultiDeviceTest
+
+    if item.get_closest_marker("real_ranks") is not None:
+        pytest.skip("needs real ranks (a torch.distributed process group), not a simulated world")
+    names = item._fixtureinfo.argnames
+    kwargs = {name: item.funcargs[name] for name in names}
+
+    def rank_main(rank: int) -> None:
+        mine = {}
+        for name, value in kwargs.items():
+            if name == "multidevice_test":
+                mine[name] = MultiDeviceTest(size, rank, size, rank, torch.device("cpu"))
+            else:
+                mine[name] = copy.deepcopy(value)
+        item.obj(**mine)
+
+    run = simulate(rank_main, size)
+    skips = [e for e in run.errors.values() if isinstance(e, pytest.skip.Exception)]
+    failed = {r: e for r, e in run.errors.items() if not isinstance(e, pytest.skip.Exception)}
+    if failed:
+        shown = []
+        for rank in sorted(failed)[:4]:
+            text = "".join(traceback.format_exception(failed[rank]))
+            shown.append(f"--- rank {rank} ---\n{text}")
+        more = f"\n({len(failed) - 4} more ranks failed)" if len(failed) > 4 else ""
+        pytest.fail(
+            f"failed in a simulated world of {size}:\n" + "\n".join(shown) + more, pytrace=False
+        )
+    if skips:
+        raise skips[0]
