@@ -44,10 +44,12 @@ from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.ops import Ops
 from frontend.sharding import validate_schedule
+from frontend.simulated import execute_simulated
 from frontend.strides import layout_from_strides, stride_order_of
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
+from hostir.comm.simulate import SimulatedRun
 from hostir.errors import SettingError
 from hostir.ir.program_info import check_meshes_fit
 from hostir.run.agreements import AgreementLog, refuse_before_run
@@ -280,6 +282,15 @@ class FusionDefinition:
         if executable is not None:
             return executable.call(inputs)
         return self._first_call(key, inputs, **options)
+
+    def execute_simulated(self, inputs: Any, *, world_size: int, **options: Any) -> SimulatedRun:
+        """Runs the fusion as every rank of a simulated world of ``world_size`` ranks in
+        this process (frontend.simulated, docs/simulated_world.md): ``inputs`` are the
+        unsharded tensors, each rank taking its shard by the schedule, or a function of
+        the rank giving that rank's inputs; ``options`` as :meth:`execute` takes them.
+        Returns a ``SimulatedRun``: ``results[r]``, rank ``r``'s outputs; ``errors``, each
+        failed rank's error; ``links[s, d]``, the bytes rank ``s`` sent rank ``d``."""
+        return execute_simulated(self, inputs, world_size, **options)
 
     @nvfuser_keywords  # nvFuser's keywords; any other refused by name
     def _first_call(

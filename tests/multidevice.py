@@ -67,7 +67,6 @@ import torch
 import torch.distributed as dist
 
 from tests.cpu_watch import Limits, default_limits
-from tests.multidevice_simulated import run_simulated, simulating
 from tests.multidevice_pool import (
     FIXTURE,
     MultiDeviceTest,
@@ -75,6 +74,7 @@ from tests.multidevice_pool import (
     WorkerPool,
     format_failures,
 )
+from tests.multidevice_simulated import run_simulated, simulating
 
 DEFAULT_WORLD_SIZES = (1, 2, 4)
 TORCHRUN_TIMEOUT_S = 120.0

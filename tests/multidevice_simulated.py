@@ -6,7 +6,12 @@ pool of N processes but in one simulated world of N ranks in the pytest process
 thread's rank). Each rank gets its own deep copy of the test's arguments, as the pool's
 workers get their own unpickled copy. A test that reaches ``torch.distributed``
 itself (a real process group: ``TorchCommunicator``, ``dist.*``) is marked
-``real_ranks`` and skipped here, by name.
+``real_ranks`` and skipped here, by name; so is one that starts torch's profiler (one per
+process: it checks the events of a real rank's backend).
+
+Every program run a test makes is counted apart, and once the test passed its measured
+traffic is compared with ``hostir traffic``'s static count of the program
+(hostir.comm.simulated_traffic): a difference fails the test.
 """
 
 from __future__ import annotations
@@ -14,18 +19,28 @@ from __future__ import annotations
 import copy
 import os
 import traceback
+from unittest import mock
 
 import pytest
 import torch
 
 from hostir.comm.simulate import simulate
+from hostir.comm.simulated_traffic import compare_traffic
+from hostir.errors import CommunicationError
 
 SIMULATE_VARIABLE = "HOSTIR_TEST_SIMULATE"
+REPORT_VARIABLE = "HOSTIR_TEST_SIMULATE_REPORT"
 
 
 def simulating() -> bool:
     """Whether multi-rank tests run in a simulated world (see the module docstring)."""
     return os.environ.get(SIMULATE_VARIABLE, "") not in ("", "0")
+
+
+def _no_profiler(*args: object, **kwargs: object) -> None:
+    """torch's profiler records one process (and crashes when threads start it at once);
+    the test checks what a real run's profiler records."""
+    pytest.skip("profiles a rank (torch.profiler is per process): needs real ranks")
 
 
 def run_simulated(item: pytest.Function, size: int) -> None:
@@ -47,9 +62,12 @@ def run_simulated(item: pytest.Function, size: int) -> None:
                 mine[name] = copy.deepcopy(value)
         item.obj(**mine)
 
-    run = simulate(rank_main, size)
+    with mock.patch.object(torch.profiler.profile, "__init__", _no_profiler):
+        run = simulate(rank_main, size, by_run=True)
     skips = [e for e in run.errors.values() if isinstance(e, pytest.skip.Exception)]
     failed = {r: e for r, e in run.errors.items() if not isinstance(e, pytest.skip.Exception)}
+    if skips and all(isinstance(e, CommunicationError) for e in failed.values()):
+        failed = {}  # peers left waiting by the ranks that skipped
     if failed:
         shown = []
         for rank in sorted(failed)[:4]:
@@ -61,3 +79,24 @@ def run_simulated(item: pytest.Function, size: int) -> None:
         )
     if skips:
         raise skips[0]
+    check_traffic(item.nodeid, run)
+
+
+def check_traffic(nodeid: str, run: object) -> None:
+    """Fails the test if a program run's measured traffic differs from its static count
+    (hostir.comm.simulated_traffic); notes the comparison in ``HOSTIR_TEST_SIMULATE_REPORT``
+    (a file, one line per test) if set."""
+    compared = compare_traffic(run.world)
+    report = os.environ.get(REPORT_VARIABLE)
+    if report:
+        with open(report, "a") as out:
+            out.write(
+                f"{nodeid}\tmatched {len(compared.matched)}\tmismatched"
+                f" {len(compared.mismatched)}\tskipped {len(compared.skipped)}"
+                f"\t{'; '.join(compared.skipped)}\n"
+            )
+    if compared.mismatched:
+        pytest.fail(
+            "measured traffic differs from the static count:\n" + "\n".join(compared.mismatched),
+            pytrace=False,
+        )

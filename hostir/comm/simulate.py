@@ -63,14 +63,16 @@ class SimulatedRun:
             raise found[1]
 
 
-def simulate(fn: Callable[[int], Any], world_size: int) -> SimulatedRun:
+def simulate(fn: Callable[[int], Any], world_size: int, *, by_run: bool = False) -> SimulatedRun:
     """Runs ``fn(rank)`` as each rank of a simulated world of ``world_size`` ranks, all at
-    once (see the module docstring); returns when every rank finished or failed."""
+    once (see the module docstring); returns when every rank finished or failed.
+    ``by_run``: the world also counts each program run's traffic apart (compared with the
+    static count by hostir.comm.simulated_traffic)."""
     if not isinstance(world_size, int) or not 1 <= world_size <= MAX_SIMULATED_RANKS:
         raise HostIrError(
             f"a simulated world has 1 to {MAX_SIMULATED_RANKS} ranks, not {world_size!r}"
         )
-    world = SimulatedWorld(world_size)
+    world = SimulatedWorld(world_size, by_run)
     results: list[Any] = [None] * world_size
     errors: dict[int, BaseException] = {}
 

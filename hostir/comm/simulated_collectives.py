@@ -30,12 +30,13 @@ Group = tuple[int, ...]
 
 @dataclass
 class Post:
-    """One member's call of a collective: its kind, its tensors and options by name, and
-    the rank that posted it."""
+    """One member's call of a collective: its kind, its tensors and options by name, the
+    rank that posted it, and the program run it belongs to (where counted)."""
 
     rank: int
     kind: str
     args: dict[str, Any] = field(default_factory=dict)
+    run: Any = None  # the program run it belongs to, where the world counts by run
 
     def options(self) -> tuple:
         """What every member must pass alike: the kind, and its root, op or peers."""
@@ -97,56 +98,91 @@ def complete(posts: Sequence[Post]) -> None:
     """Moves the data of one collective whose members posted ``posts`` (group order),
     every member's results computed before any is written (buffers may alias: an
     Allreduce works in place)."""
-    kind, n = posts[0].kind, len(posts)
-    args = [post.args for post in posts]
-    if kind == "allgather":
-        for a in args:
-            for p, b in enumerate(args):
-                a["out"][p].copy_(b["inp"])
-    elif kind == "reduce_scatter":
-        op = args[0]["op"]
-        results = [_reduce([b["inp"][q] for b in args], op) for q in range(n)]
-        for a, result in zip(args, results, strict=True):
-            a["out"].copy_(result)
-    elif kind == "allreduce":
-        result = _reduce([a["tensor"] for a in args], args[0]["op"])
-        for a in args:
-            a["tensor"].copy_(result)
-    elif kind == "broadcast":
-        source = args[args[0]["root"]]["tensor"].clone()
-        for p, a in enumerate(args):
-            if p != args[0]["root"]:
-                a["tensor"].copy_(source)
-    elif kind == "reduce":
-        root = args[0]["root"]
-        args[root]["tensor"].copy_(_reduce([a["tensor"] for a in args], args[0]["op"]))
-    elif kind == "gather":
-        out = args[args[0]["root"]]["out"]
-        for p, a in enumerate(args):
-            out[p].copy_(a["inp"])
-    elif kind == "scatter":
-        inp = args[args[0]["root"]]["inp"]
-        pieces = [inp[q].clone() for q in range(n)]
-        for a, piece in zip(args, pieces, strict=True):
-            a["out"].copy_(piece)
-    elif kind == "all_to_all":
-        pieces = [[b["inp"][q].clone() for b in args] for q in range(n)]
-        for a, received in zip(args, pieces, strict=True):
-            for p, piece in enumerate(received):
-                a["out"][p].copy_(piece)
-    elif kind == "all_to_all_v":
-        sent = [torch.split(a["inp"], a["in_splits"]) for a in args]
-        received = [[sent[p][q].clone() for p in range(n)] for q in range(n)]
-        for a, pieces in zip(args, received, strict=True):
-            a["out"].copy_(torch.cat(pieces) if pieces else a["out"])
-    elif kind == "barrier":
-        pass
-    elif kind in ("exchange_codes", "exchange_objects"):
-        everyone = [a["value"] for a in args]
-        for a in args:
-            a["result"] = everyone
-    else:  # pragma: no cover - the world posts no other kind
-        raise AssertionError(f"no simulated collective {kind}")
+    COMPLETE[posts[0].kind]([post.args for post in posts])
+
+
+def _allgather(args: list[dict]) -> None:
+    for a in args:
+        for p, b in enumerate(args):
+            a["out"][p].copy_(b["inp"])
+
+
+def _reduce_scatter(args: list[dict]) -> None:
+    op = args[0]["op"]
+    results = [_reduce([b["inp"][q] for b in args], op) for q in range(len(args))]
+    for a, result in zip(args, results, strict=True):
+        a["out"].copy_(result)
+
+
+def _allreduce(args: list[dict]) -> None:
+    result = _reduce([a["tensor"] for a in args], args[0]["op"])
+    for a in args:
+        a["tensor"].copy_(result)
+
+
+def _broadcast(args: list[dict]) -> None:
+    root = args[0]["root"]
+    source = args[root]["tensor"].clone()
+    for p, a in enumerate(args):
+        if p != root:
+            a["tensor"].copy_(source)
+
+
+def _reduce_to_root(args: list[dict]) -> None:
+    root = args[0]["root"]  # the others keep their tensor: "scratch", as in a real run
+    args[root]["tensor"].copy_(_reduce([a["tensor"] for a in args], args[0]["op"]))
+
+
+def _gather(args: list[dict]) -> None:
+    out = args[args[0]["root"]]["out"]
+    for p, a in enumerate(args):
+        out[p].copy_(a["inp"])
+
+
+def _scatter(args: list[dict]) -> None:
+    inp = args[args[0]["root"]]["inp"]
+    pieces = [inp[q].clone() for q in range(len(args))]
+    for a, piece in zip(args, pieces, strict=True):
+        a["out"].copy_(piece)
+
+
+def _all_to_all(args: list[dict]) -> None:
+    n = len(args)
+    pieces = [[b["inp"][q].clone() for b in args] for q in range(n)]
+    for a, received in zip(args, pieces, strict=True):
+        for p, piece in enumerate(received):
+            a["out"][p].copy_(piece)
+
+
+def _all_to_all_v(args: list[dict]) -> None:
+    n = len(args)
+    sent = [torch.split(a["inp"], a["in_splits"]) for a in args]
+    received = [[sent[p][q].clone() for p in range(n)] for q in range(n)]
+    for a, pieces in zip(args, received, strict=True):
+        a["out"].copy_(torch.cat(pieces))
+
+
+def _everyone(args: list[dict]) -> None:
+    everyone = [a["value"] for a in args]  # one list, read by every rank
+    for a in args:
+        a["result"] = everyone
+
+
+COMPLETE = {
+    "allgather": _allgather,
+    "reduce_scatter": _reduce_scatter,
+    "allreduce": _allreduce,
+    "broadcast": _broadcast,
+    "reduce": _reduce_to_root,
+    "gather": _gather,
+    "scatter": _scatter,
+    "all_to_all": _all_to_all,
+    "all_to_all_v": _all_to_all_v,
+    "exchange_codes": _everyone,
+    "exchange_objects": _everyone,
+    "barrier": lambda args: None,
+}
+"""How each kind of collective moves its data, given its members' arguments in group order."""
 
 
 def _reduce(tensors: Sequence[torch.Tensor], op: ReduceOp) -> torch.Tensor:

@@ -18,7 +18,7 @@ from hostir.comm.backend_hooks import Group, Work
 from hostir.comm.communicator import Communicator
 from hostir.comm.rank_text import describe_group
 from hostir.comm.simulated_collectives import Post
-from hostir.comm.simulated_world import AGREEMENT, SimulatedWorld
+from hostir.comm.simulated_world import AGREEMENT, RunRecord, SimulatedWorld
 from hostir.ir.sharding import ReduceOp
 
 
@@ -28,10 +28,23 @@ class SimulatedCommunicator(Communicator):
     def __init__(self, world: SimulatedWorld, rank: int) -> None:
         super().__init__(rank=rank, world_size=world.world_size)
         self.world = world
+        self.run: RunRecord | None = None  # the program run this rank is in, if counted
+
+    def run_started(self, context: Any) -> None:
+        """Where the world counts traffic by run: this rank's next posts belong to it."""
+        if self.world.by_run:
+            self.run = self.world.run_started(self.rank, context)
+
+    def run_finished(self, context: Any) -> None:
+        """The run this rank is in ended well: its traffic may be compared whole."""
+        if self.run is not None and self.run.context is context:
+            self.world.run_finished(self.run)
+            self.run = None
 
     def _collective(self, kind: str, group: Group, **args: Any) -> Work:
         where = f"{kind} over group {describe_group(group)}"
-        return self.world.post("collectives", group, Post(self.rank, kind, args), where, False)
+        post = Post(self.rank, kind, args, self.run)
+        return self.world.post("collectives", group, post, where, False)
 
     # -- Set-up and agreement -------------------------------------------------------------
 
@@ -115,16 +128,20 @@ class SimulatedCommunicator(Communicator):
         sender: int,
         receiver: int,
     ) -> Work:
-        where = f"send_recv over group {describe_group(group)} from {group[sender]} to {group[receiver]}"
+        where = (
+            f"send_recv over group {describe_group(group)} from {group[sender]} to"
+            f" {group[receiver]}"
+        )
         if self.rank == group[sender]:
-            return self.world.transfer(self.rank, where, (group[receiver], inp), None)
+            return self.world.transfer(self.rank, where, (group[receiver], inp), None, self.run)
         return self.world.transfer(self.rank, where, None, (group[sender], out))
 
     def _permute(
         self, out: torch.Tensor, inp: torch.Tensor, group: Group, send_to: int, recv_from: int
     ) -> Work:
         where = f"permute over group {describe_group(group)}"
-        return self.world.transfer(self.rank, where, (group[send_to], inp), (group[recv_from], out))
+        send, receive = (group[send_to], inp), (group[recv_from], out)
+        return self.world.transfer(self.rank, where, send, receive, self.run)
 
     # -- Failure notices ------------------------------------------------------------------
 

@@ -88,18 +88,35 @@ class _Collective:
 
 
 @dataclass
+class RunRecord:
+    """One rank's run of a program, where the world counts traffic by run: the run's
+    context (its program and bound scalars) and its key, (program digest, how many runs
+    of it this rank started before), the same on every rank's matching run."""
+
+    context: Any
+    key: tuple[str, int]
+
+
+@dataclass
 class _Transfer:
-    """One side of a point-to-point transfer waiting for its other side."""
+    """One side of a point-to-point transfer waiting for its other side (a send: with
+    the run it belongs to, where counted)."""
 
     tensor: torch.Tensor
     work: SimulatedWork
+    run: RunRecord | None = None
 
 
 class SimulatedWorld:
     """The shared state of ``world_size`` simulated ranks (see the module docstring)."""
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, by_run: bool = False) -> None:
         self.world_size = world_size
+        self.by_run = by_run  # count each program run's traffic apart (run_links)
+        self.run_links: dict[tuple[str, int], torch.Tensor] = {}
+        self.run_contexts: dict[tuple[str, int], Any] = {}
+        self._started: dict[tuple[int, str], int] = {}
+        self.run_ranks: dict[tuple[str, int], list[int]] = {}  # key -> [started, finished]
         self._lock = threading.Lock()
         self._open: dict[tuple, _Collective] = {}  # (channel, group, index) -> posts
         self._counts: dict[tuple, int] = {}  # (rank, channel, group) -> posts so far
@@ -160,9 +177,37 @@ class SimulatedWorld:
     def _count(self, group: Group, elements: torch.Tensor | None, posts: list[Post]) -> None:
         if elements is None:
             return
-        itemsize = _itemsize(posts[0])
+        sent = elements * _itemsize(posts[0])
         members = torch.tensor(group)
-        self.links[members.unsqueeze(1), members] += elements * itemsize
+        self.links[members.unsqueeze(1), members] += sent
+        if self.by_run:
+            for position, post in enumerate(posts):  # each sender's row to its own run
+                if post.run is not None:
+                    self._run_links(post.run)[group[position], members] += sent[position]
+
+    def _run_links(self, run: RunRecord) -> torch.Tensor:
+        links = self.run_links.get(run.key)
+        if links is None:
+            links = torch.zeros(self.world_size, self.world_size, dtype=torch.float64)
+            self.run_links[run.key] = links
+        return links
+
+    def run_started(self, rank: int, context: Any) -> RunRecord:
+        """The record of a run ``rank`` starts (``context``: its RunContext), whose traffic
+        counts apart in :attr:`run_links` under the same key on every rank."""
+        digest = context.runner.digest()
+        with self._lock:
+            ordinal = self._started.get((rank, digest), 0)
+            self._started[(rank, digest)] = ordinal + 1
+            record = RunRecord(context, (digest, ordinal))
+            self.run_contexts.setdefault(record.key, context)
+            self.run_ranks.setdefault(record.key, [0, 0])[0] += 1
+        return record
+
+    def run_finished(self, run: RunRecord) -> None:
+        """A rank's run of ``run.key`` ended without an error."""
+        with self._lock:
+            self.run_ranks[run.key][1] += 1
 
     # -- Point to point --------------------------------------------------------------------
 
@@ -172,6 +217,7 @@ class SimulatedWorld:
         what: str,
         send: tuple[int, torch.Tensor] | None,
         receive: tuple[int, torch.Tensor] | None,
+        run: RunRecord | None = None,
     ) -> SimulatedWork:
         """Posts this rank's send of a tensor to a peer and/or receive of one from a peer
         (global ranks); each pairs with the peer's matching side, first in first out."""
@@ -180,7 +226,7 @@ class SimulatedWorld:
             self._check_alive(work)
             if send is not None:
                 peer, tensor = send
-                self._pair(rank, peer, _Transfer(tensor, work), sending=True)
+                self._pair(rank, peer, _Transfer(tensor, work, run), sending=True)
             if receive is not None:
                 peer, tensor = receive
                 self._pair(peer, rank, _Transfer(tensor, work), sending=False)
@@ -203,7 +249,10 @@ class SimulatedWorld:
             )
         else:
             received.tensor.copy_(sent.tensor)
-            self.links[source, destination] += sent.tensor.numel() * sent.tensor.element_size()
+            size = sent.tensor.numel() * sent.tensor.element_size()
+            self.links[source, destination] += size
+            if sent.run is not None:
+                self._run_links(sent.run)[source, destination] += size
         self._finish_piece(sent.work, problem)
         self._finish_piece(received.work, problem)
 
@@ -245,7 +294,7 @@ class SimulatedWorld:
 
     def _hang_message(self, work: SimulatedWork) -> str:
         return (
-            f"{work.what} failed on rank {work.rank}: its peers can never answer (the"
+            f"{work.what} failed on rank {work.rank}: no answer from its peers, ever (the"
             f" simulated world found every running rank waiting: {self.hang})"
         )
 

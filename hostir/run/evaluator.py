@@ -338,6 +338,7 @@ class HostIrEvaluator:
         if listening:
             context.listeners = self.run_listeners
         context.stream_pool.start_run()
+        communicator.run_started(context)
         return context
 
     def check_fits(self, world_size: int) -> None:
