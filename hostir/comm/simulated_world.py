@@ -46,6 +46,7 @@ import torch
 from hostir.comm.backend_hooks import Work
 from hostir.comm.rank_text import describe_group, describe_ranks
 from hostir.comm.simulated_collectives import Post, complete, mismatch, sent_elements
+from hostir.comm.timeouts import collective_timeout
 from hostir.errors import CommunicationError
 
 Group = tuple[int, ...]
@@ -128,6 +129,9 @@ class SimulatedWorld:
         self._events = [threading.Event() for _ in range(world_size)]
         self._failures: dict[int, tuple[float, str]] = {}
         self.hang: str | None = None
+        # A rank still running (a long computation, a loop that never ends) is no hang:
+        # its peers wait for it up to the collective timeout, as on real ranks.
+        self.timeout_s = collective_timeout().total_seconds()
         self.links = torch.zeros(world_size, world_size, dtype=torch.float64)
         self._turn = threading.Lock()  # held by the one rank that runs now
         self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
@@ -282,11 +286,19 @@ class SimulatedWorld:
             self._waiting[rank] = work
             self._find_hang()
         self._turn.release()  # another rank runs while this one waits
-        self._events[rank].wait()
+        answered = self._events[rank].wait(self.timeout_s)
         self._turn.acquire()
         with self._lock:
+            self._waiting.pop(rank, None)
             if not work.done:
-                work.error = self._hang_message(work)
+                work.error = self._hang_message(work) if answered else self._late_message(work)
+
+    def _late_message(self, work: SimulatedWork) -> str:
+        return (
+            f"{work.what} failed on rank {work.rank}: no answer from its peers within"
+            f" {self.timeout_s:g} s (the collective timeout: HOSTIR_TIMEOUT); a peer is still"
+            " running"
+        )
 
     def _check_alive(self, work: SimulatedWork) -> None:
         if self.hang is not None and work.error is None:
