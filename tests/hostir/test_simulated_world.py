@@ -165,7 +165,11 @@ def test_traffic_of_every_fault_program_equals_the_static_count():
     CollectivePermutes, none, a scalar) at 4 ranks: measured = counted, and right."""
     for name, (define, reference) in PROGRAMS.items():
         fd, tvs, full = full_inputs(define, 4)
-        run = simulate(lambda rank: fd.execute(local_inputs(tvs, full, rank)), 4, by_run=True)
+
+        def body(rank: int, fd=fd, tvs=tvs, full=full) -> list:
+            return fd.execute(local_inputs(tvs, full, rank))
+
+        run = simulate(body, 4, by_run=True)
         assert not run.errors, (name, run.first_error())
         compared = compare_traffic(run.world)
         assert compared.matched and not compared.mismatched, (name, compared)
