@@ -36,13 +36,25 @@ STACK_BYTES = 16 << 20
 class SimulatedRun:
     """What a simulated world's run gave: each rank's result of ``fn`` (None where it
     raised), each failed rank's error, the bytes measured between ranks
-    (``links[s, d]``), and the run's wall time."""
+    (``links[s, d]``), and the run's wall time. ``peak_bytes[r]``: the most bytes rank
+    ``r``'s program runs held at once; ``process_peak_bytes``: the most the ranks held
+    together, each storage once (hostir.comm.simulated_memory)."""
 
     results: list[Any]
     errors: dict[int, BaseException]
     links: torch.Tensor
     seconds: float
     world: SimulatedWorld = field(repr=False)
+
+    @property
+    def peak_bytes(self) -> list[int]:
+        """Each rank's peak bytes held by its program runs."""
+        return list(self.world.memory.peak)
+
+    @property
+    def process_peak_bytes(self) -> int:
+        """The peak bytes every rank's runs held together, each storage counted once."""
+        return self.world.memory.process_peak
 
     @property
     def world_size(self) -> int:

@@ -18,6 +18,7 @@ from hostir.comm.backend_hooks import Group, Work
 from hostir.comm.communicator import Communicator
 from hostir.comm.rank_text import describe_group
 from hostir.comm.simulated_collectives import Post
+from hostir.comm.simulated_memory import HeldTensors
 from hostir.comm.simulated_world import AGREEMENT, RunRecord, SimulatedWorld
 from hostir.ir.sharding import ReduceOp
 
@@ -31,12 +32,21 @@ class SimulatedCommunicator(Communicator):
         self.run: RunRecord | None = None  # the program run this rank is in, if counted
 
     def run_started(self, context: Any) -> None:
-        """Where the world counts traffic by run: this rank's next posts belong to it."""
+        """Counts what the run holds (hostir.comm.simulated_memory) and, where the world
+        counts traffic by run, attributes this rank's next posts to it."""
+        self._end_held()
+        self._held = context.tensors = HeldTensors(self.world.memory, self.rank)
         if self.world.by_run:
             self.run = self.world.run_started(self.rank, context)
 
+    def _end_held(self) -> None:
+        held = self.__dict__.pop("_held", None)
+        if held is not None:
+            held.release_all()
+
     def run_finished(self, context: Any) -> None:
         """The run this rank is in ended well: its traffic may be compared whole."""
+        self._end_held()
         if self.run is not None and self.run.context is context:
             self.world.run_finished(self.run)
             self.run = None

@@ -7,7 +7,8 @@ rank. A rank's ``sys.exit(code)`` is its exit code; an exception prints its trac
 and is code 1, as a process would. The run's code is that of the rank that failed
 first for a reason of its own (a rank that failed because a peer did says so:
 launcher's consequences), as the local launcher names it. After the ranks, a summary
-of the traffic the world measured is printed to stderr.
+of the traffic the world measured and of the memory the ranks held is printed to
+stderr.
 """
 
 from __future__ import annotations
@@ -93,4 +94,10 @@ def summary(run: SimulatedRun) -> str:
     most = int(run.links[source, destination])
     link = f"rank {source} -> rank {destination}, {most} B" if most else "none"
     lines.append(f"  busiest link: {link}; total {int(run.links.sum())} B")
+    peaks = run.peak_bytes
+    lines.append(
+        f"  memory held by a rank's runs at peak: min {min(peaks)} B, median"
+        f" {int(statistics.median(peaks))} B, max {max(peaks)} B; by the process, each buffer"
+        f" once: {run.process_peak_bytes} B (the ranks' peaks add up to {sum(peaks)} B)"
+    )
     return "\n".join(lines)

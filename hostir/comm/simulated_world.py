@@ -46,6 +46,7 @@ import torch
 from hostir.comm.backend_hooks import Work
 from hostir.comm.rank_text import describe_group, describe_ranks
 from hostir.comm.simulated_collectives import Post, complete, mismatch, sent_elements
+from hostir.comm.simulated_memory import MemoryMeter
 from hostir.comm.timeouts import collective_timeout
 from hostir.errors import CommunicationError
 
@@ -133,6 +134,7 @@ class SimulatedWorld:
         # its peers wait for it up to the collective timeout, as on real ranks.
         self.timeout_s = collective_timeout().total_seconds()
         self.links = torch.zeros(world_size, world_size, dtype=torch.float64)
+        self.memory = MemoryMeter(world_size)
         self._turn = threading.Lock()  # held by the one rank that runs now
         self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
         self._shared_lock = threading.Lock()

@@ -160,6 +160,23 @@ def test_execute_simulated_gives_every_rank_the_reference_and_counts_its_traffic
     assert runs in (1, 2) and torch.equal(run.links, static * runs)
 
 
+def test_each_rank_holds_its_shards_and_the_process_holds_replicas_once():
+    """The MLP at 8 ranks: a rank's peak is its input shards plus the intermediates it
+    holds at once (counted by hand below); replicated inputs (x, b2) and shards that are
+    views of the whole tensors are stored once for all ranks."""
+    d, ffn, tokens = 8, 64, 8
+    torch.manual_seed(0)
+    full = [torch.randn(s) for s in ((tokens, 16), (ffn, 16), (ffn,), (16, ffn), (16,))]
+    fd, _ = mlp(d, ffn)
+    run = fd.execute_simulated(full, world_size=d)
+    assert not run.errors
+    f = 4  # float32
+    inputs = (tokens * 16 + (ffn // d) * 16 + ffn // d + 16 * (ffn // d) + 16) * f
+    # the peak: the inputs, the partial sums T8 and the Allreduce's result T9 (T6 freed)
+    assert run.peak_bytes == [inputs + 2 * tokens * 16 * f] * d
+    assert run.process_peak_bytes < sum(run.peak_bytes)
+
+
 def test_traffic_of_every_fault_program_equals_the_static_count():
     """Each program of the fault catalog (an Allreduce, an Allgather, a stream loop of
     CollectivePermutes, none, a scalar) at 4 ranks: measured = counted, and right."""
