@@ -15,9 +15,12 @@ receiver, first in first out.
 **One rank runs at a time**, from one wait to its next (a turn): a rank's thread takes
 the world's turn when it starts and gives it up only while it waits for a
 communication, and when it ends. So the code a rank runs between communications is
-never interleaved with another rank's: a script that seeds torch's (process-wide)
-generator and draws its inputs draws the same numbers on every rank, as separate
-processes would.
+never interleaved with another rank's. And each rank has **its own state of torch's
+(process-wide) CPU generator**, swapped in when it takes the turn and saved when it
+gives it up: every rank starts from the state the world was made in and draws as a
+process of its own would, even across waits (a program's random op after its agreement,
+a script seeding then drawing around a collective), so the ranks draw the same numbers
+where separate processes would.
 
 **Hangs are found, not waited for.** The world knows which ranks are running, which
 wait, and for what. When every rank still running waits for a communication that
@@ -136,6 +139,8 @@ class SimulatedWorld:
         self._turn = threading.Lock()  # held by the one rank that runs now
         self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
         self._shared_lock = threading.Lock()
+        self._generator_start = torch.get_rng_state()  # every rank starts from it
+        self._generators: dict[int, torch.Tensor] = {}  # a waiting rank's saved state
 
     # -- Collectives -------------------------------------------------------------------
 
@@ -285,9 +290,11 @@ class SimulatedWorld:
             self._events[rank].clear()
             self._waiting[rank] = work
             self._find_hang()
+        self._generators[rank] = torch.get_rng_state()  # the next rank draws from its own
         self._turn.release()  # another rank runs while this one waits
         answered = self._events[rank].wait(self.timeout_s)
         self._turn.acquire()
+        torch.set_rng_state(self._generators.pop(rank))
         with self._lock:
             self._waiting.pop(rank, None)
             if not work.done:
@@ -359,8 +366,10 @@ class SimulatedWorld:
 
     def start_turn(self) -> None:
         """Blocks the calling rank's thread until no other rank runs (see the module
-        docstring: one rank runs at a time, from one wait to the next)."""
+        docstring: one rank runs at a time, from one wait to the next); it starts from
+        the generator state the world was made in."""
         self._turn.acquire()
+        torch.set_rng_state(self._generator_start)
 
     def ended(self, rank: int, how: str) -> None:
         """Rank ``rank`` stopped running (``how``: ``finished``, ``failed with ...``)."""
