@@ -339,9 +339,15 @@ class SimulatedWorld:
                 else f"{kind} number {collective.index + 1} over {describe_group(collective.group)}"
             )
             posted = [collective.group[p] for p in sorted(collective.posts)]
+            # The agreement's in a real run's words (TorchCommunicator: "... did not reach
+            # the agreement"), which the suite's fault tests look for.
+            never = (
+                f"; {describe_ranks(missing)} did not reach the agreement"
+                if collective.channel == AGREEMENT
+                else f" and never by {describe_ranks(missing)}"
+            )
             parts.append(
-                f"{where} was posted by {describe_ranks(posted)} and never by"
-                f" {describe_ranks(missing)} ({self._doing(missing)})"
+                f"{where} was posted by {describe_ranks(posted)}{never} ({self._doing(missing)})"
             )
         for (source, destination), sides in list(self._sends.items())[:2]:
             if sides:
