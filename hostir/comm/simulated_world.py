@@ -94,11 +94,14 @@ class _Collective:
 @dataclass
 class RunRecord:
     """One rank's run of a program, where the world counts traffic by run: the run's
-    context (its program and bound scalars) and its key, (program digest, how many runs
-    of it this rank started before), the same on every rank's matching run."""
+    context (its program and bound scalars) and its key, (program digest, how many
+    agreements this rank joined before, how many runs of it this rank started since),
+    the same on every rank's matching run. The agreements realign the ranks: a rank
+    refusing its inputs before it starts a run joins the agreement its peers' run fails
+    in, so counting runs alone would pair its next run with their run after."""
 
     context: Any
-    key: tuple[str, int]
+    key: tuple[str, int, int]
 
 
 @dataclass
@@ -117,10 +120,10 @@ class SimulatedWorld:
     def __init__(self, world_size: int, by_run: bool = False) -> None:
         self.world_size = world_size
         self.by_run = by_run  # count each program run's traffic apart (run_links)
-        self.run_links: dict[tuple[str, int], torch.Tensor] = {}
-        self.run_contexts: dict[tuple[str, int], Any] = {}
-        self._started: dict[tuple[int, str], int] = {}
-        self.run_ranks: dict[tuple[str, int], list[int]] = {}  # key -> [started, finished]
+        self.run_links: dict[tuple[str, int, int], torch.Tensor] = {}
+        self.run_contexts: dict[tuple[str, int, int], Any] = {}
+        self._started: dict[tuple[int, str, int], int] = {}
+        self.run_ranks: dict[tuple[str, int, int], list[int]] = {}  # key -> [started, finished]
         self._lock = threading.Lock()
         self._open: dict[tuple, _Collective] = {}  # (channel, group, index) -> posts
         self._counts: dict[tuple, int] = {}  # (rank, channel, group) -> posts so far
@@ -206,9 +209,10 @@ class SimulatedWorld:
         counts apart in :attr:`run_links` under the same key on every rank."""
         digest = context.runner.digest()
         with self._lock:
-            ordinal = self._started.get((rank, digest), 0)
-            self._started[(rank, digest)] = ordinal + 1
-            record = RunRecord(context, (digest, ordinal))
+            agreements = self._counts.get((rank, AGREEMENT, tuple(range(self.world_size))), 0)
+            ordinal = self._started.get((rank, digest, agreements), 0)
+            self._started[(rank, digest, agreements)] = ordinal + 1
+            record = RunRecord(context, (digest, agreements, ordinal))
             self.run_contexts.setdefault(record.key, context)
             self.run_ranks.setdefault(record.key, [0, 0])[0] += 1
         return record
