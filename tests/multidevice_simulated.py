@@ -6,8 +6,10 @@ pool of N processes but in one simulated world of N ranks in the pytest process
 thread's rank). Each rank gets its own deep copy of the test's arguments, as the pool's
 workers get their own unpickled copy. A test that reaches ``torch.distributed``
 itself (a real process group: ``TorchCommunicator``, ``dist.*``) is marked
-``real_ranks`` and skipped here, by name; so is one that starts torch's profiler (one per
-process: it checks the events of a real rank's backend).
+``real_ranks(reason=...)`` and skipped here, by name, with its reason; so is one that
+starts torch's profiler (one per process: it checks the events of a real rank's
+backend). A test's ``monkeypatch`` is shared by its ranks (it is undone once, after the
+test); its other arguments are copied.
 
 Every program run a test makes is counted apart, and once the test passed its measured
 traffic is compared with ``hostir traffic``'s static count of the program
@@ -25,7 +27,9 @@ import pytest
 import torch
 
 from hostir.comm.simulate import simulate
+from hostir.comm.simulated_communicator import SimulatedCommunicator
 from hostir.comm.simulated_traffic import compare_traffic
+from hostir.comm.world import default_communicator
 from hostir.errors import CommunicationError
 
 SIMULATE_VARIABLE = "HOSTIR_TEST_SIMULATE"
@@ -43,13 +47,41 @@ def _no_profiler(*args: object, **kwargs: object) -> None:
     pytest.skip("profiles a rank (torch.profiler is per process): needs real ranks")
 
 
+def communicator_class() -> type:
+    """The class of this rank's communicator, for a test's spy to subclass: a real rank's
+    TorchCommunicator, or a simulated rank's SimulatedCommunicator."""
+    return type(default_communicator())
+
+
+def new_communicator(cls: type) -> object:
+    """A new ``cls`` (a subclass of :func:`communicator_class`) talking for this rank, as
+    ``TorchCommunicator()`` does on a real rank."""
+    base = default_communicator()
+    if isinstance(base, SimulatedCommunicator):
+        return cls(base.world, base.rank)
+    return cls()
+
+
+def every_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    """``[world size, *tensor.shape]``: every rank's ``tensor`` in rank order (hostir's
+    allgather over the whole world, on this rank's communicator, real or simulated)."""
+    communicator = default_communicator()
+    world = list(range(communicator.world_size))
+    communicator.prepare([world])  # every rank calls this: created once, then cached
+    out = torch.empty(len(world), *tensor.shape, dtype=tensor.dtype)
+    communicator.allgather(out, tensor, world).wait()
+    return out
+
+
 def run_simulated(item: pytest.Function, size: int) -> None:
     """Runs ``item`` as every rank of a simulated world of ``size``; fails the test with
     each failed rank's traceback, or skips it as a rank skipped it."""
     from tests.multidevice_pool import MultiDeviceTest
 
-    if item.get_closest_marker("real_ranks") is not None:
-        pytest.skip("needs real ranks (a torch.distributed process group), not a simulated world")
+    marker = item.get_closest_marker("real_ranks")
+    if marker is not None:
+        why = marker.kwargs.get("reason", "a torch.distributed process group")
+        pytest.skip(f"needs real ranks, not a simulated world: {why}")
     names = item._fixtureinfo.argnames
     kwargs = {name: item.funcargs[name] for name in names}
 
@@ -58,6 +90,11 @@ def run_simulated(item: pytest.Function, size: int) -> None:
         for name, value in kwargs.items():
             if name == "multidevice_test":
                 mine[name] = MultiDeviceTest(size, rank, size, rank, torch.device("cpu"))
+            elif isinstance(value, pytest.MonkeyPatch):
+                # One for all ranks: what it sets (the process's environment) is shared
+                # anyway, and only the test's own one is undone after the test; a copy's
+                # settings would leak into the next tests.
+                mine[name] = value
             else:
                 mine[name] = copy.deepcopy(value)
         item.obj(**mine)

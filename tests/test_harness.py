@@ -36,6 +36,7 @@ def without_launcher_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 # Multi-rank tests: these run at world sizes 1, 2 and 4 (or the torchrun world)
 
 
+@pytest.mark.real_ranks(reason="checks the pool's torch.distributed process group itself")
 def test_all_reduce_matches_local_sum(multidevice_test):
     d, rank = multidevice_test.size, multidevice_test.rank
     torch.manual_seed(0)  # the same data on every rank: each can compute the reference
@@ -46,6 +47,7 @@ def test_all_reduce_matches_local_sum(multidevice_test):
     torch.testing.assert_close(mine.cpu(), data.sum(0))
 
 
+@pytest.mark.real_ranks(reason="checks the pool's torch.distributed process group itself")
 def test_attributes_agree_with_torch_distributed(multidevice_test):
     t = multidevice_test
     assert 0 <= t.rank < t.size and 0 <= t.local_rank < t.local_size <= t.size
@@ -73,6 +75,7 @@ def test_world_sizes_parametrize_ids(request):
     assert {f"test_all_reduce_matches_local_sum[ws{n}]" for n in (1, 2, 4)} <= names
 
 
+@pytest.mark.real_ranks(reason="checks the pool's torch.distributed process group itself")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_all_gather_with_parameter(multidevice_test, dtype):
     d, rank = multidevice_test.size, multidevice_test.rank

@@ -38,7 +38,7 @@ def compare_traffic(world: object) -> TrafficComparison:
     result = TrafficComparison()
     for key, context in world.run_contexts.items():  # type: ignore[attr-defined]
         started, finished = world.run_ranks[key]  # type: ignore[attr-defined]
-        name = f"program {key[0][:12]} run {key[1]}"
+        name = f"program {key[0][:12]} run {key[2]} after agreement {key[1]}"
         if finished < started:
             result.skipped.append(f"{name}: {started - finished} ranks did not finish it")
             continue

@@ -15,9 +15,12 @@ receiver, first in first out.
 **One rank runs at a time**, from one wait to its next (a turn): a rank's thread takes
 the world's turn when it starts and gives it up only while it waits for a
 communication, and when it ends. So the code a rank runs between communications is
-never interleaved with another rank's: a script that seeds torch's (process-wide)
-generator and draws its inputs draws the same numbers on every rank, as separate
-processes would.
+never interleaved with another rank's. And each rank has **its own state of torch's
+(process-wide) CPU generator**, swapped in when it takes the turn and saved when it
+gives it up: every rank starts from the state the world was made in and draws as a
+process of its own would, even across waits (a program's random op after its agreement,
+a script seeding then drawing around a collective), so the ranks draw the same numbers
+where separate processes would.
 
 **Hangs are found, not waited for.** The world knows which ranks are running, which
 wait, and for what. When every rank still running waits for a communication that
@@ -92,11 +95,14 @@ class _Collective:
 @dataclass
 class RunRecord:
     """One rank's run of a program, where the world counts traffic by run: the run's
-    context (its program and bound scalars) and its key, (program digest, how many runs
-    of it this rank started before), the same on every rank's matching run."""
+    context (its program and bound scalars) and its key, (program digest, how many
+    agreements this rank joined before, how many runs of it this rank started since),
+    the same on every rank's matching run. The agreements realign the ranks: a rank
+    refusing its inputs before it starts a run joins the agreement its peers' run fails
+    in, so counting runs alone would pair its next run with their run after."""
 
     context: Any
-    key: tuple[str, int]
+    key: tuple[str, int, int]
 
 
 @dataclass
@@ -115,10 +121,10 @@ class SimulatedWorld:
     def __init__(self, world_size: int, by_run: bool = False) -> None:
         self.world_size = world_size
         self.by_run = by_run  # count each program run's traffic apart (run_links)
-        self.run_links: dict[tuple[str, int], torch.Tensor] = {}
-        self.run_contexts: dict[tuple[str, int], Any] = {}
-        self._started: dict[tuple[int, str], int] = {}
-        self.run_ranks: dict[tuple[str, int], list[int]] = {}  # key -> [started, finished]
+        self.run_links: dict[tuple[str, int, int], torch.Tensor] = {}
+        self.run_contexts: dict[tuple[str, int, int], Any] = {}
+        self._started: dict[tuple[int, str, int], int] = {}
+        self.run_ranks: dict[tuple[str, int, int], list[int]] = {}  # key -> [started, finished]
         self._lock = threading.Lock()
         self._open: dict[tuple, _Collective] = {}  # (channel, group, index) -> posts
         self._counts: dict[tuple, int] = {}  # (rank, channel, group) -> posts so far
@@ -138,6 +144,8 @@ class SimulatedWorld:
         self._turn = threading.Lock()  # held by the one rank that runs now
         self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
         self._shared_lock = threading.Lock()
+        self._generator_start = torch.get_rng_state()  # every rank starts from it
+        self._generators: dict[int, torch.Tensor] = {}  # a waiting rank's saved state
 
     # -- Collectives -------------------------------------------------------------------
 
@@ -203,9 +211,10 @@ class SimulatedWorld:
         counts apart in :attr:`run_links` under the same key on every rank."""
         digest = context.runner.digest()
         with self._lock:
-            ordinal = self._started.get((rank, digest), 0)
-            self._started[(rank, digest)] = ordinal + 1
-            record = RunRecord(context, (digest, ordinal))
+            agreements = self._counts.get((rank, AGREEMENT, tuple(range(self.world_size))), 0)
+            ordinal = self._started.get((rank, digest, agreements), 0)
+            self._started[(rank, digest, agreements)] = ordinal + 1
+            record = RunRecord(context, (digest, agreements, ordinal))
             self.run_contexts.setdefault(record.key, context)
             self.run_ranks.setdefault(record.key, [0, 0])[0] += 1
         return record
@@ -287,9 +296,11 @@ class SimulatedWorld:
             self._events[rank].clear()
             self._waiting[rank] = work
             self._find_hang()
+        self._generators[rank] = torch.get_rng_state()  # the next rank draws from its own
         self._turn.release()  # another rank runs while this one waits
         answered = self._events[rank].wait(self.timeout_s)
         self._turn.acquire()
+        torch.set_rng_state(self._generators.pop(rank))
         with self._lock:
             self._waiting.pop(rank, None)
             if not work.done:
@@ -334,9 +345,15 @@ class SimulatedWorld:
                 else f"{kind} number {collective.index + 1} over {describe_group(collective.group)}"
             )
             posted = [collective.group[p] for p in sorted(collective.posts)]
+            # The agreement's in a real run's words (TorchCommunicator: "... did not reach
+            # the agreement"), which the suite's fault tests look for.
+            never = (
+                f"; {describe_ranks(missing)} did not reach the agreement"
+                if collective.channel == AGREEMENT
+                else f" and never by {describe_ranks(missing)}"
+            )
             parts.append(
-                f"{where} was posted by {describe_ranks(posted)} and never by"
-                f" {describe_ranks(missing)} ({self._doing(missing)})"
+                f"{where} was posted by {describe_ranks(posted)}{never} ({self._doing(missing)})"
             )
         for (source, destination), sides in list(self._sends.items())[:2]:
             if sides:
@@ -361,8 +378,10 @@ class SimulatedWorld:
 
     def start_turn(self) -> None:
         """Blocks the calling rank's thread until no other rank runs (see the module
-        docstring: one rank runs at a time, from one wait to the next)."""
+        docstring: one rank runs at a time, from one wait to the next); it starts from
+        the generator state the world was made in."""
         self._turn.acquire()
+        torch.set_rng_state(self._generator_start)
 
     def ended(self, rank: int, how: str) -> None:
         """Rank ``rank`` stopped running (``how``: ``finished``, ``failed with ...``)."""
