@@ -10,25 +10,31 @@ the bytes measured between ranks, and each failed rank's error.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from frontend.errors import FrontendError
 from frontend.sharding import shard_tensor
 from hostir.comm.simulate import SimulatedRun, simulate
-
-if TYPE_CHECKING:
-    from frontend.fusion_definition import FusionDefinition
+from hostir.errors import HostIrError
 
 RankInputs = Sequence[Any] | Callable[[int], Sequence[Any]]
 """The unsharded inputs (each rank takes its shard of each tensor, as ``shard_tensor``
 cuts it by the fusion's schedule), or a function giving rank ``r``'s own inputs."""
 
 
-def execute_simulated(
-    fd: FusionDefinition, inputs: RankInputs, world_size: int, **options: Any
-) -> SimulatedRun:
+def _input_layouts(fd: Any, tvs: list) -> list:
+    """How each input is laid out: the lowered program's input values (their shardings
+    found once, not once per rank), or the fusion's inputs where it does not lower (each
+    rank then raises its own error, as ``execute`` does)."""
+    try:
+        return list(fd.host_ir().inputs)
+    except HostIrError:
+        return tvs
+
+
+def execute_simulated(fd: Any, inputs: RankInputs, world_size: int, **options: Any) -> SimulatedRun:
     """Runs ``fd`` on ``world_size`` simulated ranks (see the module docstring); ``options``
     as ``execute`` takes them. ``results[r]`` of the answer is rank ``r``'s outputs."""
     if callable(inputs):
@@ -40,11 +46,12 @@ def execute_simulated(
                 f"execute_simulated: the fusion takes {len(tvs)} inputs, got {len(inputs)}"
             )
         whole = list(inputs)
+        layouts = _input_layouts(fd, tvs)
 
         def inputs_of(rank: int) -> list[Any]:
             return [
-                shard_tensor(t, tv, rank) if isinstance(t, torch.Tensor) else t
-                for t, tv in zip(whole, tvs, strict=True)
+                shard_tensor(t, layout, rank) if isinstance(t, torch.Tensor) else t
+                for t, layout in zip(whole, layouts, strict=True)
             ]
 
     return simulate(lambda rank: fd.execute(list(inputs_of(rank)), **options), world_size)

@@ -90,7 +90,7 @@ def simulate(fn: Callable[[int], Any], world_size: int, *, by_run: bool = False)
 
     def run_rank(rank: int) -> None:
         how = "finished"
-        world.start_turn()
+        world.start_turn(rank)
         try:
             with running_as(SimulatedCommunicator(world, rank)):
                 results[rank] = fn(rank)
@@ -112,6 +112,7 @@ def simulate(fn: Callable[[int], Any], world_size: int, *, by_run: bool = False)
             thread.start()
     finally:
         threading.stack_size(before)
+    world.start()
     for thread in threads:
         thread.join()
     links = world.links.clone()

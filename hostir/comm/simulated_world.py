@@ -14,7 +14,10 @@ receiver, first in first out.
 
 **One rank runs at a time**, from one wait to its next (a turn): a rank's thread takes
 the world's turn when it starts and gives it up only while it waits for a
-communication, and when it ends. So the code a rank runs between communications is
+communication, and when it ends; the turn goes to the rank that has been ready longest
+(its collective completed), each rank's thread sleeping on an event of its own. A rank
+that computes forever therefore stops the world (there is no timeout to end it, as
+there is none to end a real rank's endless loop). So the code a rank runs between communications is
 never interleaved with another rank's. And each rank has **its own state of torch's
 (process-wide) CPU generator**, swapped in when it takes the turn and saved when it
 gives it up: every rank starts from the state the world was made in and draws as a
@@ -50,7 +53,6 @@ from hostir.comm.backend_hooks import Work
 from hostir.comm.rank_text import describe_group, describe_ranks
 from hostir.comm.simulated_collectives import Post, complete, mismatch, sent_elements
 from hostir.comm.simulated_memory import MemoryMeter
-from hostir.comm.timeouts import collective_timeout
 from hostir.errors import CommunicationError
 
 Group = tuple[int, ...]
@@ -133,15 +135,14 @@ class SimulatedWorld:
         self._running = set(range(world_size))
         self._ended: dict[int, str] = {}  # rank -> "finished" / "failed with ..."
         self._waiting: dict[int, SimulatedWork] = {}
-        self._events = [threading.Event() for _ in range(world_size)]
+        # A rank's thread sleeps on its own event until it is given the turn: one wakes
+        # at a time, in the order the ranks became ready (no herd on one lock).
+        self._turns = [threading.Event() for _ in range(world_size)]
+        self._ready: deque[int] = deque()
         self._failures: dict[int, tuple[float, str]] = {}
         self.hang: str | None = None
-        # A rank still running (a long computation, a loop that never ends) is no hang:
-        # its peers wait for it up to the collective timeout, as on real ranks.
-        self.timeout_s = collective_timeout().total_seconds()
         self.links = torch.zeros(world_size, world_size, dtype=torch.float64)
         self.memory = MemoryMeter(world_size)
-        self._turn = threading.Lock()  # held by the one rank that runs now
         self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
         self._shared_lock = threading.Lock()
         self._generator_start = torch.get_rng_state()  # every rank starts from it
@@ -281,11 +282,12 @@ class SimulatedWorld:
         work.left = max(work.left - 1, 0)
         if work.done and self._waiting.get(work.rank) is work:
             del self._waiting[work.rank]
-            self._events[work.rank].set()
+            self._ready.append(work.rank)  # it runs again when the turn comes to it
 
     def wait_for(self, work: SimulatedWork) -> None:
-        """Blocks the calling rank until ``work`` is done; marks it failed if every rank
-        still running waits for something that cannot come (a hang, named)."""
+        """Blocks the calling rank until ``work`` is done, another rank running meanwhile;
+        marks it failed if every rank still running waits for something that cannot
+        come (a hang, named)."""
         rank = work.rank
         with self._lock:
             if work.done:
@@ -293,25 +295,28 @@ class SimulatedWorld:
             self._check_alive(work)
             if work.error is not None:
                 return
-            self._events[rank].clear()
             self._waiting[rank] = work
-            self._find_hang()
-        self._generators[rank] = torch.get_rng_state()  # the next rank draws from its own
-        self._turn.release()  # another rank runs while this one waits
-        answered = self._events[rank].wait(self.timeout_s)
-        self._turn.acquire()
+            self._generators[rank] = torch.get_rng_state()  # the next rank draws its own
+            self._pass_turn()
+        self._take_turn(rank)
         torch.set_rng_state(self._generators.pop(rank))
-        with self._lock:
-            self._waiting.pop(rank, None)
-            if not work.done:
-                work.error = self._hang_message(work) if answered else self._late_message(work)
+        if not work.done:  # woken by a hang: every rank waits
+            with self._lock:
+                work.error = work.error or self._hang_message(work)
 
-    def _late_message(self, work: SimulatedWork) -> str:
-        return (
-            f"{work.what} failed on rank {work.rank}: no answer from its peers within"
-            f" {self.timeout_s:g} s (the collective timeout: HOSTIR_TIMEOUT); a peer is still"
-            " running"
-        )
+    def _pass_turn(self) -> None:
+        """With the lock held, the running rank gives up the turn: to the rank ready
+        longest; if none is ready and every running rank waits, it is a hang (each waiting
+        rank is woken to raise it)."""
+        if not self._ready and self._running and len(self._waiting) >= len(self._running):
+            self._declare_hang()
+        if self._ready:
+            self._turns[self._ready.popleft()].set()
+
+    def _take_turn(self, rank: int) -> None:
+        """Sleeps until ``rank`` is given the turn."""
+        self._turns[rank].wait()
+        self._turns[rank].clear()
 
     def _check_alive(self, work: SimulatedWork) -> None:
         if self.hang is not None and work.error is None:
@@ -323,15 +328,14 @@ class SimulatedWorld:
             f" simulated world found every running rank waiting: {self.hang})"
         )
 
-    def _find_hang(self) -> None:
-        """With the lock held: if every running rank waits, declare the hang and wake them."""
-        if not self._running or len(self._waiting) < len(self._running):
-            return
+    def _declare_hang(self) -> None:
+        """With the lock held: every running rank waits; names the hang and readies them
+        all (each raises it)."""
         self.hang = self._describe_hang()
         for rank, work in list(self._waiting.items()):
             if work.error is None:
                 work.error = self._hang_message(work)
-            self._events[rank].set()
+            self._ready.append(rank)
         self._waiting.clear()
 
     def _describe_hang(self) -> str:
@@ -376,20 +380,27 @@ class SimulatedWorld:
 
     # -- Ranks starting and ending ---------------------------------------------------------
 
-    def start_turn(self) -> None:
-        """Blocks the calling rank's thread until no other rank runs (see the module
-        docstring: one rank runs at a time, from one wait to the next); it starts from
-        the generator state the world was made in."""
-        self._turn.acquire()
+    def start(self) -> None:
+        """Makes every rank ready, in rank order, and gives rank 0 the turn (the ranks'
+        threads are started and wait in :meth:`start_turn`)."""
+        with self._lock:
+            self._ready.extend(range(self.world_size))
+            self._pass_turn()
+
+    def start_turn(self, rank: int) -> None:
+        """Blocks rank ``rank``'s thread until it has the turn (see the module docstring:
+        one rank runs at a time, from one wait to the next); it starts from the generator
+        state the world was made in."""
+        self._take_turn(rank)
         torch.set_rng_state(self._generator_start)
 
     def ended(self, rank: int, how: str) -> None:
-        """Rank ``rank`` stopped running (``how``: ``finished``, ``failed with ...``)."""
+        """Rank ``rank`` stopped running (``how``: ``finished``, ``failed with ...``); the
+        turn passes on."""
         with self._lock:
             self._running.discard(rank)
             self._ended[rank] = how
-            self._find_hang()
-        self._turn.release()
+            self._pass_turn()
 
     # -- Failure notices (the c10d store's part in a real run) --------------------------
 

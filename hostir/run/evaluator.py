@@ -145,6 +145,19 @@ world, print it once."""
 MAX_DIGESTS = 64
 
 
+_VERIFIED: dict[int, HostIrContainer] = {}
+"""Recent programs verified already, by identity, each held (programs are immutable): the
+evaluators of one program, one per rank of a simulated world, verify it once."""
+
+
+def _verified(program: Any) -> bool:
+    if _VERIFIED.get(id(program)) is program:
+        return True
+    if len(_VERIFIED) >= MAX_DIGESTS:
+        _VERIFIED.clear()
+    return False
+
+
 def program_digest(program: HostIrContainer) -> str:
     """The SHA-256 of ``program``'s text, computed once per recent program object."""
     known = _DIGESTS.get(id(program))
@@ -196,7 +209,9 @@ class HostIrEvaluator:
         checks: SelfChecks | None = None,
         agreements: AgreementLog | None = None,
     ) -> None:
-        verify_located(checked_program(program))
+        if not _verified(program):
+            verify_located(checked_program(program))
+            _VERIFIED[id(program)] = program
         used = walk_instructions(program.body)
         missing = sorted({type(i).__name__ for i in used if not _runnable(i)})
         if missing:
