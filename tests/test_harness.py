@@ -229,7 +229,7 @@ def test_cli_missing_script_is_a_one_line_error(child_runs):
     "args, message",
     [
         (["run", __file__, "--nproc", "0"], "--nproc must be at least 1, got 0"),
-        (["run", __file__], "the following arguments are required: --nproc"),
+        (["run", __file__], "one of the arguments --nproc --simulate is required"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
     ids=["nproc-0", "no-nproc", "unknown-command"],

@@ -91,16 +91,18 @@ def launch_backend(option: str | None) -> str:
 
 def run_command(args: argparse.Namespace) -> int:
     """Launches the script; the exit code is that of the first rank that failed, else 0."""
+    if args.simulate is not None:
+        in_range(args.simulate, "--simulate", 1, MAX_SIMULATED_RANKS)
+    else:
+        in_range(args.nproc, "--nproc", 1, launcher.MAX_NPROC)
     if not os.path.exists(args.script):
         raise CommandError(f"script not found: {args.script}")
     if not os.path.isfile(args.script):
         raise CommandError(f"script is not a file: {args.script}")
     if args.simulate is not None:
-        in_range(args.simulate, "--simulate", 1, MAX_SIMULATED_RANKS)
         if args.backend is not None:
             raise CommandError("--backend applies to --nproc: a simulated world has no backend")
         return run_script(args.script, args.simulate, args.extra_args)[0]
-    in_range(args.nproc, "--nproc", 1, launcher.MAX_NPROC)
     backend = launch_backend(args.backend)
     code = launcher.launch(args.script, args.nproc, args.extra_args, backend=backend)
     return code if code >= 0 else 128 - code  # killed by signal S: exit 128 + S, like a shell
