@@ -102,9 +102,10 @@ def complete(posts: Sequence[Post]) -> None:
 
 
 def _allgather(args: list[dict]) -> None:
+    sent = [b["inp"].clone() for b in args]  # an input may be a view of its rank's out
     for a in args:
-        for p, b in enumerate(args):
-            a["out"][p].copy_(b["inp"])
+        for p, piece in enumerate(sent):
+            a["out"][p].copy_(piece)
 
 
 def _reduce_scatter(args: list[dict]) -> None:
@@ -135,8 +136,9 @@ def _reduce_to_root(args: list[dict]) -> None:
 
 def _gather(args: list[dict]) -> None:
     out = args[args[0]["root"]]["out"]
-    for p, a in enumerate(args):
-        out[p].copy_(a["inp"])
+    sent = [a["inp"].clone() for a in args]  # the root's input may be a view of its out
+    for p, piece in enumerate(sent):
+        out[p].copy_(piece)
 
 
 def _scatter(args: list[dict]) -> None:

@@ -149,11 +149,12 @@ def run_on_rank(
         prepared = RankResult(OK)
     prepared = _first_failure(prepared, world_size)
     if prepared.status != OK:
-        return prepared, _program(fd)
+        return prepared, _program_unless_refused(prepared, fd)
     try:
         outputs = fd.execute(local)
     except Exception as error:
-        return _refusal(error, case), _program(fd)
+        refused = _refusal(error, case)
+        return refused, _program_unless_refused(refused, fd)
     program = fd.host_ir()
     if "bad_index" in case.features:
         return RankResult(WRONG, f"bad index data was not refused: {_bad_index(case)}"), program
@@ -236,6 +237,12 @@ def never_freed(program) -> list[str]:
     walk(program.body)
     kept = {v.name for v in (*program.inputs, *program.outputs)}
     return [name for name in dict.fromkeys(defined) if name not in kept and name not in freed]
+
+
+def _program_unless_refused(result: RankResult, fd) -> Any:
+    """The program to show with a wrong or crashed result; None for a refusal, which shows
+    none (a program that failed to lower is not lowered again on every rank)."""
+    return None if result.status == REFUSED else _program(fd)
 
 
 def _program(fd) -> Any:
