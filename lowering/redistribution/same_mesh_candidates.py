@@ -4,7 +4,10 @@ Where the rules (:mod:`lowering.redistribution.same_mesh_rules`) would slice awa
 they moved, pass SPEC §6's bound, or reduce and then move the sums again, the cost model
 (:func:`plan_cost`) chooses among them and the candidates: one AllToAllV; a
 ReduceScatter then one AllToAllV; the moves of the unreduced sums then one Allreduce in
-place. docs/design.md ("The planner in normal form") says why this is complete.
+place. Where the rules take three or more collectives and reduce nothing, the candidates
+are a CollectivePermute relabelling mesh axes then the rules
+(:mod:`lowering.redistribution.same_mesh_permutes`). docs/design.md ("The planner in
+normal form") says why this is complete.
 """
 
 from __future__ import annotations
@@ -255,14 +258,14 @@ def _record(
     ahead = next(
         what for what, a, b in zip(_ORDER, costed[winner], costed[-1], strict=True) if a != b
     )
-    planner.considered.append(f"why: {names[winner]} has {ahead} than the rules")
+    planner.considered.append(f"why: {names[winner]} {ahead}")
 
 
-_ORDER = (
-    "no temporaries over the bound where the rules have",
-    "fewer collective calls",
-    "fewer bytes received by the busiest rank",
-    "fewer temporaries",
+_ORDER = (  # plan_cost's order, each as the reason the winner beat the rules
+    "keeps the temporaries within max(in, out), which the rules pass",
+    "takes fewer collective calls than the rules",
+    "has the busiest rank receive fewer bytes than the rules, in as many calls",
+    "holds fewer temporaries than the rules, with the same calls and bytes",
 )
 
 
