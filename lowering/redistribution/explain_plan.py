@@ -104,8 +104,9 @@ def explain_plan(plan: Plan, candidates: bool = False) -> str:
 
 
 _NO_CANDIDATES = (
-    "the rules' plan slices no data it moved, keeps the memory bound, moves no reduced"
-    " sums and takes fewer than 3 collectives, so no other plan is costed"
+    "the rules' plan slices no data it moved, keeps the memory bound and moves no reduced"
+    " sums, and takes fewer than 3 collectives or reduces partial sums (no relabelling is"
+    " tried), so no other plan is costed"
 )
 
 

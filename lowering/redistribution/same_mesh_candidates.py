@@ -82,7 +82,12 @@ def _cheaper_instead(
         candidates += _move_then_reduce(planner, source, target, reduced)
     if relabel:
         candidates += permute_then_rules(planner, source, target, len(communicated))
-    if not candidates:
+    if not candidates:  # only relabellings were tried, and none saves a collective
+        planner.considered.append(
+            f"{source.notation()} -> {target.notation()}: the rules take"
+            f" {len(communicated)} collectives; no relabelling of equal-size mesh axes lets"
+            " them take fewer"
+        )
         return
     best = _cheapest(planner, source, target, candidates, rules)
     if best is None:

@@ -72,6 +72,17 @@ def test_plan_explain_shows_the_comparison_as_docs_cli_shows_it(capsys):
     assert "candidates:" not in capsys.readouterr().out
 
 
+def test_explain_says_when_no_relabelling_helps():
+    """On 2x2x4 the axes that trade places (x and y) differ in size: no relabelling
+    applies, the rules' 3 collectives stay, and ``--explain`` says why."""
+    text = plan_text("2x2x4", "16x16", "S0S0S1", "RS1R", explain=True)
+    assert "3 collective(s)" in text and "CollectivePermute" not in text
+    assert (
+        "candidates: S0S0S1 -> RS1R: the rules take 3 collectives; no relabelling of"
+        " equal-size mesh axes lets them take fewer"
+    ) in text.splitlines()
+
+
 def test_a_3d_mesh_tries_at_most_five_relabellings():
     """On 2x2x2 every non-identity bijection of the axes (3! - 1), swaps first, a partial
     axis fixed; on 2x2x4 only the swap of the two equal axes."""
