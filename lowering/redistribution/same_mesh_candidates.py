@@ -66,8 +66,8 @@ def _cheaper_instead(
     )
     why = next((text for flag, text in flagged if flag), None)
     # The permute candidates' own trigger, narrow so no other plan (nor its planning time)
-    # changes: three or more collectives, nothing reduced (a relabelling saves at most the
-    # collectives of the moves, and a plan of two cannot drop to fewer than two).
+    # changes: three or more collectives (a permute candidate takes at least two: a
+    # relabelling alone is rule 2's plan), nothing reduced.
     relabel = len(communicated) >= 3 and not reduced
     if why is None and not relabel:
         return
@@ -102,11 +102,12 @@ def _cheaper_instead(
 
 def _chosen_note(best: tuple[Step, ...], rule_calls: int, sliced_after: bool) -> str:
     """The note that says which candidate replaced the rules' ``rule_calls`` collectives."""
-    moved = [s for s in best if s.team is not None]
-    if best[0].kind is CollectivePermute:
+    moved = best
+    if best[0].kind is CollectivePermute:  # the rules after it may slice locally
+        moved = tuple(s for s in best if s.team is not None)
         then = "gather" if all(s.kind is Allgather for s in moved[1:]) else "the rules"
         kind = f"permute then {then}"
-    else:
+    else:  # the wording the other candidates always had
         kind = "exchange" if best[-1].kind is AllToAllV else "reduced last"
     return (
         f"{kind}: {'one ' * (len(moved) == 1)}{' + '.join(s.name for s in moved)} over"
