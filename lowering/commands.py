@@ -2,11 +2,12 @@
 shows a redistribution plan and its cost.
 
 ``hostir plan --mesh 2x2 --shape 8x8 --from S0S0 --to RR`` prints
-``ExplainedPlan.explain()`` for resharding a tensor of that shape between the two
-distributions (notation: one placement per mesh dim, outer first — ``S<d>``,
-``R``, ``P``; see ``lowering.redistribution.distribution.parse_notation``). The command belongs
-to ``lowering``: this package declares it (``add_plan_command``) and registers it
-with the ``hostir`` command line through the ``hostir.commands`` entry point
+``ExplainedPlan.explain()`` (``--explain``: with the candidate plans compared) for
+resharding a tensor of that shape between the two distributions (notation: one
+placement per mesh dim, outer first — ``S<d>``, ``R``, ``P``; see
+``lowering.redistribution.distribution.parse_notation``). The command belongs to
+``lowering``: this package declares it (``add_plan_command``) and registers it with the
+``hostir`` command line through the ``hostir.commands`` entry point
 (pyproject.toml), so ``hostir`` never imports ``lowering``.
 """
 
@@ -46,8 +47,16 @@ def _sizes(text: str, what: str, maximum: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def plan_text(mesh: str, shape: str, source: str, target: str, dtype: str = "float32") -> str:
-    """The explanation of the plan from ``source`` to ``target`` (see module docstring)."""
+def plan_text(
+    mesh: str,
+    shape: str,
+    source: str,
+    target: str,
+    dtype: str = "float32",
+    explain: bool = False,
+) -> str:
+    """The explanation of the plan from ``source`` to ``target`` (see module docstring);
+    ``explain``: with the candidate plans the cost model compared."""
     mesh_shape = _sizes(mesh, "--mesh", MAX_PLAN_DEVICES)
     if math.prod(mesh_shape) > MAX_PLAN_DEVICES:
         raise ReshardingError(
@@ -74,7 +83,7 @@ def plan_text(mesh: str, shape: str, source: str, target: str, dtype: str = "flo
                 sharding=sharding,
             )
         )
-    return plan_resharding(*values).explain()
+    return plan_resharding(*values).explain(candidates=explain)
 
 
 def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
@@ -90,6 +99,12 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--from", dest="source", required=True, help="source, e.g. S0S0")
     parser.add_argument("--to", dest="target", required=True, help="target, e.g. RR")
     parser.add_argument("--dtype", default="float32", help="element type (default float32)")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="also list the candidate plans compared (collective calls, bytes the busiest"
+        " rank receives, temporaries) and why the chosen one won",
+    )
     parser.set_defaults(handler=plan_command)
 
 
@@ -98,7 +113,7 @@ def plan_command(args: argparse.Namespace) -> int:
     (a bad size, notation or dtype, an extent that does not divide, distributions no plan
     connects) is a bad command line: a SettingError, exit code 2 (docs/cli.md)."""
     try:
-        text = plan_text(args.mesh, args.shape, args.source, args.target, args.dtype)
+        text = plan_text(args.mesh, args.shape, args.source, args.target, args.dtype, args.explain)
     except HostIrError as error:
         raise SettingError(str(error)) from error
     print(text)

@@ -33,17 +33,19 @@ class ExplainedPlan(Plan):
     because the explanation reads the cost and memory modules, which read ``Plan``: the
     arrows point one way."""
 
-    def explain(self) -> str:
+    def explain(self, candidates: bool = False) -> str:
         """One line per step: what runs over which team, bytes and memory per rank, why;
-        then the fusions applied or refused (:func:`explain_plan`)."""
-        return explain_plan(self)
+        then the fusions applied or refused (:func:`explain_plan`); ``candidates``: also
+        the plans the cost model compared and why the chosen one won."""
+        return explain_plan(self, candidates)
 
 
-def explain_plan(plan: Plan) -> str:
+def explain_plan(plan: Plan, candidates: bool = False) -> str:
     """Each step with its team, bytes received and temporaries per rank (besides the
     input and the output; ``lowering.redistribution.plan_memory``; "at most" where an
     AllToAllV's are bounded rather than listed: ``hostir.analysis.exchange_bound``), and
-    why; then the plan's peak against SPEC §6's bound and the fusions applied or refused."""
+    why; then the plan's peak against SPEC §6's bound and the fusions applied or refused;
+    with ``candidates``, the cost model's comparisons (``Plan.considered``)."""
     names = MeshNames()
     shape = plan.shape
 
@@ -92,9 +94,20 @@ def explain_plan(plan: Plan) -> str:
         if received > lower:
             lines.append(f"trade: {_trade(plan)}")
     lines.extend(f"note: {note}" for note in plan.notes)
+    if candidates:
+        lines.extend(f"candidates: {line}" for line in plan.considered)
+        if not plan.considered:
+            lines.append(f"candidates: none compared: {_NO_CANDIDATES}")
     meshes = ", ".join(f"{name} = {mesh}" for mesh, name in names.names.items())
     lines.append(f"meshes: {meshes}")
     return "\n".join(lines)
+
+
+_NO_CANDIDATES = (
+    "the rules' plan slices no data it moved, keeps the memory bound and moves no reduced"
+    " sums, and takes fewer than 3 collectives or reduces partial sums (no relabelling is"
+    " tried), so no other plan is costed"
+)
 
 
 def _trade(plan: Plan) -> str:

@@ -57,6 +57,8 @@ class Plan:
     shape: tuple[Scalar, ...] = ()
     itemsize: int = 4
     notes: tuple[str, ...] = ()
+    considered: tuple[str, ...] = ()
+    """The cost model's comparisons of candidate plans, one line each (``explain(True)``)."""
 
     def before(self, k: int) -> Sharding:
         """The data's sharding before step ``k``."""

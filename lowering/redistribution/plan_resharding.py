@@ -62,6 +62,7 @@ def plan_resharding(src: TensorValue, dst: TensorValue) -> ExplainedPlan:
         shape=dst.shape,
         itemsize=dst.dtype.to_torch().itemsize,
         notes=tuple(planner.notes),
+        considered=tuple(planner.considered),
     )
 
 
@@ -94,6 +95,7 @@ def _cheapest(planner: Planner, builders: list[Callable[[Planner], None]]) -> No
     if best is None:
         raise errors[0]
     planner.steps, planner.notes = planner.steps + best[1].steps, planner.notes + best[1].notes
+    planner.considered += best[1].considered
     planner.current = best[1].current
 
 

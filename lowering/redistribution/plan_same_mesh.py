@@ -11,8 +11,9 @@ rules would slice away data they moved, pass SPEC §6's bound, or reduce and the
 the sums again, the cost model
 (:func:`~lowering.redistribution.same_mesh_candidates.plan_cost`) chooses among them and
 the candidates (one AllToAllV; a ReduceScatter then one AllToAllV; the moves of the
-unreduced sums then one Allreduce in place). docs/design.md ("The planner in normal
-form") says why this is complete; docs/communication.md tabulates the rules.
+unreduced sums then one Allreduce in place; where the rules take three or more
+collectives, a CollectivePermute relabelling mesh axes then the rules). docs/design.md
+("The planner in normal form") says why this is complete; docs/communication.md tabulates the rules.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ class Planner:
         self.shape = dst.shape
         self.steps: list[Step] = []
         self.notes: list[str] = []
+        # The candidates the cost model compared, one line each (``hostir plan --explain``).
+        self.considered: list[str] = []
         if src.sharding is None or dst.sharding is None:
             raise self.fail("both tensors need a mesh")
         try:  # a layout that is not in blocks (cyclic) has no Distribution

@@ -140,6 +140,35 @@ def _permute(planner: Planner, target: Distribution) -> bool:
     sigma = _axis_map(planner, target)
     if sigma is None or all(a == b for a, b in sigma.items()):
         return False
+    _permute_by(
+        planner,
+        sigma,
+        target,
+        f"every device needs one other device's block (mesh axes {_swaps(sigma)}): a pure"
+        " permutation, nothing gathered",
+    )
+    planner.note("permutation: one CollectivePermute instead of gathering and re-slicing")
+    return True
+
+
+def relabelled(current: Distribution, sigma: dict[MeshAxis, MeshAxis]) -> Distribution:
+    """``current`` after the CollectivePermute of :func:`_permute_by` by ``sigma``: each
+    dim's mesh axis ``sigma(a)`` becomes ``a`` (the partial axes, which sigma fixes, stay)."""
+    inverse = {b: a for a, b in sigma.items()}
+    return replace(current, dims=tuple(tuple(inverse[b] for b in d) for d in current.dims))
+
+
+def _swaps(sigma: dict[MeshAxis, MeshAxis]) -> str:
+    return ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
+
+
+def _permute_by(
+    planner: Planner, sigma: dict[MeshAxis, MeshAxis], after: Distribution, reason: str
+) -> None:
+    """Adds one CollectivePermute over the whole mesh by the axis bijection ``sigma``
+    (target axis -> source axis, equal sizes) that leaves the data laid out as ``after``:
+    rule 2's step, and the first step of a permute-then-rules candidate
+    (:mod:`lowering.redistribution.same_mesh_candidates`)."""
     # Peers as positions in the whole mesh, row-major: the one this rank receives from has
     # on each axis b this rank's coordinate on sigma^-1(b); the one it sends to has on
     # each axis a this rank's coordinate on sigma(a) (mapped axes have equal sizes).
@@ -147,18 +176,14 @@ def _permute(planner: Planner, target: Distribution) -> bool:
     inverse = {b: a for a, b in sigma.items()}
     recv = _team(planner, tuple(inverse[b] for b in axes)).my_position()
     send = _team(planner, tuple(sigma[a] for a in axes)).my_position()
-    swaps = ", ".join(f"{a.value}->{b.value}" for a, b in sigma.items() if a != b)
     planner.add(
         CollectivePermute,
-        target,
+        after,
         team=_team(planner, axes),
         send_peer=send,
         recv_peer=recv,
-        reason=f"every device needs one other device's block (mesh axes {swaps}): a pure"
-        " permutation, nothing gathered",
+        reason=reason,
     )
-    planner.note("permutation: one CollectivePermute instead of gathering and re-slicing")
-    return True
 
 
 # ----- rule 3: releasing axes -----

@@ -15,6 +15,7 @@ import functools
 import itertools
 import math
 import os
+import pathlib
 
 import pytest
 import torch
@@ -153,6 +154,34 @@ def test_every_plan_keeps_the_bound_and_reaches_the_lower_bound(name):
         if received > lower and not src.sharding.partial:
             problems.append(f"{src_text} -> {dst_text}: receives {received} > {lower}")
     assert not problems, "\n".join(problems)
+
+
+BEFORE = pathlib.Path(__file__).resolve().parents[1] / "data" / "redistribution_2x2x2_before.txt"
+"""Each 2x2x2 pair's backend calls and busiest-rank elements received as planned before the
+permute-then-gather candidate (main at 4287617)."""
+
+
+def test_no_2x2x2_plan_takes_more_collectives_than_before_and_xla_pairs_take_fewer():
+    """Over every pair on 2x2x2 (the 729 of {R, S0, S1}³ among them), the plan takes no more
+    backend calls than before the permute-then-gather candidate, and receives no more; the
+    three pairs XLA planned in 2 collectives (issue 36) now take 2 instead of 3, at the
+    lower bound (which every pair without partial sums reaches: the test above)."""
+    before = {}
+    for line in BEFORE.read_text().splitlines():
+        if not line.startswith("#"):
+            src_text, dst_text, calls, received = line.split()
+            before[src_text, dst_text] = (int(calls), int(received))
+    now, problems = {}, []
+    for src_text, dst_text, _, _, plan in _plans("2x2x2"):
+        calls = sum(s.get("rounds") or 1 for s in plan.steps if s.team is not None)
+        now[src_text, dst_text] = (calls, received_in_all(plan))
+        if now[src_text, dst_text] > before[src_text, dst_text]:
+            was = before[src_text, dst_text]
+            problems.append(f"{src_text} -> {dst_text}: {now[src_text, dst_text]} > {was}")
+    assert not problems and now.keys() == before.keys(), "\n".join(problems)
+    changed = {pair: (before[pair], now[pair]) for pair in now if now[pair] != before[pair]}
+    xla = {("S0S0S1", "RS1R"), ("S0S1S0", "RRS1"), ("S1S0S0", "RRS1")}
+    assert changed == {pair: ((3, 32), (2, 32)) for pair in xla}
 
 
 @pytest.mark.world_sizes(4)
