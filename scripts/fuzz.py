@@ -22,9 +22,9 @@ stays) and the host IR program. The exit code is 1 if any case was wrong or cras
 A long run, step by step:
 
 1. Pick seeds never run before. A case is a function of (seed, world size) only, so
-   the same seeds give the same cases; the suite runs 0-77, 257, NEW_OP_SEEDS and the
-   seeds of issue 35's ops and extents at 4 ranks and 1000-1057, 90134 and 90313 at 8
-   (tests/fuzz/test_fuzz.py),
+   the same seeds give the same cases; the suite runs 23 of 0-77, 257, NEW_OP_SEEDS and
+   the seeds of issue 35's ops and extents at 4 ranks and 40 of 1000-1057, 90134 and
+   90313 at 8 (tests/fuzz/test_fuzz.py's KEPT_SEEDS and PINNED_SEEDS),
    docs/reliability.md lists the ranges of earlier long runs. Take a fresh range (a
    round number above the last one used, e.g. ``--seed 200000``) and note it with the
    results in docs/reliability.md.
