@@ -227,7 +227,6 @@ SHARDED_KEYWORDS = {
 """The host IR instructions an op becomes, where not the op's own name."""
 
 
-@pytest.mark.real_ranks(reason="the fuzz runner gathers outcomes with dist.all_gather_object")
 @pytest.mark.world_sizes(4, 8)
 def test_fixed_seed_fuzz_run(multidevice_test):
     size, rank = multidevice_test.size, multidevice_test.rank
