@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import torch
+
 from hostir.errors import EvaluationError
 from hostir.ir.mesh import Mesh, MeshAxis
 from hostir.ir.scalars import Const
@@ -43,6 +45,20 @@ def block_boxes(sharding: Sharding, shape: Sequence[int], *, name: str = "value"
     checked and cut once, not once per rank); raises what :func:`block_box` raises."""
     mesh = sharding.mesh
     return list(_boxes(_layout(Operand(name, sharding, tuple(shape)), mesh), mesh.shape))
+
+
+def most_missing(src: Sharding | None, out: Sharding, shape: Sequence[int]) -> int:
+    """The most elements of a rank's ``out`` block (of a tensor of extents ``shape``) that
+    its ``src`` block does not already hold, at most over the ranks of ``out``'s mesh
+    (``src`` on the same mesh); the whole block where ``src`` is None. From per-dim
+    overlaps (:func:`least_kept`), no box per rank; raises what :func:`block_boxes`
+    raises."""
+    out_layout = _layout(Operand("value", out, tuple(shape)), out.mesh)
+    whole = math.prod(blocks.local for blocks in out_layout)
+    if src is None:
+        return whole
+    src_layout = _layout(Operand("value", src, tuple(shape)), src.mesh)
+    return whole - least_kept(src_layout, out_layout, out.mesh.shape)[0]
 
 
 def _block_axes(sharding: Sharding, dim: int, name: str) -> tuple[MeshAxis, ...]:
@@ -169,6 +185,50 @@ def _layout(operand: Operand, mesh) -> tuple[_DimBlocks, ...]:
         dims = tuple(a.dim(mesh.ndim) for a in axes)
         layout.append(_DimBlocks(dims, sizes, extent // parts_count))
     return tuple(layout)
+
+
+def grid_starts(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> list[torch.Tensor]:
+    """Per dim, every member's block offset (:func:`_box`) as an int64 tensor that
+    broadcasts over a mesh of ``shape``: of size 1 on the mesh dims that do not place
+    the dim, so it is built from those that do (a few of the mesh's axes), not member
+    by member."""
+    starts = []
+    for blocks in layout:
+        index = torch.zeros((1,) * len(shape), dtype=torch.int64)
+        for m, size in zip(blocks.dims, blocks.sizes, strict=True):
+            view = [1] * len(shape)
+            view[m] = size
+            index = index * size + torch.arange(size, dtype=torch.int64).view(view)
+        starts.append(index * blocks.local)
+    return starts
+
+
+@lru_cache(maxsize=256)
+def least_kept(
+    src_layout: tuple[_DimBlocks, ...], out_layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]
+) -> tuple[int, int]:
+    """(the fewest elements of a member's ``out`` block that its ``src`` block holds, the
+    position in device order of the first member with that few), on a mesh of ``shape``.
+    The common box of two blocks is, per dim, the overlap of their intervals, and each
+    dim's offsets depend only on the mesh dims placing it (:func:`grid_starts`): the
+    per-dim overlaps are broadcast over the mesh and multiplied, a few tensor
+    operations instead of a box per member (on 4096 devices, some 40 ms of Python).
+    ``torch.argmin`` gives the first minimal position, as a walk in device order keeps
+    the first. Cached: the planner asks for each exchange more than once."""
+    kept = torch.ones((1,) * len(shape), dtype=torch.int64)
+    for src_start, out_start, src_blocks, out_blocks in zip(
+        grid_starts(src_layout, shape),
+        grid_starts(out_layout, shape),
+        src_layout,
+        out_layout,
+        strict=True,
+    ):
+        low = torch.maximum(src_start, out_start)
+        high = torch.minimum(src_start + src_blocks.local, out_start + out_blocks.local)
+        kept = kept * (high - low).clamp(min=0)
+    kept = kept.expand(shape).reshape(-1)
+    position = int(torch.argmin(kept))
+    return int(kept[position]), position
 
 
 def print_box(box: Box) -> str:

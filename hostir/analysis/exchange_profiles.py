@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import torch
+
 from hostir.analysis.boxes import (
     Box,
     Operand,
@@ -20,7 +22,9 @@ from hostir.analysis.boxes import (
     _boxes,
     _DimBlocks,
     _members,
+    grid_starts,
     intersect,
+    least_kept,
     volume,
 )
 from hostir.analysis.member_exchanges import (
@@ -70,25 +74,96 @@ def member_profiles(
     by_coordinates = roles.free_count > 1 or any(
         mesh.shape[m] > 1 and m in placed for m in roles.outside
     )
-    out_boxes = _boxes(roles.out_layout, mesh.shape)
     if by_coordinates:
-        if limit is not None and sum(_received_count(roles, b) for b in out_boxes) > limit:
+        if limit is not None and _all_received_count(roles, mesh.shape) > limit:
             return None
         if roles.uncoverable:  # what the first member whose group lacks a source raises
             for rank in dict.fromkeys(min(team.group_of(r)) for r in mesh.devices):
                 _check_coverage(src, out, team, rank, roles)
         return tuple(dict.fromkeys(_every_profile(roles, team)))
-    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
-    swept = sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
-    first = {}  # one member per class, the first by rank: (rank, its out box)
-    for (rank, coords), src_box, out_box in zip(
-        _members(mesh), _boxes(roles.src_layout, mesh.shape), out_boxes, strict=True
+    swept = _swept(roles)
+    first = {}  # one member per class: its coordinates
+    for coords in _class_members(roles, mesh.shape, swept):
+        src_box, out_box = _box(roles.src_layout, coords), _box(roles.out_layout, coords)
+        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), coords)
+    if (
+        limit is not None
+        and sum(_received_count(roles, _box(roles.out_layout, c)) for c in first.values()) > limit
     ):
-        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), (rank, out_box))
-    if limit is not None and sum(_received_count(roles, b) for _, b in first.values()) > limit:
         return None
-    found = (profile(member_exchange(src, out, team, r, reduced)) for r, _ in first.values())
+    found = (
+        profile(member_exchange(src, out, team, mesh.device(c), reduced)) for c in first.values()
+    )
     return tuple(dict.fromkeys(found))
+
+
+def _swept(roles: _Roles) -> list[int]:
+    """The axes whose coordinates a member that keeps a piece has in its class
+    (:func:`_profile_key`): the reduced ones and the keyed ones its sends run over."""
+    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
+    return sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
+
+
+def _class_members(
+    roles: _Roles, shape: tuple[int, ...], swept: list[int]
+) -> list[tuple[int, ...]]:
+    """The coordinates of the first member (in device order) of each class of
+    :func:`_profile_key`, in that order. The key is integer arithmetic on the member's
+    block offsets and a few coordinates, and each dim's offsets depend only on the mesh
+    dims placing it (:func:`~hostir.analysis.boxes.grid_starts`), so the key's fields are
+    computed for the whole mesh at once, as int64 columns broadcast over its grid, and
+    ``torch.unique`` finds the classes: a few tensor operations, not a Python key per
+    member (that walk cost some 40 ms on 4096 devices). Each field is as
+    :func:`_profile_key` computes it, with a flag column wherever the key leaves a
+    field out (``_within``'s empty tuple, the offsets and swept coordinates of a member
+    that keeps nothing), so equal rows are equal keys.
+    ``tests/lowering/test_plan_classes.py`` checks it against a walk of every member."""
+    columns = []
+    overlaps = torch.ones(shape, dtype=torch.bool)
+    offsets = []
+    for mine, theirs, s_off, o_off in zip(
+        roles.src_layout,
+        roles.out_layout,
+        grid_starts(roles.src_layout, shape),
+        grid_starts(roles.out_layout, shape),
+        strict=True,
+    ):
+        s_off, o_off = s_off.expand(shape), o_off.expand(shape)
+        columns += _within_columns(o_off, theirs.local, mine)
+        columns += _within_columns(s_off, mine.local, theirs)
+        high = torch.minimum(s_off + mine.local, o_off + theirs.local)
+        overlaps = overlaps & (high > torch.maximum(s_off, o_off))
+        offsets.append(s_off - o_off)
+    for m in swept:
+        view = [1] * len(shape)
+        view[m] = shape[m]
+        offsets.append(torch.arange(shape[m], dtype=torch.int64).view(view).expand(shape))
+    columns.append(overlaps.to(torch.int64))
+    columns += [torch.where(overlaps, field, 0) for field in offsets]
+    rows = torch.stack([c.reshape(-1) for c in columns], dim=1)
+    _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), rows.shape[0], dtype=torch.int64)
+    first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0]), reduce="amin")
+    return [_unravel(i, shape) for i in sorted(first.tolist())]
+
+
+def _unravel(position: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The row-major coordinates of ``position`` on a mesh of ``shape``."""
+    coords = []
+    for size in reversed(shape):
+        coords.append(position % size)
+        position //= size
+    return tuple(reversed(coords))
+
+
+def _within_columns(offset: torch.Tensor, extent: int, blocks: _DimBlocks) -> list[torch.Tensor]:
+    """:func:`_within` of every member's interval ``[offset, offset + extent)`` as three
+    columns: whether it spans blocks, and where so its offset modulo their local extent
+    and its carry into their mesh digits (0 where not: the flag tells)."""
+    start = offset % blocks.local
+    spans = start + extent > blocks.local
+    carry = (offset // blocks.local) % math.prod(blocks.sizes[1:])
+    return [spans.to(torch.int64), torch.where(spans, start, 0), torch.where(spans, carry, 0)]
 
 
 def _received_count(roles: _Roles, out_box: Box) -> int:
@@ -100,6 +175,18 @@ def _received_count(roles: _Roles, out_box: Box) -> int:
     for blocks, (start, extent) in zip(roles.src_layout, out_box, strict=True):
         count *= (start + extent - 1) // blocks.local - start // blocks.local + 1
     return count
+
+
+def _all_received_count(roles: _Roles, shape: tuple[int, ...]) -> int:
+    """:func:`_received_count` summed over every member of a mesh of ``shape``: per dim
+    the src blocks each member's out interval overlaps, broadcast over the grid
+    (:func:`~hostir.analysis.boxes.grid_starts`) and multiplied, not a box per member."""
+    count = torch.full((1,) * len(shape), roles.reduced_count, dtype=torch.int64)
+    for blocks, start, out_blocks in zip(
+        roles.src_layout, grid_starts(roles.out_layout, shape), roles.out_layout, strict=True
+    ):
+        count = count * ((start + out_blocks.local - 1) // blocks.local - start // blocks.local + 1)
+    return int(count.expand(shape).sum())
 
 
 def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
@@ -188,7 +275,20 @@ def most_received(src: Operand, out: Operand, team: Team, reduced: bool) -> int:
 @lru_cache(maxsize=256)
 def _busiest(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[int, int]:
     """(the most elements a member receives from others, the first such member); cached:
-    the planner asks for both."""
+    the planner asks for both. Received: the out block once per reduced copy, less what
+    the member keeps (:func:`~hostir.analysis.boxes.least_kept`, from per-dim overlaps;
+    blocks are even, so every out block has the same volume)."""
+    roles = _roles(src, out, team, reduced)
+    mesh = team.mesh
+    copies = math.prod(mesh.shape[m] for m in roles.reduced)
+    kept, position = least_kept(roles.src_layout, roles.out_layout, mesh.shape)
+    out_volume = math.prod(blocks.local for blocks in roles.out_layout)
+    return copies * out_volume - kept, mesh.devices[position]
+
+
+def _every_member_busiest(src: Operand, out: Operand, team: Team, reduced: bool):
+    """:func:`_busiest` member by member, walking every member's boxes in device order:
+    the reference ``tests/lowering/test_exchange_profiles.py`` checks it against."""
     roles = _roles(src, out, team, reduced)
     mesh = team.mesh
     copies = math.prod(mesh.shape[m] for m in roles.reduced)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 
 from hostir import AllToAllV, Sharding
-from hostir.analysis.boxes import Operand, block_boxes, intersect, volume
+from hostir.analysis.boxes import Operand, most_missing
 from hostir.analysis.exchange_bound import buffers_in, busiest_costs, is_bound, member_costs
 from hostir.analysis.exchange_buffers import ROUNDS_LIMIT, rounds_needed
 from hostir.analysis.exchange_profiles import most_received
@@ -143,10 +143,5 @@ def received_lower_bound(plan: Plan) -> int | None:
     shape = _concrete(plan.shape)
     if shape is None:
         return None
-    worst, keeps = 0, not plan.src.partial and plan.src.mesh == plan.dst.mesh
-    targets = block_boxes(plan.dst, shape)
-    sources = block_boxes(plan.src, shape) if keeps else [None] * len(targets)
-    for out, src in zip(targets, sources, strict=True):  # rank by rank: one mesh
-        held = intersect(src, out) if keeps else None
-        worst = max(worst, volume(out) - (volume(held) if held is not None else 0))
-    return worst
+    keeps = not plan.src.partial and plan.src.mesh == plan.dst.mesh
+    return most_missing(plan.src if keeps else None, plan.dst, shape)
