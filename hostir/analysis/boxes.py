@@ -153,8 +153,22 @@ def _box(layout: tuple[_DimBlocks, ...], coords: Sequence[int]) -> Box:
 @lru_cache(maxsize=256)
 def _boxes(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> tuple[Box, ...]:
     """Every member's :func:`_box` on a mesh of ``shape``, in device order; cached: the
-    planner walks a mesh's blocks several times per exchange."""
-    return tuple(_box(layout, coords) for coords in itertools.product(*map(range, shape)))
+    planner walks a mesh's blocks several times per exchange. The offsets come from
+    :func:`grid_starts` (one tensor per dim, not one index per member and dim)."""
+    if not layout:
+        return ((),) * math.prod(shape)
+    per_dim = [
+        [(offset, blocks.local) for offset in start.expand(shape).reshape(-1).tolist()]
+        for start, blocks in zip(grid_starts(layout, shape), layout, strict=True)
+    ]
+    return tuple(zip(*per_dim, strict=True))
+
+
+@lru_cache(maxsize=4096)
+def _overlapping(blocks: _DimBlocks, interval: tuple[int, int]):
+    """:meth:`_DimBlocks.overlapping`, cached: the members of a large mesh share a few
+    intervals per dim."""
+    return tuple(blocks.overlapping(interval))
 
 
 @lru_cache(maxsize=32)
@@ -229,6 +243,33 @@ def least_kept(
     kept = kept.expand(shape).reshape(-1)
     position = int(torch.argmin(kept))
     return int(kept[position]), position
+
+
+def row_codes(columns: list[torch.Tensor]) -> torch.Tensor:
+    """Per row of ``columns``, a number from 0 on, equal for equal rows and only for them:
+    the columns' values as digits of one mixed-radix number (each digit its column less
+    its least value), renumbered by ``torch.unique`` whenever the radix would pass int64
+    (a sort of single numbers; ``unique`` of rows sorts tuples, several times slower)."""
+    code, radix = torch.zeros_like(columns[0]), 1
+    for column in columns:
+        low, high = int(column.min()), int(column.max())
+        if low == high:  # the same digit in every row: nothing to tell apart
+            continue
+        if radix * (high - low + 1) >= 2**62:
+            code = torch.unique(code, return_inverse=True)[1]
+            radix = int(code.max()) + 1
+        code, radix = code * (high - low + 1) + (column - low), radix * (high - low + 1)
+    return torch.unique(code, return_inverse=True)[1]
+
+
+def first_positions(columns: list[torch.Tensor]) -> list[int]:
+    """The position of the first row of each distinct row of ``columns`` (equal-length
+    1-d int64 tensors, one field each), ascending: one member per class where the
+    columns are a key's fields over a mesh in device order."""
+    code = row_codes(columns)
+    first = torch.full((int(code.max()) + 1,), code.numel(), dtype=torch.int64)
+    first = first.scatter_reduce(0, code, torch.arange(code.numel()), reduce="amin")
+    return sorted(first.tolist())
 
 
 def print_box(box: Box) -> str:

@@ -22,6 +22,7 @@ from hostir.analysis.boxes import (
     _boxes,
     _DimBlocks,
     _members,
+    first_positions,
     grid_starts,
     intersect,
     least_kept,
@@ -45,9 +46,16 @@ def profile(exchange: Exchange) -> Exchange:
     origin, pieces relative to them, members reduced to "itself" (0) or "another" (1).
     Members with equal profiles hold equal buffers in every number of rounds, so the
     planner costs each profile once (on a regular mesh, few)."""
-    sends = tuple(_relative_piece(p, exchange.member, exchange.src_box) for p in exchange.sends)
+    member = exchange.member
+    src_origin = tuple(o for o, _ in exchange.src_box)
+    out_origin = tuple(o for o, _ in exchange.out_box)
+    sends = tuple(
+        Piece(int(p.source != member), int(p.destination != member), _from(p.box, src_origin))
+        for p in exchange.sends
+    )
     receives = tuple(
-        _relative_piece(p, exchange.member, exchange.out_box) for p in exchange.receives
+        Piece(int(p.source != member), int(p.destination != member), _from(p.box, out_origin))
+        for p in exchange.receives
     )
     origin_src = tuple((0, e) for _, e in exchange.src_box)
     origin_out = tuple((0, e) for _, e in exchange.out_box)
@@ -75,25 +83,17 @@ def member_profiles(
         mesh.shape[m] > 1 and m in placed for m in roles.outside
     )
     if by_coordinates:
-        if limit is not None and _all_received_count(roles, mesh.shape) > limit:
+        if limit is not None and int(_received_counts(roles, mesh.shape).sum()) > limit:
             return None
         if roles.uncoverable:  # what the first member whose group lacks a source raises
             for rank in dict.fromkeys(min(team.group_of(r)) for r in mesh.devices):
                 _check_coverage(src, out, team, rank, roles)
         return tuple(dict.fromkeys(_every_profile(roles, team)))
-    swept = _swept(roles)
-    first = {}  # one member per class: its coordinates
-    for coords in _class_members(roles, mesh.shape, swept):
-        src_box, out_box = _box(roles.src_layout, coords), _box(roles.out_layout, coords)
-        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), coords)
-    if (
-        limit is not None
-        and sum(_received_count(roles, _box(roles.out_layout, c)) for c in first.values()) > limit
-    ):
+    first = _class_members(roles, mesh.shape, _swept(roles))
+    if limit is not None and int(_received_counts(roles, mesh.shape)[first].sum()) > limit:
         return None
-    found = (
-        profile(member_exchange(src, out, team, mesh.device(c), reduced)) for c in first.values()
-    )
+    devices = mesh.devices
+    found = (profile(member_exchange(src, out, team, devices[i], reduced)) for i in first)
     return tuple(dict.fromkeys(found))
 
 
@@ -104,10 +104,8 @@ def _swept(roles: _Roles) -> list[int]:
     return sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
 
 
-def _class_members(
-    roles: _Roles, shape: tuple[int, ...], swept: list[int]
-) -> list[tuple[int, ...]]:
-    """The coordinates of the first member (in device order) of each class of
+def _class_members(roles: _Roles, shape: tuple[int, ...], swept: list[int]) -> list[int]:
+    """The position in device order of the first member of each class of
     :func:`_profile_key`, in that order. The key is integer arithmetic on the member's
     block offsets and a few coordinates, and each dim's offsets depend only on the mesh
     dims placing it (:func:`~hostir.analysis.boxes.grid_starts`), so the key's fields are
@@ -140,20 +138,7 @@ def _class_members(
         offsets.append(torch.arange(shape[m], dtype=torch.int64).view(view).expand(shape))
     columns.append(overlaps.to(torch.int64))
     columns += [torch.where(overlaps, field, 0) for field in offsets]
-    rows = torch.stack([c.reshape(-1) for c in columns], dim=1)
-    _, inverse = torch.unique(rows, dim=0, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), rows.shape[0], dtype=torch.int64)
-    first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0]), reduce="amin")
-    return [_unravel(i, shape) for i in sorted(first.tolist())]
-
-
-def _unravel(position: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The row-major coordinates of ``position`` on a mesh of ``shape``."""
-    coords = []
-    for size in reversed(shape):
-        coords.append(position % size)
-        position //= size
-    return tuple(reversed(coords))
+    return first_positions([c.reshape(-1) for c in columns])
 
 
 def _within_columns(offset: torch.Tensor, extent: int, blocks: _DimBlocks) -> list[torch.Tensor]:
@@ -177,16 +162,16 @@ def _received_count(roles: _Roles, out_box: Box) -> int:
     return count
 
 
-def _all_received_count(roles: _Roles, shape: tuple[int, ...]) -> int:
-    """:func:`_received_count` summed over every member of a mesh of ``shape``: per dim
-    the src blocks each member's out interval overlaps, broadcast over the grid
+def _received_counts(roles: _Roles, shape: tuple[int, ...]) -> torch.Tensor:
+    """:func:`_received_count` of every member of a mesh of ``shape``, in device order:
+    per dim the src blocks each member's out interval overlaps, broadcast over the grid
     (:func:`~hostir.analysis.boxes.grid_starts`) and multiplied, not a box per member."""
     count = torch.full((1,) * len(shape), roles.reduced_count, dtype=torch.int64)
     for blocks, start, out_blocks in zip(
         roles.src_layout, grid_starts(roles.out_layout, shape), roles.out_layout, strict=True
     ):
         count = count * ((start + out_blocks.local - 1) // blocks.local - start // blocks.local + 1)
-    return int(count.expand(shape).sum())
+    return count.expand(shape).reshape(-1)
 
 
 def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
@@ -211,20 +196,25 @@ def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
     # (destination or source member, relative piece) per member, to sort by member
     sends: dict[tuple[int, ...], list[tuple[int, Piece]]] = {c: [] for c in everyone}
     receives = {}
+    pieces: dict[tuple, Piece] = {}  # one object per distinct relative piece: most repeat
     for coords, out_box in zip(everyone, _boxes(roles.out_layout, shape), strict=True):
         member = member_of[coords]
         got = []
         for holder, box in _sources(roles, shape, coords, out_box):
             source = member_of[holder]
             other = int(source != member)
-            got.append((source, Piece(other, 0, _shifted(box, out_box))))
-            sends[holder].append((member, Piece(0, other, _shifted(box, src_of[holder]))))
+            key = (other, 0, _shifted(box, out_box))
+            got.append((source, pieces.get(key) or pieces.setdefault(key, Piece(*key))))
+            key = (0, other, _shifted(box, src_of[holder]))
+            sends[holder].append((member, pieces.get(key) or pieces.setdefault(key, Piece(*key))))
         receives[coords] = got
     origin_src = tuple((0, e) for _, e in src_of[everyone[0]])
     origin_out = tuple((0, e) for _, e in _box(roles.out_layout, everyone[0]))
 
-    def in_order(pieces: list[tuple[int, Piece]]) -> tuple[Piece, ...]:
-        return tuple(p for _, p in sorted(pieces, key=lambda mp: mp[0]))
+    def in_order(found: list[tuple[int, Piece]]) -> tuple[Piece, ...]:
+        if len(found) < 2:
+            return tuple(p for _, p in found)
+        return tuple(p for _, p in sorted(found, key=lambda mp: mp[0]))
 
     return [
         Exchange(
@@ -240,9 +230,14 @@ def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
     ]
 
 
+def _from(box: Box, origin: tuple[int, ...]) -> Box:
+    """``box`` relative to ``origin`` (a block's offsets)."""
+    return tuple([(o - b, e) for (o, e), b in zip(box, origin, strict=True)])
+
+
 def _shifted(box: Box, block: Box) -> Box:
     """``box`` relative to ``block``'s origin."""
-    return tuple((o - b, e) for (o, e), (b, _) in zip(box, block, strict=True))
+    return tuple([(o - b, e) for (o, e), (b, _) in zip(box, block, strict=True)])
 
 
 def busiest_member_profile(
@@ -340,9 +335,3 @@ def _within(offset: int, extent: int, blocks: _DimBlocks) -> tuple[int, ...]:
     if start + extent <= blocks.local:
         return ()
     return start, (offset // blocks.local) % math.prod(blocks.sizes[1:])
-
-
-def _relative_piece(piece: Piece, member: int, block: Box) -> Piece:
-    return Piece(
-        int(piece.source != member), int(piece.destination != member), _shifted(piece.box, block)
-    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hostir.analysis.boxes import (
@@ -24,6 +24,7 @@ from hostir.analysis.boxes import (
     _box,
     _DimBlocks,
     _layout,
+    _overlapping,
     print_box,
     volume,
 )
@@ -57,6 +58,15 @@ class Exchange:
     sends: tuple[Piece, ...]
     receives: tuple[Piece, ...]
     communicates: bool
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Hashed once: the planner's caches key on exchanges of hundreds of pieces, and a
+        # frozen dataclass would hash every piece again on every lookup.
+        if not self._hash:
+            fields = (self.member, self.group_size, self.src_box, self.out_box, self.sends)
+            object.__setattr__(self, "_hash", hash((*fields, self.receives, self.communicates)))
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,7 @@ def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
     for blocks, interval in zip(layout, box, strict=True):
         options = []
         checked = not fixed.isdisjoint(blocks.dims)  # most often none of its dims is fixed
-        for digits, common in blocks.overlapping(interval):
+        for digits, common in _overlapping(blocks, interval):
             pairs = tuple(zip(blocks.dims, digits, strict=True))
             if not checked or all(coords[m] == c for m, c in pairs if m in fixed):
                 options.append((pairs, common))
@@ -178,6 +188,42 @@ def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
             for m, c in pairs:
                 placed[m] = c
         yield placed, tuple(common for _, common in combo)
+
+
+def _cells(layout, box: Box, outside: tuple[int, ...], coords: tuple[int, ...]):
+    """(block coordinates as (mesh dim, coordinate) pairs, common box) per combination of
+    ``layout``'s blocks overlapping ``box`` whose coordinates on the ``outside`` mesh
+    dims are ``coords``, in :func:`_overlaps`' order (its result with those dims fixed,
+    as pairs to put into a member's coordinates). Each dim's blocks come from
+    :func:`_dim_cells`, cached: the members of a large mesh share a few intervals per
+    dim, and most often one block per dim overlaps."""
+    per_dim = []
+    for blocks, interval in zip(layout, box, strict=True):
+        fixed = tuple((m, coords[m]) for m in blocks.dims if m in outside) if outside else ()
+        per_dim.append(_dim_cells(blocks, interval, fixed))
+    if all(len(options) == 1 for options in per_dim):
+        return (
+            (
+                tuple(p for ((pairs, _),) in per_dim for p in pairs),
+                tuple(c for ((_, c),) in per_dim),
+            ),
+        )
+    return tuple(
+        (tuple(p for pairs, _ in combo for p in pairs), tuple(c for _, c in combo))
+        for combo in itertools.product(*per_dim)
+    )
+
+
+@lru_cache(maxsize=8192)
+def _dim_cells(blocks, interval: tuple[int, int], fixed: tuple[tuple[int, int], ...]):
+    """(its blocks' (mesh dim, coordinate) pairs, common interval) per block of one dim
+    overlapping ``interval`` whose coordinates agree with ``fixed``."""
+    found = []
+    for digits, common in blocks.overlapping(interval):
+        pairs = tuple(zip(blocks.dims, digits, strict=True))
+        if not fixed or all(dict(pairs)[m] == c for m, c in fixed):
+            found.append((pairs, common))
+    return tuple(found)
 
 
 def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, member: int):
@@ -192,19 +238,31 @@ def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, 
 def _sources(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], out_box: Box):
     """(coordinates of the member it comes from, box) per piece the member at ``coords``
     receives (:func:`_receives`); ``coords`` itself for the piece it keeps."""
-    reduced_values = list(itertools.product(*(range(shape[m]) for m in roles.reduced)))
-    replica = _replica(roles, shape, coords, coords, +1).items()
-    for cell, box in _overlaps(roles.src_layout, out_box, coords, set(roles.outside)):
+    reduced_values = _values(roles.reduced, tuple(shape))
+    replica = None  # the replica rule's free coordinates, once a piece comes from another
+    for pairs, box in _cells(roles.src_layout, out_box, roles.outside, coords):
+        cell = list(coords)
+        for m, c in pairs:
+            cell[m] = c
         for values in reduced_values:
             for m, c in zip(roles.reduced, values, strict=True):
                 cell[m] = c
             if all(cell[m] == coords[m] for m in roles.keyed):
                 yield coords, box
                 continue
+            if replica is None:
+                replica = _replica(roles, shape, coords, coords, +1).items()
             holder = list(cell)
             for m, c in replica:
                 holder[m] = c
             yield tuple(holder), box
+
+
+@lru_cache(maxsize=64)
+def _values(dims: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Every combination of coordinates on the mesh dims ``dims``; cached: asked once per
+    member."""
+    return tuple(itertools.product(*(range(shape[m]) for m in dims)))
 
 
 def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, member: int):

@@ -177,10 +177,10 @@ def _layout_devices(
 ) -> tuple[int, ...]:
     """Every device of a layout, row-major; cached for :attr:`Mesh.devices`, which the
     analyses of a large mesh ask for once per exchange."""
-    return tuple(
-        offset + sum(c * s for c, s in zip(coords, strides, strict=True))
-        for coords in itertools.product(*(range(n) for n in shape))
-    )
+    devices = [offset]
+    for size, stride in zip(shape, strides, strict=True):  # outer dims first: row-major
+        devices = [d + c * stride for d in devices for c in range(size)]
+    return tuple(devices)
 
 
 def _check_devices(devices: tuple[int, ...], shape: tuple[int, ...]) -> None:
@@ -211,13 +211,15 @@ def _layout_of(
         devices[row_major[k]] - offset if shape[k] > 1 else row_major[k] for k in range(len(shape))
     )
     strides = _canonical(shape, strides)
-    expected = (
-        offset + sum(c * s for c, s in zip(coords, strides, strict=True))
-        for coords in itertools.product(*(range(n) for n in shape))
-    )
-    if all(a == b for a, b in zip(devices, expected, strict=True)) and _decodes(
-        shape, strides, offset
-    ):
+    if strides == _canonical(shape, row_major):  # consecutive devices: compared in C
+        follows = devices == tuple(range(offset, offset + len(devices)))
+    else:
+        expected = (
+            offset + sum(c * s for c, s in zip(coords, strides, strict=True))
+            for coords in itertools.product(*(range(n) for n in shape))
+        )
+        follows = all(a == b for a, b in zip(devices, expected, strict=True))
+    if follows and _decodes(shape, strides, offset):
         return strides, offset, ()
     return (), 0, devices
 

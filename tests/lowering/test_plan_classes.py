@@ -2,7 +2,7 @@
 and their busiest member from per-dim block geometry, broadcast over the mesh grid,
 instead of a box per member: ``_class_members`` (one member per class of
 ``_profile_key``), ``least_kept`` (behind ``most_received`` and ``received_lower_bound``)
-and ``_all_received_count``. Each must give what a walk of every member in device order
+and ``_received_counts``. Each must give what a walk of every member in device order
 gives (the walks they replaced, kept here as the reference): checked on every exchange
 between the sweep's distributions (``test_exchange_profiles.exchange_cases``), over
 every team of a 2-d mesh's axes and the whole of 3-d meshes whose axes differ in size,
@@ -17,7 +17,6 @@ import pytest
 from hostir import Mesh
 from hostir.analysis.boxes import (
     Operand,
-    _box,
     _boxes,
     _layout,
     _members,
@@ -27,10 +26,10 @@ from hostir.analysis.boxes import (
     volume,
 )
 from hostir.analysis.exchange_profiles import (
-    _all_received_count,
     _class_members,
     _profile_key,
     _received_count,
+    _received_counts,
     _swept,
 )
 from hostir.analysis.member_exchanges import _roles
@@ -43,16 +42,18 @@ CASES = {(2, 3): (12, 12), (3, 4): (24, 36), (2, 3, 2): (24, 36)}
 
 
 def _walked_classes(roles, shape):
-    """The first member (in device order) of each class of ``_profile_key``, member by
-    member: the walk ``_class_members`` replaced."""
+    """The position of the first member (in device order) of each class of
+    ``_profile_key``, member by member: the walk ``_class_members`` replaced."""
     swept, first = _swept(roles), {}
-    for coords, src_box, out_box in zip(
-        [c for _, c in _members(Mesh(devices=tuple(range(math.prod(shape))), shape=shape))],
-        _boxes(roles.src_layout, shape),
-        _boxes(roles.out_layout, shape),
-        strict=True,
+    for position, ((_, coords), src_box, out_box) in enumerate(
+        zip(
+            _members(Mesh(devices=tuple(range(math.prod(shape))), shape=shape)),
+            _boxes(roles.src_layout, shape),
+            _boxes(roles.out_layout, shape),
+            strict=True,
+        )
     ):
-        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), coords)
+        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), position)
     return list(first.values())
 
 
@@ -85,9 +86,9 @@ def test_grid_analyses_match_a_walk_of_every_member(mesh_shape):
             walked = _walked_least_kept(roles.src_layout, roles.out_layout, mesh_shape)
             if least_kept(roles.src_layout, roles.out_layout, mesh_shape) != walked:
                 problems.append(f"{case}: least kept differs from {walked}")
-            counts = sum(_received_count(roles, b) for b in _boxes(roles.out_layout, mesh_shape))
-            if _all_received_count(roles, mesh_shape) != counts:
-                problems.append(f"{case}: received count differs from {counts}")
+            counts = [_received_count(roles, b) for b in _boxes(roles.out_layout, mesh_shape)]
+            if _received_counts(roles, mesh_shape).tolist() != counts:
+                problems.append(f"{case}: received counts differ from {counts}")
         missing = max(  # received_lower_bound's walk: the most a target block lacks
             volume(b) - (volume(common) if (common := intersect(a, b)) else 0)
             for a, b in zip(
@@ -115,7 +116,9 @@ def test_classes_on_the_issues_mesh():
     roles = _roles(src, out, Team(mesh=mesh, axes=mesh.axes()), True)
     classes = _class_members(roles, mesh.shape, _swept(roles))
     assert len(classes) == 65 and classes == _walked_classes(roles, mesh.shape)
-    keeping = [
-        c for c in classes if intersect(_box(roles.src_layout, c), _box(roles.out_layout, c))
-    ]
-    assert len(keeping) == 64
+    src_boxes, out_boxes = (
+        _boxes(layout, mesh.shape) for layout in (roles.src_layout, roles.out_layout)
+    )
+    boxes = zip(src_boxes, out_boxes, strict=True)
+    kept = [i for i, (a, b) in enumerate(boxes) if intersect(a, b)]
+    assert len(set(classes) & set(kept)) == 64
