@@ -284,12 +284,12 @@ def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, mem
                 if destination == list(coords):  # in this cell: only itself takes from it
                     yield Piece(member, member, box)
                 continue
-            # The receiver's free coordinates that make this member its replica.
-            wanted = _replica(roles, shape, coords, destination, -1)
-            if any(m in out_dims and destination[m] != c for m, c in wanted.items()):
-                continue
-            for m, c in wanted.items():
-                destination[m] = c
+            if roles.free:  # the receiver's free coordinates that make this its replica
+                wanted = _replica(roles, shape, coords, destination, -1)
+                if any(m in out_dims and destination[m] != c for m, c in wanted.items()):
+                    continue
+                for m, c in wanted.items():
+                    destination[m] = c
             yield Piece(member, _linear(destination, roles.team, shape), box)
 
 

@@ -10,11 +10,12 @@ sources replicated over some axes among them."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 
-from hostir import Mesh
+from hostir import CollectivePermute, Mesh
 from hostir.analysis.boxes import (
     Operand,
     _boxes,
@@ -32,11 +33,15 @@ from hostir.analysis.exchange_profiles import (
     _received_counts,
     _swept,
 )
+from hostir.analysis.exchanges import busiest_received
 from hostir.analysis.member_exchanges import _roles
 from hostir.errors import HostIrError
 from hostir.ir.team import Team
 from lowering.redistribution.distribution import parse_notation
+from lowering.redistribution.exchange_cost import _permute_received
+from lowering.redistribution.plan_resharding import plan_resharding
 from tests.lowering.test_exchange_profiles import _teams, exchange_cases
+from tests.lowering.test_redistribution_sweep import SHAPES, _mesh, _plans, value
 
 CASES = {(2, 3): (12, 12), (3, 4): (24, 36), (2, 3, 2): (24, 36)}
 
@@ -72,6 +77,8 @@ def test_grid_analyses_match_a_walk_of_every_member(mesh_shape):
     shape = CASES[mesh_shape]
     checked, problems = 0, []
     for pair, src, out in exchange_cases(mesh, shape):
+        if len(mesh_shape) == 3 and "R" not in pair.split(" -> ")[0]:
+            continue  # 3-d: the sources replicated over some axis (those by coordinates)
         for team in _teams(mesh):
             case = f"{pair} over {team}"
             try:
@@ -122,3 +129,31 @@ def test_classes_on_the_issues_mesh():
     boxes = zip(src_boxes, out_boxes, strict=True)
     kept = [i for i, (a, b) in enumerate(boxes) if intersect(a, b)]
     assert len(set(classes) & set(kept)) == 64
+
+
+def test_permute_received_is_busiest_received():
+    """``step_received`` takes a planned CollectivePermute's busiest rank from the first
+    member that moves (``_permute_received``): on every permute of the sweep's plans on
+    2x2, and of those between sources and targets sharded over every axis on 2x2x2
+    (relabellings of equal axes: where permutes are), it must be what
+    ``busiest_received`` finds over every member."""
+    mesh, shape = _mesh("2x2x2"), SHAPES["2x2x2"]
+    sharded = ["".join(p) for p in itertools.product(["S0", "S1"], repeat=3)]
+    plans = [plan for *_, plan in _plans("2x2")] + [
+        plan_resharding(
+            *(value(n, parse_notation(t, mesh), shape) for n, t in zip("AB", pair, strict=True))
+        )
+        for pair in itertools.product(sharded, sharded)
+    ]
+    permutes = 0
+    for plan in plans:
+        for k, step in enumerate(plan.steps):
+            if step.kind is not CollectivePermute:
+                continue
+            permutes += 1
+            group = step.team.group_of(step.team.mesh.devices[0])
+            instruction = plan.instruction(k)
+            assert _permute_received(instruction, group) == busiest_received(
+                instruction, group, {}
+            ), f"{plan.explain()}"
+    assert permutes > 10
