@@ -197,17 +197,18 @@ def _cells(layout, box: Box, outside: tuple[int, ...], coords: tuple[int, ...]):
     as pairs to put into a member's coordinates). Each dim's blocks come from
     :func:`_dim_cells`, cached: the members of a large mesh share a few intervals per
     dim, and most often one block per dim overlaps."""
-    per_dim = []
+    per_dim, single = [], True
     for blocks, interval in zip(layout, box, strict=True):
         fixed = tuple((m, coords[m]) for m in blocks.dims if m in outside) if outside else ()
-        per_dim.append(_dim_cells(blocks, interval, fixed))
-    if all(len(options) == 1 for options in per_dim):
-        return (
-            (
-                tuple(p for ((pairs, _),) in per_dim for p in pairs),
-                tuple(c for ((_, c),) in per_dim),
-            ),
-        )
+        options = _dim_cells(blocks, interval, fixed)
+        single = single and len(options) == 1
+        per_dim.append(options)
+    if single:  # the usual case: one block per dim
+        pairs, common = (), []
+        for ((dim_pairs, interval),) in per_dim:
+            pairs += dim_pairs
+            common.append(interval)
+        return ((pairs, tuple(common)),)
     return tuple(
         (tuple(p for pairs, _ in combo for p in pairs), tuple(c for _, c in combo))
         for combo in itertools.product(*per_dim)
@@ -247,7 +248,10 @@ def _sources(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], out_b
         for values in reduced_values:
             for m, c in zip(roles.reduced, values, strict=True):
                 cell[m] = c
-            if all(cell[m] == coords[m] for m in roles.keyed):
+            for m in roles.keyed:
+                if cell[m] != coords[m]:
+                    break
+            else:  # in the member's own cell: the piece it keeps
                 yield coords, box
                 continue
             if replica is None:
