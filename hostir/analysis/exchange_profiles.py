@@ -26,7 +26,6 @@ from hostir.analysis.boxes import (
     grid_starts,
     intersect,
     least_kept,
-    volume,
 )
 from hostir.analysis.member_exchanges import (
     Exchange,
@@ -281,31 +280,14 @@ def _busiest(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[int
     return copies * out_volume - kept, mesh.devices[position]
 
 
-def _every_member_busiest(src: Operand, out: Operand, team: Team, reduced: bool):
-    """:func:`_busiest` member by member, walking every member's boxes in device order:
-    the reference ``tests/lowering/test_exchange_profiles.py`` checks it against."""
-    roles = _roles(src, out, team, reduced)
-    mesh = team.mesh
-    copies = math.prod(mesh.shape[m] for m in roles.reduced)
-    most = (0, _members(mesh)[0][0])
-    for (rank, _), src_box, out_box in zip(
-        _members(mesh),
-        _boxes(roles.src_layout, mesh.shape),
-        _boxes(roles.out_layout, mesh.shape),
-        strict=True,
-    ):
-        kept = intersect(src_box, out_box)
-        received = copies * volume(out_box) - (volume(kept) if kept else 0)
-        most = (received, rank) if received > most[0] else most
-    return most
-
-
 def _profile_key(
     roles: _Roles, coords: tuple[int, ...], src_box: Box, out_box: Box, swept: list[int]
 ) -> tuple:
     """What a member's profile depends on (members with equal keys have equal profiles;
     ``tests/lowering/test_exchange_profiles.py`` checks it on every member of every
-    exchange between the sweep's distributions).
+    exchange between the sweep's distributions). :func:`_class_members` computes its
+    fields for the whole mesh at once; this per-member form is the reference
+    ``tests/lowering/test_plan_classes.py`` checks that against.
     A profile is relative, so it holds of the member only the geometry of the blocks
     overlapping its two blocks (per dim, each block's offset modulo the other layout's
     block, and where the carries fall among the overlapping blocks' mesh digits, which

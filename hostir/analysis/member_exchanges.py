@@ -22,6 +22,7 @@ from hostir.analysis.boxes import (
     Box,
     Operand,
     _box,
+    _cells,
     _DimBlocks,
     _layout,
     _overlapping,
@@ -188,43 +189,6 @@ def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
             for m, c in pairs:
                 placed[m] = c
         yield placed, tuple(common for _, common in combo)
-
-
-def _cells(layout, box: Box, outside: tuple[int, ...], coords: tuple[int, ...]):
-    """(block coordinates as (mesh dim, coordinate) pairs, common box) per combination of
-    ``layout``'s blocks overlapping ``box`` whose coordinates on the ``outside`` mesh
-    dims are ``coords``, in :func:`_overlaps`' order (its result with those dims fixed,
-    as pairs to put into a member's coordinates). Each dim's blocks come from
-    :func:`_dim_cells`, cached: the members of a large mesh share a few intervals per
-    dim, and most often one block per dim overlaps."""
-    per_dim, single = [], True
-    for blocks, interval in zip(layout, box, strict=True):
-        fixed = tuple((m, coords[m]) for m in blocks.dims if m in outside) if outside else ()
-        options = _dim_cells(blocks, interval, fixed)
-        single = single and len(options) == 1
-        per_dim.append(options)
-    if single:  # the usual case: one block per dim
-        pairs, common = (), []
-        for ((dim_pairs, interval),) in per_dim:
-            pairs += dim_pairs
-            common.append(interval)
-        return ((pairs, tuple(common)),)
-    return tuple(
-        (tuple(p for pairs, _ in combo for p in pairs), tuple(c for _, c in combo))
-        for combo in itertools.product(*per_dim)
-    )
-
-
-@lru_cache(maxsize=8192)
-def _dim_cells(blocks, interval: tuple[int, int], fixed: tuple[tuple[int, int], ...]):
-    """(its blocks' (mesh dim, coordinate) pairs, common interval) per block of one dim
-    overlapping ``interval`` whose coordinates agree with ``fixed``."""
-    found = []
-    for digits, common in blocks.overlapping(interval):
-        pairs = tuple(zip(blocks.dims, digits, strict=True))
-        if not fixed or all(dict(pairs)[m] == c for m, c in fixed):
-            found.append((pairs, common))
-    return tuple(found)
 
 
 def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, member: int):
