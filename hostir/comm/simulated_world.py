@@ -143,8 +143,6 @@ class SimulatedWorld:
         self.hang: str | None = None
         self.links = torch.zeros(world_size, world_size, dtype=torch.float64)
         self.memory = MemoryMeter(world_size)
-        self.shared: dict[Any, Any] = {}  # what ranks compute once for all (see once())
-        self._shared_lock = threading.Lock()
         self._generator_start = torch.get_rng_state()  # every rank starts from it
         self._generators: dict[int, torch.Tensor] = {}  # a waiting rank's saved state
 
@@ -420,17 +418,6 @@ class SimulatedWorld:
         with self._lock:
             notice = self._failures.get(rank)
         return None if notice is None else notice[1]
-
-    # -- Work done once for every rank ------------------------------------------------------
-
-    def once(self, key: Any, make: Any) -> Any:
-        """``make()``, called by the first rank asking for ``key``; the others get its
-        result (lowering a fusion every rank defines alike, say). Not for anything a rank
-        changes afterwards."""
-        with self._shared_lock:
-            if key not in self.shared:
-                self.shared[key] = make()
-            return self.shared[key]
 
 
 def _itemsize(post: Post) -> int:
