@@ -151,7 +151,7 @@ evaluators of one program, one per rank of a simulated world, verify it once."""
 
 
 def _verified(program: Any) -> bool:
-    if _VERIFIED.get(id(program)) is program:
+    if id(program) in _VERIFIED and _VERIFIED[id(program)] is program:
         return True
     if len(_VERIFIED) >= MAX_DIGESTS:
         _VERIFIED.clear()
