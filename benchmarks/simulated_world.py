@@ -251,9 +251,12 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="*", default=[8, 128, 1024])
     parser.add_argument("--reps", type=int, default=3, help="runs of ours per size (median)")
     parser.add_argument("--lt-reps", type=int, default=1, help="LocalTensor runs at >= 512")
-    parser.add_argument("--script", action="store_true", help="also hostir run --simulate")
+    parser.add_argument(
+        "--script", action="store_true", help="also hostir run --simulate (--profile: that path)"
+    )
     parser.add_argument("--meshes", nargs="*", help="mesh shapes, e.g. 8x8 4x4x4 16x32 8x8x8")
     parser.add_argument("--profile", type=int, help="profile ours at this many ranks")
+    parser.add_argument("--profile-out", help="with --profile: write the merged stats here")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -267,7 +270,7 @@ def main() -> int:
     if args.profile:
         from benchmarks.simulated_profile import profile
 
-        print(profile(args.profile))
+        print(profile(args.profile, script=args.script, dump=args.profile_out))
         return 0
     print(f"load average {os.getloadavg()}", flush=True)
     lines = compare(args.sizes, args.reps, args.lt_reps, args.script) if args.sizes else []
