@@ -19,7 +19,6 @@ from hostir.analysis.traffic import count_traffic
 from hostir.errors import HostIrError
 from hostir.ir.communications import RaggedAllToAll
 from hostir.ir.program_info import walk_instructions
-from hostir.ir.scalars import RANK
 
 
 @dataclass
@@ -46,11 +45,7 @@ def compare_traffic(world: object) -> TrafficComparison:
         if any(isinstance(i, RaggedAllToAll) for i in walk_instructions(program.body)):
             result.skipped.append(f"{name}: a RaggedAllToAll's counts are known at run time")
             continue
-        bindings = {
-            symbol: value
-            for symbol, value in context.scalars.items()
-            if symbol != RANK and isinstance(value, int) and not isinstance(value, bool)
-        }
+        bindings = world.run_bindings.get(key, {})  # type: ignore[attr-defined]
         try:
             static = count_traffic(program, world.world_size, bindings).links  # type: ignore[attr-defined]
         except HostIrError as error:

@@ -54,6 +54,7 @@ from hostir.comm.rank_text import describe_group, describe_ranks
 from hostir.comm.simulated_collectives import Post, complete, mismatch, sent_elements
 from hostir.comm.simulated_memory import MemoryMeter
 from hostir.errors import CommunicationError
+from hostir.ir.scalars import RANK
 
 Group = tuple[int, ...]
 
@@ -125,6 +126,7 @@ class SimulatedWorld:
         self.by_run = by_run  # count each program run's traffic apart (run_links)
         self.run_links: dict[tuple[str, int, int], torch.Tensor] = {}
         self.run_contexts: dict[tuple[str, int, int], Any] = {}
+        self.run_bindings: dict[tuple[str, int, int], dict[str, int]] = {}
         self._started: dict[tuple[int, str, int], int] = {}
         self.run_ranks: dict[tuple[str, int, int], list[int]] = {}  # key -> [started, finished]
         self._lock = threading.Lock()
@@ -219,9 +221,18 @@ class SimulatedWorld:
         return record
 
     def run_finished(self, run: RunRecord) -> None:
-        """A rank's run of ``run.key`` ended without an error."""
+        """A rank's run of ``run.key`` ended without an error: the extents it bound join
+        the run's (a rank outside a tensor's mesh binds none of that tensor's)."""
+        bound = {
+            name: value
+            for name, value in run.context.scalars.items()
+            if type(value) is int and name != RANK
+        }
         with self._lock:
             self.run_ranks[run.key][1] += 1
+            known = self.run_bindings.setdefault(run.key, {})
+            for name, value in bound.items():
+                known.setdefault(name, value)
 
     # -- Point to point --------------------------------------------------------------------
 
