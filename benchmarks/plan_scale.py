@@ -11,7 +11,9 @@ Two tables, printed as Markdown:
   and what ``explain`` reports (collectives, peak temporaries against the
   bound). Medians of ``--repeat``
   runs. A case that takes longer than ``--limit`` seconds is stopped and shown as
-  ``> limit``.
+  ``> limit``. The CPU column is the same region in the planning thread's CPU time
+  (``time.thread_time``): on a shared machine the wall clock also counts what other
+  jobs take.
 - **Lowering a fusion of N ops.** A chain of pointwise ops with a ``linear``
   every 50 ops, its inputs sharded over 4 devices (so every linear reduces
   partial sums), lowered with ``FusionDefinition.host_ir`` for N = 10, 100, 1000
@@ -79,8 +81,10 @@ def _value(name: str, notation: str, mesh: Mesh, shape: tuple[int, ...]) -> Tens
     )
 
 
-def plan_case(mesh_text: str, source: str, target: str) -> tuple[float, int, str]:
-    """(seconds to plan and emit, characters of program text, explain's summary line)."""
+def plan_case(mesh_text: str, source: str, target: str) -> tuple[float, float, int, str]:
+    """(seconds to plan and emit, the same in this thread's CPU time, characters of program
+    text, explain's summary line). The CPU time leaves out what other jobs on a shared
+    machine take from the wall clock."""
     from hostir.check.collector import collector_paused
     from lowering.emit_resharding import emit_resharding
     from lowering.redistribution.plan_resharding import plan_resharding
@@ -89,17 +93,17 @@ def plan_case(mesh_text: str, source: str, target: str) -> tuple[float, int, str
     shape = (4 * len(mesh.devices), 4 * len(mesh.devices))  # every dim divides over any axes
     src, dst = _value("src", source, mesh, shape), _value("dst", target, mesh, shape)
     plan_resharding.cache_clear()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.thread_time()
     with collector_paused():  # as lowering plans it
         plan = plan_resharding(src, dst)
         body = emit_resharding(plan, src, dst, iter(range(1000)))
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
     from hostir import HostIrContainer
 
     text = str(HostIrContainer(inputs=(src,), outputs=(dst,), body=tuple(body)))
     summary = plan.explain().splitlines()
     line = next((s for s in summary if "peak temporaries" in s), "")
-    return elapsed, len(text), line
+    return elapsed, cpu, len(text), line
 
 
 def _run_with_limit(limit: float, *args: object) -> tuple | None:
@@ -147,8 +151,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--limit", type=float, default=20.0, help="seconds per case")
     args = parser.parse_args()
-    print("| mesh | devices | from | to | plan + emit (ms) | program text (chars) | explain |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| mesh | devices | from | to | plan + emit (ms) | CPU (ms) | program text (chars)"
+        " | explain |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for mesh_text in args.meshes.split(","):
         mesh = _mesh(mesh_text)
         for source, target in PAIRS[len(mesh.shape)] + EXCHANGES[len(mesh.shape)]:
@@ -159,14 +166,15 @@ def main() -> int:
                     for _ in range(args.repeat - 1)
                 ]
             if any(r is None for r in runs):
-                time_text, size, line = f"> {args.limit * 1000:.0f}", "-", "-"
+                time_text, cpu_text, size, line = f"> {args.limit * 1000:.0f}", "-", "-", "-"
             else:
                 time_text = f"{statistics.median(r[0] for r in runs) * 1000:.1f}"
-                size, line = runs[0][1], runs[0][2]
+                cpu_text = f"{statistics.median(r[1] for r in runs) * 1000:.1f}"
+                size, line = runs[0][2], runs[0][3]
             devices = len(mesh.devices)
             print(
-                f"| {mesh_text} | {devices} | {source} | {target} | {time_text} | {size} |"
-                f" {line} |",
+                f"| {mesh_text} | {devices} | {source} | {target} | {time_text} | {cpu_text} |"
+                f" {size} | {line} |",
                 flush=True,
             )
     print()

@@ -23,14 +23,21 @@ from hostir import default_communicator
 HIDDEN, FFN, TOKENS = 16, 64, 8
 
 
+def ffn(d: int) -> int:
+    """The hidden features on ``d`` devices: ``FFN``, or ``d`` where more devices than that
+    share them (each holds at least one row of ``w1``; ``--simulate 1024`` runs need it)."""
+    return max(FFN, d)
+
+
 def define(d: int) -> tuple[FusionDefinition, list]:
     """The MLP, scheduled over a 1-d mesh of ``d`` devices."""
     mesh = DeviceMesh(torch.arange(d))
+    features = ffn(d)
     with FusionDefinition() as fd:
         x = fd.define_tensor((-1, HIDDEN))
-        w1 = fd.define_tensor((FFN, HIDDEN))
-        b1 = fd.define_tensor((FFN,))
-        w2 = fd.define_tensor((HIDDEN, FFN))
+        w1 = fd.define_tensor((features, HIDDEN))
+        b1 = fd.define_tensor((features,))
+        w2 = fd.define_tensor((HIDDEN, features))
         b2 = fd.define_tensor((HIDDEN,))
         h = fd.ops.relu(fd.ops.linear(x, w1, b1))
         fd.add_output(fd.ops.linear(h, w2, b2))
@@ -54,7 +61,8 @@ def main() -> int:
     world = default_communicator()  # joins the launcher's process group, if any
     d, rank = world.world_size, world.rank
     torch.manual_seed(0)  # the same full tensors on every rank
-    shapes = [(TOKENS, HIDDEN), (FFN, HIDDEN), (FFN,), (HIDDEN, FFN), (HIDDEN,)]
+    features = ffn(d)
+    shapes = [(TOKENS, HIDDEN), (features, HIDDEN), (features,), (HIDDEN, features), (HIDDEN,)]
     full = [torch.randn(shape) for shape in shapes]
     fd, tvs = define(d)
     (y,) = fd.execute([shard_tensor(t, tv) for t, tv in zip(full, tvs, strict=True)])

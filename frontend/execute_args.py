@@ -221,7 +221,7 @@ def validate_inputs(fusion: Fusion, inputs: list[Any], rank: int, program: HostI
         if not isinstance(value, TensorView):
             continue
         mesh = declared.sharding.mesh if declared.sharding is not None else None
-        if mesh is None or rank in mesh.devices:
+        if mesh is None or mesh.contains(rank):
             try:
                 bind_input_tensor(declared, given, env)
             except InputError as error:

@@ -44,11 +44,13 @@ from frontend.fusion import Fusion
 from frontend.iter_domain import IterDomain, IterType
 from frontend.ops import Ops
 from frontend.sharding import validate_schedule
+from frontend.simulated import execute_simulated
 from frontend.strides import layout_from_strides, stride_order_of
 from frontend.tensor_view import TensorView
 from frontend.types import DataType
 from hostir import Const, HostIrContainer, HostIrEvaluator, default_communicator
-from hostir.errors import SettingError
+from hostir.comm.simulate import SimulatedRun
+from hostir.errors import HostIrError, SettingError
 from hostir.ir.program_info import check_meshes_fit
 from hostir.run.agreements import AgreementLog, refuse_before_run
 from hostir.run.bindings import RecentlyUsed
@@ -74,6 +76,7 @@ class FusionDefinition:
         # signatures in the same order, which the agreement (once per evaluator and kind of
         # inputs) already needs.
         self._programs: RecentlyUsed[HostIrContainer] = RecentlyUsed()  # by version, kinds
+        self._validated: set[tuple] = set()  # (version, kinds, id of a communicator)
         self._evaluators: RecentlyUsed[HostIrEvaluator] = RecentlyUsed()  # ... and device
         self._executables: RecentlyUsed[Executable] = RecentlyUsed()  # by execute's key
         # What the ranks agreed on, for every program of this definition: a rank failing
@@ -281,6 +284,15 @@ class FusionDefinition:
             return executable.call(inputs)
         return self._first_call(key, inputs, **options)
 
+    def execute_simulated(self, inputs: Any, *, world_size: int, **options: Any) -> SimulatedRun:
+        """Runs the fusion as every rank of a simulated world of ``world_size`` ranks in
+        this process (frontend.simulated, docs/simulated_world.md): ``inputs`` are the
+        unsharded tensors, each rank taking its shard by the schedule, or a function of
+        the rank giving that rank's inputs; ``options`` as :meth:`execute` takes them.
+        Returns a ``SimulatedRun``: ``results[r]``, rank ``r``'s outputs; ``errors``, each
+        failed rank's error; ``links[s, d]``, the bytes rank ``s`` sent rank ``d``."""
+        return execute_simulated(self, inputs, world_size, **options)
+
     @nvfuser_keywords  # nvFuser's keywords; any other refused by name
     def _first_call(
         self,
@@ -331,13 +343,27 @@ class FusionDefinition:
         if not self._finalized:
             self._finalize()
         program = self._programs.get(key[:2])
+        if isinstance(program, HostIrError):  # this schedule and kinds failed to lower
+            raise program.with_traceback(None)
         if program is None:
             check_input_count(self._fusion, inputs)
             for tv in self._fusion.tensors():
                 validate_schedule(tv, {})  # what constant extents show, before lowering
-            program = self._lower()
-            validate_inputs(self._fusion, inputs, communicator.rank, program)
+            try:
+                program = self._lower()
+            except HostIrError as error:
+                # Lowering is a function of the definition, its schedule and the kinds of
+                # inputs: the next call with them fails alike without lowering again (a
+                # simulated world's ranks all call with them).
+                self._programs[key[:2]] = error
+                raise
             self._programs[key[:2]] = program
+        # Once per program and communicator: each rank checks its own inputs against the
+        # program it lowered (a simulated world's ranks share one lowering).
+        validated = (key[:2], id(communicator))
+        if validated not in self._validated:
+            validate_inputs(self._fusion, inputs, communicator.rank, program)
+            self._validated.add(validated)
         self._last_program = (key[0], program)
         if choice_setting("HOSTIR_DUMP", ("host_ir",)) and communicator.rank == 0:
             print(program, flush=True)

@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from frontend.arguments import check_rank, is_int, shown
 from frontend.errors import MeshError
 from frontend.types import ParallelType
 from hostir import Mesh, MeshAxis
+from hostir.comm.world import current_rank
 from hostir.settings import MAX_WORLD_SIZE
 
 SHOWN_DEVICES = 16
@@ -224,9 +224,7 @@ class DeviceMesh:
 
 
 def _current_rank() -> int:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return 0
+    return current_rank()  # a simulated rank's on its thread (hostir.comm.world)
 
 
 def as_mesh(devices: DeviceMesh | Iterable[int] | torch.Tensor) -> DeviceMesh:

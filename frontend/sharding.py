@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-import torch.distributed as dist
 
 from frontend.arguments import check_rank, shown
 from frontend.errors import ScheduleError
@@ -29,6 +28,7 @@ from hostir import (
     TensorValue,
     slice_global_tensor,
 )
+from hostir.comm.world import current_rank
 from hostir.ir.reductions import REDUCTION_OPS, ReductionOpKind
 from hostir.ir.scalars import evaluate_scalar, print_scalar, symbols_of
 from hostir.ir.sharding import canonical_parts
@@ -170,7 +170,7 @@ def shard_tensor(
     schedule.
     """
     if rank is None:
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        rank = current_rank()
     check_rank("shard_tensor: rank", rank)
     if not isinstance(t, torch.Tensor):
         raise ScheduleError(f"shard_tensor: expected a torch.Tensor to shard, got {shown(t)}")

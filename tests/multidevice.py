@@ -74,6 +74,7 @@ from tests.multidevice_pool import (
     WorkerPool,
     format_failures,
 )
+from tests.multidevice_simulated import run_simulated, simulating
 
 DEFAULT_WORLD_SIZES = (1, 2, 4)
 TORCHRUN_TIMEOUT_S = 120.0
@@ -157,6 +158,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "rank_timeout(seconds, hang=seconds): wall-clock limit and hang window of a multi-rank "
         "test run in worker processes",
+    )
+    config.addinivalue_line(
+        "markers",
+        "real_ranks: needs a torch.distributed process group; skipped in a simulated world"
+        " (HOSTIR_TEST_SIMULATE, tests/multidevice_simulated.py)",
     )
     config.stash[_POOLS] = {}
 
@@ -246,6 +252,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     size = _pool_size(pyfuncitem)
     if size == 1:
         return None
+    if simulating():
+        run_simulated(pyfuncitem, size)
+        return True
     job = _pickle_job(pyfuncitem)
     limits = limits_of(pyfuncitem)
     pool = _pool(pyfuncitem.config, size, limits)

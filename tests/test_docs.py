@@ -327,7 +327,7 @@ def test_readme_tour_output_is_checked() -> None:
     assert any(text.startswith("%HostIrContainer {") for text in shown)
 
 
-POOL_BLOCKS = ("docs/concepts.md:517", "docs/cli.md:72")
+POOL_BLOCKS = ("docs/concepts.md:517", "docs/cli.md:73")
 """Docs blocks with ``nproc=`` that only compute (they declare no op or collective, which
 would stay registered in a worker): they run on the warm pools' ranks
 (tests/test_example_ranks.py) instead of under ``hostir run``, whose launches of fresh

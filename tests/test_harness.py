@@ -36,6 +36,7 @@ def without_launcher_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 # Multi-rank tests: these run at world sizes 1, 2 and 4 (or the torchrun world)
 
 
+@pytest.mark.real_ranks(reason="checks the pool's torch.distributed process group itself")
 def test_all_reduce_matches_local_sum(multidevice_test):
     d, rank = multidevice_test.size, multidevice_test.rank
     torch.manual_seed(0)  # the same data on every rank: each can compute the reference
@@ -46,6 +47,7 @@ def test_all_reduce_matches_local_sum(multidevice_test):
     torch.testing.assert_close(mine.cpu(), data.sum(0))
 
 
+@pytest.mark.real_ranks(reason="checks the pool's torch.distributed process group itself")
 def test_attributes_agree_with_torch_distributed(multidevice_test):
     t = multidevice_test
     assert 0 <= t.rank < t.size and 0 <= t.local_rank < t.local_size <= t.size
@@ -73,6 +75,7 @@ def test_world_sizes_parametrize_ids(request):
     assert {f"test_all_reduce_matches_local_sum[ws{n}]" for n in (1, 2, 4)} <= names
 
 
+@pytest.mark.real_ranks(reason="checks the pool's torch.distributed process group itself")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_all_gather_with_parameter(multidevice_test, dtype):
     d, rank = multidevice_test.size, multidevice_test.rank
@@ -115,6 +118,7 @@ import os, time, pytest, torch, torch.distributed as dist
 
 pytestmark = pytest.mark.world_sizes(2)
 
+@pytest.mark.rank_timeout(hang=1)  # rank 0 is given up on 1 s after rank 1's error
 def test_rank1_raises(multidevice_test):
     if multidevice_test.rank == 1:
         raise ValueError("boom on one rank")
@@ -154,7 +158,7 @@ def test_every_rank_hangs(multidevice_test):
 def test_slow_rank_is_not_a_hang(multidevice_test):
     if multidevice_test.rank == 0:
         start = time.process_time()
-        while time.process_time() - start < 2.5:  # 2.5 s of CPU: longer than the window
+        while time.process_time() - start < 1.5:  # 1.5 s of CPU: longer than the window
             pass
     dist.barrier()  # rank 1 waits, using no CPU, for the slow rank 0
 
@@ -171,10 +175,12 @@ def test_failing_rank_is_reported_without_hanging(pytester, monkeypatch):
     last test of its size; a monkeypatch fixture's changes in a worker end with its test."""
     without_launcher_variables(monkeypatch)
     monkeypatch.setenv("PYTHONPATH", child_environment()["PYTHONPATH"])
-    monkeypatch.setenv("HOSTIR_TEST_HANG_S", "4")  # also bounds the stuck rank's grace
+    monkeypatch.setenv("HOSTIR_TEST_HANG_S", "4")  # the window of the tests without a marker
     pytester.makepyfile(test_inner=INNER_TESTS)
+    # In process: the inner session's pools fork from this session's warm fork server, so
+    # neither an interpreter nor a fork server (importing torch) starts for it.
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "tests.multidevice", "-rs", "-v", timeout=300)
+    result = pytester.runpytest_inprocess("-p", "tests.multidevice", "-rs", "-v")
     elapsed = time.monotonic() - start
     result.assert_outcomes(failed=4, passed=6, skipped=1)
     out = result.stdout.str()
@@ -226,7 +232,7 @@ def test_cli_missing_script_is_a_one_line_error(child_runs):
     "args, message",
     [
         (["run", __file__, "--nproc", "0"], "--nproc must be at least 1, got 0"),
-        (["run", __file__], "the following arguments are required: --nproc"),
+        (["run", __file__], "one of the arguments --nproc --simulate is required"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
     ids=["nproc-0", "no-nproc", "unknown-command"],

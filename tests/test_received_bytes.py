@@ -66,6 +66,7 @@ def test_the_recorder_refuses_an_unknown_process_group_op():
         _process_group_calls(op, (), {})
 
 
+@pytest.mark.real_ranks(reason="records torch.distributed's own collectives")
 @pytest.mark.world_sizes(4)
 def test_recorder_sees_both_entry_points(multidevice_test):
     rank, size = multidevice_test.rank, multidevice_test.size

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import torch
+
 from hostir.errors import EvaluationError
 from hostir.ir.mesh import Mesh, MeshAxis
 from hostir.ir.scalars import Const
@@ -43,6 +45,20 @@ def block_boxes(sharding: Sharding, shape: Sequence[int], *, name: str = "value"
     checked and cut once, not once per rank); raises what :func:`block_box` raises."""
     mesh = sharding.mesh
     return list(_boxes(_layout(Operand(name, sharding, tuple(shape)), mesh), mesh.shape))
+
+
+def most_missing(src: Sharding | None, out: Sharding, shape: Sequence[int]) -> int:
+    """The most elements of a rank's ``out`` block (of a tensor of extents ``shape``) that
+    its ``src`` block does not already hold, at most over the ranks of ``out``'s mesh
+    (``src`` on the same mesh); the whole block where ``src`` is None. From per-dim
+    overlaps (:func:`least_kept`), no box per rank; raises what :func:`block_boxes`
+    raises."""
+    out_layout = _layout(Operand("value", out, tuple(shape)), out.mesh)
+    whole = math.prod(blocks.local for blocks in out_layout)
+    if src is None:
+        return whole
+    src_layout = _layout(Operand("value", src, tuple(shape)), src.mesh)
+    return whole - least_kept(src_layout, out_layout, out.mesh.shape)[0]
 
 
 def _block_axes(sharding: Sharding, dim: int, name: str) -> tuple[MeshAxis, ...]:
@@ -137,8 +153,59 @@ def _box(layout: tuple[_DimBlocks, ...], coords: Sequence[int]) -> Box:
 @lru_cache(maxsize=256)
 def _boxes(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> tuple[Box, ...]:
     """Every member's :func:`_box` on a mesh of ``shape``, in device order; cached: the
-    planner walks a mesh's blocks several times per exchange."""
-    return tuple(_box(layout, coords) for coords in itertools.product(*map(range, shape)))
+    planner walks a mesh's blocks several times per exchange. The offsets come from
+    :func:`grid_starts` (one tensor per dim, not one index per member and dim)."""
+    if not layout:
+        return ((),) * math.prod(shape)
+    per_dim = [
+        [(offset, blocks.local) for offset in start.expand(shape).reshape(-1).tolist()]
+        for start, blocks in zip(grid_starts(layout, shape), layout, strict=True)
+    ]
+    return tuple(zip(*per_dim, strict=True))
+
+
+@lru_cache(maxsize=4096)
+def _overlapping(blocks: _DimBlocks, interval: tuple[int, int]):
+    """:meth:`_DimBlocks.overlapping`, cached: the members of a large mesh share a few
+    intervals per dim."""
+    return tuple(blocks.overlapping(interval))
+
+
+def _cells(layout, box: Box, outside: tuple[int, ...], coords: tuple[int, ...]):
+    """(block coordinates as (mesh dim, coordinate) pairs, common box) per combination of
+    ``layout``'s blocks overlapping ``box`` whose coordinates on the ``outside`` mesh
+    dims are ``coords``, in :func:`_overlaps`' order (its result with those dims fixed,
+    as pairs to put into a member's coordinates). Each dim's blocks come from
+    :func:`_dim_cells`, cached: the members of a large mesh share a few intervals per
+    dim, and most often one block per dim overlaps."""
+    per_dim, single = [], True
+    for blocks, interval in zip(layout, box, strict=True):
+        fixed = tuple((m, coords[m]) for m in blocks.dims if m in outside) if outside else ()
+        options = _dim_cells(blocks, interval, fixed)
+        single = single and len(options) == 1
+        per_dim.append(options)
+    if single:  # the usual case: one block per dim
+        pairs, common = (), []
+        for ((dim_pairs, interval),) in per_dim:
+            pairs += dim_pairs
+            common.append(interval)
+        return ((pairs, tuple(common)),)
+    return tuple(
+        (tuple(p for pairs, _ in combo for p in pairs), tuple(c for _, c in combo))
+        for combo in itertools.product(*per_dim)
+    )
+
+
+@lru_cache(maxsize=8192)
+def _dim_cells(blocks, interval: tuple[int, int], fixed: tuple[tuple[int, int], ...]):
+    """(its blocks' (mesh dim, coordinate) pairs, common interval) per block of one dim
+    overlapping ``interval`` whose coordinates agree with ``fixed``."""
+    found = []
+    for digits, common in blocks.overlapping(interval):
+        pairs = tuple(zip(blocks.dims, digits, strict=True))
+        if not fixed or all(dict(pairs)[m] == c for m, c in fixed):
+            found.append((pairs, common))
+    return tuple(found)
 
 
 @lru_cache(maxsize=32)
@@ -169,6 +236,77 @@ def _layout(operand: Operand, mesh) -> tuple[_DimBlocks, ...]:
         dims = tuple(a.dim(mesh.ndim) for a in axes)
         layout.append(_DimBlocks(dims, sizes, extent // parts_count))
     return tuple(layout)
+
+
+def grid_starts(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> list[torch.Tensor]:
+    """Per dim, every member's block offset (:func:`_box`) as an int64 tensor that
+    broadcasts over a mesh of ``shape``: of size 1 on the mesh dims that do not place
+    the dim, so it is built from those that do (a few of the mesh's axes), not member
+    by member."""
+    starts = []
+    for blocks in layout:
+        index = torch.zeros((1,) * len(shape), dtype=torch.int64)
+        for m, size in zip(blocks.dims, blocks.sizes, strict=True):
+            view = [1] * len(shape)
+            view[m] = size
+            index = index * size + torch.arange(size, dtype=torch.int64).view(view)
+        starts.append(index * blocks.local)
+    return starts
+
+
+@lru_cache(maxsize=256)
+def least_kept(
+    src_layout: tuple[_DimBlocks, ...], out_layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]
+) -> tuple[int, int]:
+    """(the fewest elements of a member's ``out`` block that its ``src`` block holds, the
+    position in device order of the first member with that few), on a mesh of ``shape``.
+    The common box of two blocks is, per dim, the overlap of their intervals, and each
+    dim's offsets depend only on the mesh dims placing it (:func:`grid_starts`): the
+    per-dim overlaps are broadcast over the mesh and multiplied, a few tensor
+    operations instead of a box per member (on 4096 devices, some 40 ms of Python).
+    ``torch.argmin`` gives the first minimal position, as a walk in device order keeps
+    the first. Cached: the planner asks for each exchange more than once."""
+    kept = torch.ones((1,) * len(shape), dtype=torch.int64)
+    for src_start, out_start, src_blocks, out_blocks in zip(
+        grid_starts(src_layout, shape),
+        grid_starts(out_layout, shape),
+        src_layout,
+        out_layout,
+        strict=True,
+    ):
+        low = torch.maximum(src_start, out_start)
+        high = torch.minimum(src_start + src_blocks.local, out_start + out_blocks.local)
+        kept = kept * (high - low).clamp(min=0)
+    kept = kept.expand(shape).reshape(-1)
+    position = int(torch.argmin(kept))
+    return int(kept[position]), position
+
+
+def row_codes(columns: list[torch.Tensor]) -> torch.Tensor:
+    """Per row of ``columns``, a number from 0 on, equal for equal rows and only for them:
+    the columns' values as digits of one mixed-radix number (each digit its column less
+    its least value), renumbered by ``torch.unique`` whenever the radix would pass int64
+    (a sort of single numbers; ``unique`` of rows sorts tuples, several times slower)."""
+    code, radix = torch.zeros_like(columns[0]), 1
+    for column in columns:
+        low, high = int(column.min()), int(column.max())
+        if low == high:  # the same digit in every row: nothing to tell apart
+            continue
+        if radix * (high - low + 1) >= 2**62:
+            code = torch.unique(code, return_inverse=True)[1]
+            radix = int(code.max()) + 1
+        code, radix = code * (high - low + 1) + (column - low), radix * (high - low + 1)
+    return torch.unique(code, return_inverse=True)[1]
+
+
+def first_positions(columns: list[torch.Tensor]) -> list[int]:
+    """The position of the first row of each distinct row of ``columns`` (equal-length
+    1-d int64 tensors, one field each), ascending: one member per class where the
+    columns are a key's fields over a mesh in device order."""
+    code = row_codes(columns)
+    first = torch.full((int(code.max()) + 1,), code.numel(), dtype=torch.int64)
+    first = first.scatter_reduce(0, code, torch.arange(code.numel()), reduce="amin")
+    return sorted(first.tolist())
 
 
 def print_box(box: Box) -> str:

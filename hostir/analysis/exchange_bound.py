@@ -27,7 +27,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hostir.analysis.boxes import Box, Operand, _box, _boxes, _members, intersect, volume
+import torch
+
+from hostir.analysis.boxes import (
+    Box,
+    Operand,
+    _box,
+    _boxes,
+    _members,
+    first_positions,
+    grid_starts,
+    intersect,
+    volume,
+)
 from hostir.analysis.exchange_buffers import cut, round_buffers
 from hostir.analysis.exchange_profiles import busiest_member_profile, member_profiles
 from hostir.analysis.member_exchanges import Exchange, _check_coverage, _Roles, _roles
@@ -104,21 +116,58 @@ def buffer_bounds(src: Operand, out: Operand, team: Team, reduced: bool) -> tupl
     if roles.uncoverable:
         _check_covered(src, out, team, roles)
     counts = _SendCounts.of(roles, shape)
-    found = {}
-    for src_box, out_box in zip(
-        _boxes(roles.src_layout, shape), _boxes(roles.out_layout, shape), strict=True
+    everyone = _members(team.mesh)
+    found = []
+    for position in _bound_classes(roles, shape):
+        coords = everyone[position][1]
+        boxes = _box(roles.src_layout, coords), _box(roles.out_layout, coords)
+        found.append(_member_bound(roles, counts, *boxes))
+    return tuple(dict.fromkeys(found))
+
+
+def _bound_classes(roles: _Roles, shape: tuple[int, ...]) -> list[int]:
+    """The position in device order of the first member of each class of members with
+    equal bounds, ascending. All a bound depends on: its blocks' overlaps with the other
+    layout's blocks (:func:`_overlap_classes` of each dim) and the extents of the piece it
+    keeps; their fields are computed for the whole mesh at once, broadcast over its grid
+    (:func:`~hostir.analysis.boxes.grid_starts`), and the first member of each distinct
+    row found (:func:`~hostir.analysis.boxes.first_positions`), not a key per member.
+    ``tests/lowering/test_exchange_bound.py`` checks the result against every member's
+    own bound."""
+    columns, kept_extents = [], []
+    kept = torch.ones(shape, dtype=torch.bool)
+    for src_blocks, out_blocks, s_off, o_off in zip(
+        roles.src_layout,
+        roles.out_layout,
+        grid_starts(roles.src_layout, shape),
+        grid_starts(roles.out_layout, shape),
+        strict=True,
     ):
-        # All the bound depends on: its blocks' overlaps with the other layout's blocks
-        # and the extents of the piece it keeps.
-        kept = intersect(src_box, out_box)
-        key = (
-            _overlaps_per_dim(out_box, roles.src_layout),
-            _overlaps_per_dim(src_box, roles.out_layout),
-            None if kept is None else tuple(e for _, e in kept),
-        )
-        if key not in found:
-            found[key] = _member_bound(roles, counts, src_box, out_box)
-    return tuple(dict.fromkeys(found.values()))
+        s_off, o_off = s_off.expand(shape), o_off.expand(shape)
+        columns += _overlap_columns(o_off, out_blocks.local, src_blocks.local)
+        columns += _overlap_columns(s_off, src_blocks.local, out_blocks.local)
+        high = torch.minimum(s_off + src_blocks.local, o_off + out_blocks.local)
+        extent = high - torch.maximum(s_off, o_off)
+        kept = kept & (extent > 0)
+        kept_extents.append(extent)
+    columns.append(kept.to(torch.int64))
+    columns += [torch.where(kept, extent, 0) for extent in kept_extents]
+    return first_positions([c.reshape(-1) for c in columns])
+
+
+def _overlap_columns(start: torch.Tensor, extent: int, local: int) -> list[torch.Tensor]:
+    """What :func:`_overlap_classes` of every member's interval ``[start, start +
+    extent)`` depends on, as columns: whether it lies in one block, and where not the
+    extents of its first and last partial overlaps and the count of full ones between
+    (0 where it does: the flag tells)."""
+    first, last = start // local, (start + extent - 1) // local
+    within = first == last
+    return [
+        within.to(torch.int64),
+        torch.where(within, 0, (first + 1) * local - start),
+        torch.where(within, 0, last - first - 1),
+        torch.where(within, 0, start + extent - last * local),
+    ]
 
 
 def _overlaps_per_dim(box: Box, layout: Sequence) -> tuple[tuple[tuple[int, int], ...], ...]:

@@ -97,9 +97,9 @@ def _buffers(
     sent = [(box, size) for kept, box, size in sends if through or not kept]
     got = [(box, size) for kept, box, size in receives if through or not kept]
     packed = consecutive([box for box, _ in sent], exchange.src_box)
-    packing = 0 if packed else sum(size for _, size in sent)
+    packing = 0 if packed else sum([size for _, size in sent])
     direct = not reduced and consecutive([box for box, _ in got], exchange.out_box)
-    return packing + (0 if direct else sum(size for _, size in got))
+    return packing + (0 if direct else sum([size for _, size in got]))
 
 
 def budget(exchange: Exchange) -> int:
@@ -160,6 +160,8 @@ def cut(box: Box, parts: int) -> tuple[Box, ...]:
 def round_buffers(exchange: Exchange, rounds: int, reduced: bool) -> int:
     """The most buffer elements the member holds in any of ``rounds`` rounds (the rounds of
     :func:`exchange_rounds`, cut here as bare boxes)."""
+    if rounds == 1:  # the pieces themselves (cut into one part: the box)
+        return _call_buffers(exchange, _marked(exchange.sends), _marked(exchange.receives), reduced)
     sends = [(p.source == p.destination, _sized_parts(p.box, rounds)) for p in exchange.sends]
     receives = [(p.source == p.destination, _sized_parts(p.box, rounds)) for p in exchange.receives]
     return max(

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import torch
+
 from hostir.analysis.boxes import (
     Box,
     Operand,
@@ -20,8 +22,10 @@ from hostir.analysis.boxes import (
     _boxes,
     _DimBlocks,
     _members,
+    first_positions,
+    grid_starts,
     intersect,
-    volume,
+    least_kept,
 )
 from hostir.analysis.member_exchanges import (
     Exchange,
@@ -41,9 +45,16 @@ def profile(exchange: Exchange) -> Exchange:
     origin, pieces relative to them, members reduced to "itself" (0) or "another" (1).
     Members with equal profiles hold equal buffers in every number of rounds, so the
     planner costs each profile once (on a regular mesh, few)."""
-    sends = tuple(_relative_piece(p, exchange.member, exchange.src_box) for p in exchange.sends)
+    member = exchange.member
+    src_origin = tuple(o for o, _ in exchange.src_box)
+    out_origin = tuple(o for o, _ in exchange.out_box)
+    sends = tuple(
+        Piece(int(p.source != member), int(p.destination != member), _from(p.box, src_origin))
+        for p in exchange.sends
+    )
     receives = tuple(
-        _relative_piece(p, exchange.member, exchange.out_box) for p in exchange.receives
+        Piece(int(p.source != member), int(p.destination != member), _from(p.box, out_origin))
+        for p in exchange.receives
     )
     origin_src = tuple((0, e) for _, e in exchange.src_box)
     origin_out = tuple((0, e) for _, e in exchange.out_box)
@@ -70,25 +81,73 @@ def member_profiles(
     by_coordinates = roles.free_count > 1 or any(
         mesh.shape[m] > 1 and m in placed for m in roles.outside
     )
-    out_boxes = _boxes(roles.out_layout, mesh.shape)
     if by_coordinates:
-        if limit is not None and sum(_received_count(roles, b) for b in out_boxes) > limit:
+        if limit is not None and int(_received_counts(roles, mesh.shape).sum()) > limit:
             return None
         if roles.uncoverable:  # what the first member whose group lacks a source raises
             for rank in dict.fromkeys(min(team.group_of(r)) for r in mesh.devices):
                 _check_coverage(src, out, team, rank, roles)
         return tuple(dict.fromkeys(_every_profile(roles, team)))
-    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
-    swept = sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
-    first = {}  # one member per class, the first by rank: (rank, its out box)
-    for (rank, coords), src_box, out_box in zip(
-        _members(mesh), _boxes(roles.src_layout, mesh.shape), out_boxes, strict=True
-    ):
-        first.setdefault(_profile_key(roles, coords, src_box, out_box, swept), (rank, out_box))
-    if limit is not None and sum(_received_count(roles, b) for _, b in first.values()) > limit:
+    first = _class_members(roles, mesh.shape, _swept(roles))
+    if limit is not None and int(_received_counts(roles, mesh.shape)[first].sum()) > limit:
         return None
-    found = (profile(member_exchange(src, out, team, r, reduced)) for r, _ in first.values())
+    devices = mesh.devices
+    found = (profile(member_exchange(src, out, team, devices[i], reduced)) for i in first)
     return tuple(dict.fromkeys(found))
+
+
+def _swept(roles: _Roles) -> list[int]:
+    """The axes whose coordinates a member that keeps a piece has in its class
+    (:func:`_profile_key`): the reduced ones and the keyed ones its sends run over."""
+    out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
+    return sorted({*roles.reduced, *(m for m in roles.keyed if m not in out_dims)})
+
+
+def _class_members(roles: _Roles, shape: tuple[int, ...], swept: list[int]) -> list[int]:
+    """The position in device order of the first member of each class of
+    :func:`_profile_key`, in that order. The key is integer arithmetic on the member's
+    block offsets and a few coordinates, and each dim's offsets depend only on the mesh
+    dims placing it (:func:`~hostir.analysis.boxes.grid_starts`), so the key's fields are
+    computed for the whole mesh at once, as int64 columns broadcast over its grid, and
+    ``torch.unique`` finds the classes: a few tensor operations, not a Python key per
+    member (that walk cost some 40 ms on 4096 devices). Each field is as
+    :func:`_profile_key` computes it, with a flag column wherever the key leaves a
+    field out (``_within``'s empty tuple, the offsets and swept coordinates of a member
+    that keeps nothing), so equal rows are equal keys.
+    ``tests/lowering/test_plan_classes.py`` checks it against a walk of every member."""
+    columns = []
+    overlaps = torch.ones(shape, dtype=torch.bool)
+    offsets = []
+    for mine, theirs, s_off, o_off in zip(
+        roles.src_layout,
+        roles.out_layout,
+        grid_starts(roles.src_layout, shape),
+        grid_starts(roles.out_layout, shape),
+        strict=True,
+    ):
+        s_off, o_off = s_off.expand(shape), o_off.expand(shape)
+        columns += _within_columns(o_off, theirs.local, mine)
+        columns += _within_columns(s_off, mine.local, theirs)
+        high = torch.minimum(s_off + mine.local, o_off + theirs.local)
+        overlaps = overlaps & (high > torch.maximum(s_off, o_off))
+        offsets.append(s_off - o_off)
+    for m in swept:
+        view = [1] * len(shape)
+        view[m] = shape[m]
+        offsets.append(torch.arange(shape[m], dtype=torch.int64).view(view).expand(shape))
+    columns.append(overlaps.to(torch.int64))
+    columns += [torch.where(overlaps, field, 0) for field in offsets]
+    return first_positions([c.reshape(-1) for c in columns])
+
+
+def _within_columns(offset: torch.Tensor, extent: int, blocks: _DimBlocks) -> list[torch.Tensor]:
+    """:func:`_within` of every member's interval ``[offset, offset + extent)`` as three
+    columns: whether it spans blocks, and where so its offset modulo their local extent
+    and its carry into their mesh digits (0 where not: the flag tells)."""
+    start = offset % blocks.local
+    spans = start + extent > blocks.local
+    carry = (offset // blocks.local) % math.prod(blocks.sizes[1:])
+    return [spans.to(torch.int64), torch.where(spans, start, 0), torch.where(spans, carry, 0)]
 
 
 def _received_count(roles: _Roles, out_box: Box) -> int:
@@ -100,6 +159,18 @@ def _received_count(roles: _Roles, out_box: Box) -> int:
     for blocks, (start, extent) in zip(roles.src_layout, out_box, strict=True):
         count *= (start + extent - 1) // blocks.local - start // blocks.local + 1
     return count
+
+
+def _received_counts(roles: _Roles, shape: tuple[int, ...]) -> torch.Tensor:
+    """:func:`_received_count` of every member of a mesh of ``shape``, in device order:
+    per dim the src blocks each member's out interval overlaps, broadcast over the grid
+    (:func:`~hostir.analysis.boxes.grid_starts`) and multiplied, not a box per member."""
+    count = torch.full((1,) * len(shape), roles.reduced_count, dtype=torch.int64)
+    for blocks, start, out_blocks in zip(
+        roles.src_layout, grid_starts(roles.out_layout, shape), roles.out_layout, strict=True
+    ):
+        count = count * ((start + out_blocks.local - 1) // blocks.local - start // blocks.local + 1)
+    return count.expand(shape).reshape(-1)
 
 
 def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
@@ -124,20 +195,25 @@ def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
     # (destination or source member, relative piece) per member, to sort by member
     sends: dict[tuple[int, ...], list[tuple[int, Piece]]] = {c: [] for c in everyone}
     receives = {}
+    pieces: dict[tuple, Piece] = {}  # one object per distinct relative piece: most repeat
     for coords, out_box in zip(everyone, _boxes(roles.out_layout, shape), strict=True):
         member = member_of[coords]
         got = []
         for holder, box in _sources(roles, shape, coords, out_box):
             source = member_of[holder]
             other = int(source != member)
-            got.append((source, Piece(other, 0, _shifted(box, out_box))))
-            sends[holder].append((member, Piece(0, other, _shifted(box, src_of[holder]))))
+            key = (other, 0, _shifted(box, out_box))
+            got.append((source, pieces.get(key) or pieces.setdefault(key, Piece(*key))))
+            key = (0, other, _shifted(box, src_of[holder]))
+            sends[holder].append((member, pieces.get(key) or pieces.setdefault(key, Piece(*key))))
         receives[coords] = got
     origin_src = tuple((0, e) for _, e in src_of[everyone[0]])
     origin_out = tuple((0, e) for _, e in _box(roles.out_layout, everyone[0]))
 
-    def in_order(pieces: list[tuple[int, Piece]]) -> tuple[Piece, ...]:
-        return tuple(p for _, p in sorted(pieces, key=lambda mp: mp[0]))
+    def in_order(found: list[tuple[int, Piece]]) -> tuple[Piece, ...]:
+        if len(found) < 2:
+            return tuple(p for _, p in found)
+        return tuple(p for _, p in sorted(found, key=lambda mp: mp[0]))
 
     return [
         Exchange(
@@ -153,9 +229,14 @@ def _every_profile(roles: _Roles, team: Team) -> list[Exchange]:
     ]
 
 
+def _from(box: Box, origin: tuple[int, ...]) -> Box:
+    """``box`` relative to ``origin`` (a block's offsets)."""
+    return tuple([(o - b, e) for (o, e), b in zip(box, origin, strict=True)])
+
+
 def _shifted(box: Box, block: Box) -> Box:
     """``box`` relative to ``block``'s origin."""
-    return tuple((o - b, e) for (o, e), (b, _) in zip(box, block, strict=True))
+    return tuple([(o - b, e) for (o, e), (b, _) in zip(box, block, strict=True)])
 
 
 def busiest_member_profile(
@@ -188,21 +269,15 @@ def most_received(src: Operand, out: Operand, team: Team, reduced: bool) -> int:
 @lru_cache(maxsize=256)
 def _busiest(src: Operand, out: Operand, team: Team, reduced: bool) -> tuple[int, int]:
     """(the most elements a member receives from others, the first such member); cached:
-    the planner asks for both."""
+    the planner asks for both. Received: the out block once per reduced copy, less what
+    the member keeps (:func:`~hostir.analysis.boxes.least_kept`, from per-dim overlaps;
+    blocks are even, so every out block has the same volume)."""
     roles = _roles(src, out, team, reduced)
     mesh = team.mesh
     copies = math.prod(mesh.shape[m] for m in roles.reduced)
-    most = (0, _members(mesh)[0][0])
-    for (rank, _), src_box, out_box in zip(
-        _members(mesh),
-        _boxes(roles.src_layout, mesh.shape),
-        _boxes(roles.out_layout, mesh.shape),
-        strict=True,
-    ):
-        kept = intersect(src_box, out_box)
-        received = copies * volume(out_box) - (volume(kept) if kept else 0)
-        most = (received, rank) if received > most[0] else most
-    return most
+    kept, position = least_kept(roles.src_layout, roles.out_layout, mesh.shape)
+    out_volume = math.prod(blocks.local for blocks in roles.out_layout)
+    return copies * out_volume - kept, mesh.devices[position]
 
 
 def _profile_key(
@@ -210,7 +285,9 @@ def _profile_key(
 ) -> tuple:
     """What a member's profile depends on (members with equal keys have equal profiles;
     ``tests/lowering/test_exchange_profiles.py`` checks it on every member of every
-    exchange between the sweep's distributions).
+    exchange between the sweep's distributions). :func:`_class_members` computes its
+    fields for the whole mesh at once; this per-member form is the reference
+    ``tests/lowering/test_plan_classes.py`` checks that against.
     A profile is relative, so it holds of the member only the geometry of the blocks
     overlapping its two blocks (per dim, each block's offset modulo the other layout's
     block, and where the carries fall among the overlapping blocks' mesh digits, which
@@ -240,9 +317,3 @@ def _within(offset: int, extent: int, blocks: _DimBlocks) -> tuple[int, ...]:
     if start + extent <= blocks.local:
         return ()
     return start, (offset // blocks.local) % math.prod(blocks.sizes[1:])
-
-
-def _relative_piece(piece: Piece, member: int, block: Box) -> Piece:
-    return Piece(
-        int(piece.source != member), int(piece.destination != member), _shifted(piece.box, block)
-    )

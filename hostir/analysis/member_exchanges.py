@@ -15,15 +15,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hostir.analysis.boxes import (
     Box,
     Operand,
     _box,
+    _cells,
     _DimBlocks,
     _layout,
+    _overlapping,
     print_box,
     volume,
 )
@@ -57,6 +59,15 @@ class Exchange:
     sends: tuple[Piece, ...]
     receives: tuple[Piece, ...]
     communicates: bool
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Hashed once: the planner's caches key on exchanges of hundreds of pieces, and a
+        # frozen dataclass would hash every piece again on every lookup.
+        if not self._hash:
+            fields = (self.member, self.group_size, self.src_box, self.out_box, self.sends)
+            object.__setattr__(self, "_hash", hash((*fields, self.receives, self.communicates)))
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,7 @@ def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
     for blocks, interval in zip(layout, box, strict=True):
         options = []
         checked = not fixed.isdisjoint(blocks.dims)  # most often none of its dims is fixed
-        for digits, common in blocks.overlapping(interval):
+        for digits, common in _overlapping(blocks, interval):
             pairs = tuple(zip(blocks.dims, digits, strict=True))
             if not checked or all(coords[m] == c for m, c in pairs if m in fixed):
                 options.append((pairs, common))
@@ -192,19 +203,34 @@ def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, 
 def _sources(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], out_box: Box):
     """(coordinates of the member it comes from, box) per piece the member at ``coords``
     receives (:func:`_receives`); ``coords`` itself for the piece it keeps."""
-    reduced_values = list(itertools.product(*(range(shape[m]) for m in roles.reduced)))
-    replica = _replica(roles, shape, coords, coords, +1).items()
-    for cell, box in _overlaps(roles.src_layout, out_box, coords, set(roles.outside)):
+    reduced_values = _values(roles.reduced, tuple(shape))
+    replica = None  # the replica rule's free coordinates, once a piece comes from another
+    for pairs, box in _cells(roles.src_layout, out_box, roles.outside, coords):
+        cell = list(coords)
+        for m, c in pairs:
+            cell[m] = c
         for values in reduced_values:
             for m, c in zip(roles.reduced, values, strict=True):
                 cell[m] = c
-            if all(cell[m] == coords[m] for m in roles.keyed):
+            for m in roles.keyed:
+                if cell[m] != coords[m]:
+                    break
+            else:  # in the member's own cell: the piece it keeps
                 yield coords, box
                 continue
+            if replica is None:
+                replica = _replica(roles, shape, coords, coords, +1).items()
             holder = list(cell)
             for m, c in replica:
                 holder[m] = c
             yield tuple(holder), box
+
+
+@lru_cache(maxsize=64)
+def _values(dims: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Every combination of coordinates on the mesh dims ``dims``; cached: asked once per
+    member."""
+    return tuple(itertools.product(*(range(shape[m]) for m in dims)))
 
 
 def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, member: int):
@@ -226,12 +252,12 @@ def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, mem
                 if destination == list(coords):  # in this cell: only itself takes from it
                     yield Piece(member, member, box)
                 continue
-            # The receiver's free coordinates that make this member its replica.
-            wanted = _replica(roles, shape, coords, destination, -1)
-            if any(m in out_dims and destination[m] != c for m, c in wanted.items()):
-                continue
-            for m, c in wanted.items():
-                destination[m] = c
+            if roles.free:  # the receiver's free coordinates that make this its replica
+                wanted = _replica(roles, shape, coords, destination, -1)
+                if any(m in out_dims and destination[m] != c for m, c in wanted.items()):
+                    continue
+                for m, c in wanted.items():
+                    destination[m] = c
             yield Piece(member, _linear(destination, roles.team, shape), box)
 
 

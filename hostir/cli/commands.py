@@ -26,6 +26,8 @@ from hostir.cli.arguments import (
 from hostir.cli.errors import FAILURE, CommandError, CommandFailed
 from hostir.cli.scripts import ScriptError
 from hostir.comm import launcher
+from hostir.comm.simulate import MAX_SIMULATED_RANKS
+from hostir.comm.simulated_script import run_script
 from hostir.comm.world import BACKEND_VARIABLE, BACKENDS
 from hostir.errors import HostIrError, ParseError, VerifyError
 from hostir.ir.container import HostIrContainer
@@ -37,20 +39,29 @@ VIZ_FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv"
 
 
 def add_run_command(subparsers: argparse._SubParsersAction) -> None:
-    """``run SCRIPT --nproc N [--backend gloo|nccl] [-- ARGS...]``: local ranks."""
+    """``run SCRIPT (--nproc N [--backend gloo|nccl] | --simulate N) [-- ARGS...]``: local
+    ranks, or a simulated world of N ranks in this process."""
     parser = subparsers.add_parser(
         "run",
-        usage="hostir run SCRIPT --nproc N [--backend {gloo,nccl}] [-- ARGS...]",
-        help="run a script as N local ranks",
-        description="Run SCRIPT as N local processes, each one rank (torchrun's variables set). "
-        "Arguments after -- go to the script.",
+        usage="hostir run SCRIPT (--nproc N [--backend {gloo,nccl}] | --simulate N) [-- ARGS...]",
+        help="run a script as N local ranks, or as N simulated ranks in one process",
+        description="Run SCRIPT as N local processes, each one rank (torchrun's variables set), "
+        "or with --simulate as N ranks of a simulated world in this process (one thread each; "
+        "docs/simulated_world.md). Arguments after -- go to the script.",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python script every rank runs")
-    parser.add_argument(
+    ranks = parser.add_mutually_exclusive_group(required=True)
+    ranks.add_argument(
         "--nproc",
         type=integer,
-        required=True,
         help=f"number of ranks (1 to {launcher.MAX_NPROC})",
+    )
+    ranks.add_argument(
+        "--simulate",
+        type=integer,
+        metavar="N",
+        help=f"simulate N ranks in this process (1 to {MAX_SIMULATED_RANKS}); prints the"
+        " traffic it measured",
     )
     parser.add_argument(
         "--backend",
@@ -80,11 +91,18 @@ def launch_backend(option: str | None) -> str:
 
 def run_command(args: argparse.Namespace) -> int:
     """Launches the script; the exit code is that of the first rank that failed, else 0."""
-    in_range(args.nproc, "--nproc", 1, launcher.MAX_NPROC)
+    if args.simulate is not None:
+        in_range(args.simulate, "--simulate", 1, MAX_SIMULATED_RANKS)
+    else:
+        in_range(args.nproc, "--nproc", 1, launcher.MAX_NPROC)
     if not os.path.exists(args.script):
         raise CommandError(f"script not found: {args.script}")
     if not os.path.isfile(args.script):
         raise CommandError(f"script is not a file: {args.script}")
+    if args.simulate is not None:
+        if args.backend is not None:
+            raise CommandError("--backend applies to --nproc: a simulated world has no backend")
+        return run_script(args.script, args.simulate, args.extra_args)[0]
     backend = launch_backend(args.backend)
     code = launcher.launch(args.script, args.nproc, args.extra_args, backend=backend)
     return code if code >= 0 else 128 - code  # killed by signal S: exit 128 + S, like a shell

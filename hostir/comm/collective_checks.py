@@ -13,9 +13,16 @@ from hostir.comm.backend_hooks import Group
 from hostir.comm.rank_text import describe_group
 from hostir.errors import CommunicationError
 
+_CHECKED: dict[tuple[Group, int], bool] = {}
+"""Groups (with their world size) found good already: each collective of a program posts
+on one of a few groups, and a simulated world's ranks all post in one process."""
+MAX_CHECKED = 4096
+
 
 def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
     """``group`` as a tuple after checking it is non-empty, duplicate-free and in the world."""
+    if type(group) is tuple and (group, world_size) in _CHECKED:
+        return group
     team = tuple(int(r) for r in group)
     if not team:
         raise CommunicationError(f"{what}: the group is empty")
@@ -27,6 +34,8 @@ def _check_members(group: Sequence[int], world_size: int, what: str) -> Group:
             f"{what}: group {describe_group(team)} names rank {outside[0]}, but the world has"
             f" {world_size} ranks"
         )
+    if len(_CHECKED) < MAX_CHECKED:
+        _CHECKED[(team, world_size)] = True
     return team
 
 

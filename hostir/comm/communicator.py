@@ -74,6 +74,15 @@ class Communicator(BackendHooks):
         with self.run_guard().holding(what, self.where()):
             yield
 
+    def run_started(self, context: Any) -> None:
+        """A run of a program starts on this rank (``context``: its RunContext). A
+        simulated world attributes the run's traffic to it; a real backend has nothing
+        to do."""
+
+    def run_finished(self, context: Any) -> None:
+        """The run of ``context`` (see :meth:`run_started`) ended without an error on this
+        rank."""
+
     # -- Set-up -----------------------------------------------------------------
 
     def prepare(self, groups: Sequence[Sequence[int]]) -> None:

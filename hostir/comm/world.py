@@ -12,6 +12,8 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -125,16 +127,65 @@ _DEFAULT_LOCK = threading.Lock()
 _DISTRIBUTED = dist.is_available()
 
 
+_THREAD = threading.local()
+"""A communicator this thread runs as (a rank of a simulated world: hostir.comm.simulate),
+found before any process group."""
+
+
+@contextmanager
+def running_as(communicator: Communicator) -> Iterator[None]:
+    """Within: :func:`default_communicator` answers ``communicator`` on this thread (each
+    thread of a simulated world runs as its own rank)."""
+    before = getattr(_THREAD, "communicator", None)
+    _THREAD.communicator = communicator
+    try:
+        yield
+    finally:
+        _THREAD.communicator = before
+
+
+def current_rank() -> int:
+    """This thread's rank without creating any group: its communicator's where it runs as
+    one (:func:`running_as`), else the default process group's, else 0."""
+    mine = getattr(_THREAD, "communicator", None)
+    if mine is not None:
+        return mine.rank
+    if _DISTRIBUTED and dist.is_initialized():
+        return dist.get_rank()
+    return 0
+
+
+def barrier() -> None:
+    """Waits until every rank of this thread's world reached it: a simulated world's
+    ranks (:func:`running_as`), else the default process group's; nothing to wait for in
+    a world of one process."""
+    mine = getattr(_THREAD, "communicator", None)
+    if mine is not None:
+        if mine.world_size > 1:
+            mine.barrier()
+        return
+    if _DISTRIBUTED and dist.is_initialized():
+        dist.barrier()
+
+
 def world_token() -> object:
-    """What :func:`default_communicator`'s answer depends on, found cheaply: the default
-    process group, None where there is none (this process alone). A caller that kept
-    work for a communicator compares tokens to know it still applies."""
+    """What :func:`default_communicator`'s answer depends on, found cheaply: this thread's
+    communicator where it runs as one (:func:`running_as`), else the default process
+    group, None where there is none (this process alone). A caller that kept work for a
+    communicator compares tokens to know it still applies."""
+    mine = getattr(_THREAD, "communicator", None)
+    if mine is not None:
+        return mine
     return dist.group.WORLD if _DISTRIBUTED else None  # None until a default group exists
 
 
 def default_communicator(use_cuda: bool = False) -> Communicator:
     """The communicator ``execute`` uses: the default group, made from env if needed; with
-    neither, this process alone (always the same communicator)."""
+    neither, this process alone (always the same communicator). A thread running as a
+    communicator (:func:`running_as`) gets that one."""
+    mine = getattr(_THREAD, "communicator", None)
+    if mine is not None:
+        return mine
     with _DEFAULT_LOCK:
         if not dist.is_available() or not (
             dist.is_initialized() or init_process_group_from_env(use_cuda)

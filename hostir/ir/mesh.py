@@ -20,6 +20,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hostir.errors import MeshError
 
@@ -70,8 +71,7 @@ class Mesh:
             devices = table
         if devices is not None:
             devices = tuple(int(d) for d in devices)
-            _check_devices(devices, shape)
-            strides, offset, table = _layout_of(devices, shape)
+            strides, offset, table = _checked_layout(devices, shape)
         else:
             strides, offset, table = tuple(int(s) for s in strides), int(offset), ()
             if len(strides) != len(shape):
@@ -107,9 +107,7 @@ class Mesh:
         """Every device, row-major (O(devices): prefer :meth:`contains`, :meth:`device`)."""
         if self.table:
             return self.table
-        return tuple(
-            self.device(coords) for coords in itertools.product(*(range(s) for s in self.shape))
-        )
+        return _layout_devices(self.shape, self.strides, self.offset)
 
     def device(self, coords: Sequence[int]) -> int:
         """The device at ``coords``."""
@@ -162,6 +160,29 @@ class Mesh:
         return _layout_text(self.shape, self.strides, self.offset)
 
 
+@lru_cache(maxsize=64)
+def _checked_layout(
+    devices: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
+    """:func:`_layout_of` ``devices`` after checking them; cached: the planner and the
+    command line build the same mesh of thousands of devices again and again, and checking
+    walks every device (a bad list raises, and an exception is not cached)."""
+    _check_devices(devices, shape)
+    return _layout_of(devices, shape)
+
+
+@lru_cache(maxsize=64)
+def _layout_devices(
+    shape: tuple[int, ...], strides: tuple[int, ...], offset: int
+) -> tuple[int, ...]:
+    """Every device of a layout, row-major; cached for :attr:`Mesh.devices`, which the
+    analyses of a large mesh ask for once per exchange."""
+    devices = [offset]
+    for size, stride in zip(shape, strides, strict=True):  # outer dims first: row-major
+        devices = [d + c * stride for d in devices for c in range(size)]
+    return tuple(devices)
+
+
 def _check_devices(devices: tuple[int, ...], shape: tuple[int, ...]) -> None:
     if math.prod(shape) != len(devices):
         raise MeshError(f"mesh shape {shape} needs {math.prod(shape)} devices, got {len(devices)}")
@@ -190,13 +211,15 @@ def _layout_of(
         devices[row_major[k]] - offset if shape[k] > 1 else row_major[k] for k in range(len(shape))
     )
     strides = _canonical(shape, strides)
-    expected = (
-        offset + sum(c * s for c, s in zip(coords, strides, strict=True))
-        for coords in itertools.product(*(range(n) for n in shape))
-    )
-    if all(a == b for a, b in zip(devices, expected, strict=True)) and _decodes(
-        shape, strides, offset
-    ):
+    if strides == _canonical(shape, row_major):  # consecutive devices: compared in C
+        follows = devices == tuple(range(offset, offset + len(devices)))
+    else:
+        expected = (
+            offset + sum(c * s for c, s in zip(coords, strides, strict=True))
+            for coords in itertools.product(*(range(n) for n in shape))
+        )
+        follows = all(a == b for a, b in zip(devices, expected, strict=True))
+    if follows and _decodes(shape, strides, offset):
         return strides, offset, ()
     return (), 0, devices
 

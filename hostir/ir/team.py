@@ -64,7 +64,12 @@ class Team:
         (every run of a collective asks for its rank's group)."""
         known = self.__dict__.setdefault("_known_groups", {})  # beside the cached properties
         if device not in known:
-            known[device] = self._group_of(device)
+            group = self._group_of(device)
+            known[device] = group
+            # Every member's group is this one: a simulated world's ranks, which all ask
+            # in one process, then list each group once (O(devices), not O(devices²)).
+            for member in group or ():
+                known[member] = group
         return known[device]
 
     def _group_of(self, device: int) -> tuple[int, ...] | None:

@@ -36,16 +36,16 @@ class AgreementLog:
     programs (the peers of a rank failing on one may be running another)."""
 
     def __init__(self) -> None:
-        self._worlds: list[Communicator] = []
+        # by identity (a communicator may define __eq__); held so that ids stay theirs
+        self._worlds: dict[int, Communicator] = {}
 
     def agreed_on(self, communicator: Communicator) -> bool:
         """Whether the ranks of ``communicator`` agreed on a run logged here."""
-        return any(world is communicator for world in self._worlds)
+        return self._worlds.get(id(communicator)) is communicator
 
     def record(self, communicator: Communicator) -> None:
         """Logs that the ranks of ``communicator`` agreed on a run."""
-        if not self.agreed_on(communicator):
-            self._worlds.append(communicator)
+        self._worlds[id(communicator)] = communicator
 
 
 def agree_on_run(

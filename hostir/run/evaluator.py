@@ -138,6 +138,38 @@ HANDLERS: dict[type, Handler] = {
 runs its implementation: ``hostir.run.implementations.handler_for``)."""
 
 
+_DIGESTS: dict[int, tuple[HostIrContainer, str]] = {}
+"""Digests of recent programs, by identity (programs are immutable; hashing one walks all
+of it), each program held: the evaluators of one program, one per rank of a simulated
+world, print it once."""
+MAX_DIGESTS = 64
+
+
+_VERIFIED: dict[int, HostIrContainer] = {}
+"""Recent programs verified already, by identity, each held (programs are immutable): the
+evaluators of one program, one per rank of a simulated world, verify it once."""
+
+
+def _verified(program: Any) -> bool:
+    if id(program) in _VERIFIED and _VERIFIED[id(program)] is program:
+        return True
+    if len(_VERIFIED) >= MAX_DIGESTS:
+        _VERIFIED.clear()
+    return False
+
+
+def program_digest(program: HostIrContainer) -> str:
+    """The SHA-256 of ``program``'s text, computed once per recent program object."""
+    known = _DIGESTS.get(id(program))
+    if known is not None and known[0] is program:
+        return known[1]
+    digest = hashlib.sha256(str(program).encode()).hexdigest()
+    if len(_DIGESTS) >= MAX_DIGESTS:
+        _DIGESTS.clear()
+    _DIGESTS[id(program)] = (program, digest)
+    return digest
+
+
 class HostIrEvaluator:
     """Runs ``program`` on this rank: ``HostIrEvaluator(program).run(inputs) -> outputs``.
 
@@ -177,7 +209,9 @@ class HostIrEvaluator:
         checks: SelfChecks | None = None,
         agreements: AgreementLog | None = None,
     ) -> None:
-        verify_located(checked_program(program))
+        if not _verified(program):
+            verify_located(checked_program(program))
+            _VERIFIED[id(program)] = program
         used = walk_instructions(program.body)
         missing = sorted({type(i).__name__ for i in used if not _runnable(i)})
         if missing:
@@ -296,7 +330,7 @@ class HostIrEvaluator:
     def digest(self) -> str:
         """The program's digest: the SHA-256 of its text (the same on ranks running it)."""
         if self._digest is None:
-            self._digest = hashlib.sha256(str(self.program).encode()).hexdigest()
+            self._digest = program_digest(self.program)
         return self._digest
 
     def stream_pool(self, device: torch.device) -> StreamPool:
@@ -338,6 +372,7 @@ class HostIrEvaluator:
         if listening:
             context.listeners = self.run_listeners
         context.stream_pool.start_run()
+        communicator.run_started(context)
         return context
 
     def check_fits(self, world_size: int) -> None:

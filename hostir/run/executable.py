@@ -120,6 +120,7 @@ class Executable:
         started = time.time() if communicator.world_size > 1 else 0.0
         try:
             outputs = body()
+            communicator.run_finished(context)
         except CommunicationError as error:
             raise _with_culprits(error, communicator, started) from error.__cause__
         except Exception as error:

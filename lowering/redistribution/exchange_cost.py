@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 
-from hostir import AllToAllV, Sharding
-from hostir.analysis.boxes import Operand, block_boxes, intersect, volume
+from hostir import AllToAllV, CollectivePermute, Sharding
+from hostir.analysis.boxes import Operand, most_missing
 from hostir.analysis.exchange_bound import buffers_in, busiest_costs, is_bound, member_costs
 from hostir.analysis.exchange_buffers import ROUNDS_LIMIT, rounds_needed
 from hostir.analysis.exchange_profiles import most_received
-from hostir.analysis.exchanges import busiest_received
+from hostir.analysis.exchanges import busiest_received, member_at
+from hostir.analysis.exchanges import local_elements as exchanges_local_elements
 from hostir.check.collector import collector_paused
 from hostir.errors import HostIrError
 from hostir.ir.scalars import Const, Scalar, add
@@ -126,7 +127,25 @@ def step_received(plan: Plan, k: int) -> int | None:
         return _of_exchange(most_received, *_exchange_key(plan, k))
     mesh = step.team.mesh  # not every group: one is alike (its first device: no listing)
     group = step.team.group_of(mesh.device((0,) * len(mesh.shape)))
+    if step.kind is CollectivePermute:
+        return _permute_received(plan.instruction(k), group)
     return busiest_received(plan.instruction(k), group, {})
+
+
+def _permute_received(instruction: CollectivePermute, group: tuple[int, ...]) -> int | None:
+    """``busiest_received`` of a planned CollectivePermute: its block if some member sends
+    it to another, else nothing. The planner's permutes relabel mesh axes (their peers
+    are positions in a team over the permuted axes), so every member receives exactly one
+    block, and the first member found that moves settles it; ``busiest_received`` would
+    evaluate every member's peer (on 4096 devices, some 12,000 scalar evaluations).
+    ``tests/lowering/test_plan_classes.py`` checks the two agree on the sweep's permutes."""
+    size = exchanges_local_elements(instruction.src, {})
+    if size is None:
+        return None
+    for member in group:
+        if member_at(instruction.send_peer, member, {}, group) != member:
+            return size
+    return 0
 
 
 def received_in_all(plan: Plan) -> int | None:
@@ -143,10 +162,5 @@ def received_lower_bound(plan: Plan) -> int | None:
     shape = _concrete(plan.shape)
     if shape is None:
         return None
-    worst, keeps = 0, not plan.src.partial and plan.src.mesh == plan.dst.mesh
-    targets = block_boxes(plan.dst, shape)
-    sources = block_boxes(plan.src, shape) if keeps else [None] * len(targets)
-    for out, src in zip(targets, sources, strict=True):  # rank by rank: one mesh
-        held = intersect(src, out) if keeps else None
-        worst = max(worst, volume(out) - (volume(held) if held is not None else 0))
-    return worst
+    keeps = not plan.src.partial and plan.src.mesh == plan.dst.mesh
+    return most_missing(plan.src if keeps else None, plan.dst, shape)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from frontend import DataType, DeviceMesh, FusionDefinition, OperandError, ParallelType
 from frontend import shard_tensor as shard
 from hostir import HostIrError
+from tests.multidevice_simulated import every_ranks
 
 I32, I64 = torch.int32, torch.int64
 
@@ -264,9 +264,7 @@ def test_creation_sharded(multidevice_test) -> None:
     text = str(fd.host_ir())
     assert "Allgather" not in text and "Broadcast" not in text, text
     if d > 1:
-        everyone = [torch.empty_like(drawn) for _ in range(d)]
-        dist.all_gather(everyone, drawn)
-        assert all(torch.equal(drawn, other) for other in everyone)
+        assert all(torch.equal(drawn, other) for other in every_ranks(drawn))
 
 
 @pytest.mark.world_sizes(1, 2, 4)

@@ -22,6 +22,8 @@ from frontend import (
 )
 from hostir import HostIrEvaluator
 
+pytestmark = pytest.mark.real_ranks(reason="torch DTensor on a torch.distributed device mesh")
+
 
 @contextlib.contextmanager
 def default_group() -> Iterator[None]:

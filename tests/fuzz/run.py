@@ -51,6 +51,8 @@ import torch.distributed as dist
 
 from frontend import FrontendError, shard_tensor
 from hostir import Deallocate, ExtentError, ForLoop, IndexDataError, MeshError, TensorValue
+from hostir.comm.simulated_communicator import SimulatedCommunicator
+from hostir.comm.world import default_communicator
 from hostir.errors import PeerFailureError
 from hostir.ir.instructions import defined_values
 from hostir.ir.sharding import ReduceOp, Sharding
@@ -99,17 +101,47 @@ def tolerance(case: Case, dtype: torch.dtype) -> float:
 # One rank
 
 
-def run_on_rank(case: Case, rank: int, world_size: int = 1) -> tuple[RankResult, Any]:
-    """Runs ``case`` as ``rank``; returns the result and the program (if lowered)."""
+@dataclass
+class Made:
+    """What every rank of a case builds alike: the case's code, its inputs, the
+    reference's outputs, and the definition (or the error defining it raised)."""
+
+    namespace: dict
+    full: list
+    expected: Any
+    definition: tuple | None
+    error: Exception | None
+
+
+def make_case(case: Case) -> Made | RankResult:
+    """``case`` built once (a simulated world's ranks share it: scripts/fuzz.py
+    --simulate), or the generator's crash."""
     try:
         namespace = load(case)
         full = make_inputs(case)
         expected = namespace["reference"](*make_inputs(case, bad=False))
     except Exception:  # the fuzzer's own fault, but never to be hidden
-        return RankResult(CRASH, "generator: " + traceback.format_exc()), None
+        return RankResult(CRASH, "generator: " + traceback.format_exc())
+    try:
+        return Made(namespace, full, expected, namespace["define"](), None)
+    except Exception as error:
+        return Made(namespace, full, expected, None, error)
+
+
+def run_on_rank(
+    case: Case, rank: int, world_size: int = 1, made: Made | RankResult | None = None
+) -> tuple[RankResult, Any]:
+    """Runs ``case`` as ``rank``; returns the result and the program (if lowered).
+    ``made``: the case built once for every rank (else built here)."""
+    made = make_case(case) if made is None else made
+    if isinstance(made, RankResult):
+        return made, None
+    full, expected = made.full, made.expected
     fd = None
     try:
-        fd, tvs = namespace["define"]()
+        if made.error is not None:
+            raise made.error
+        fd, tvs = made.definition
         local = _shard_inputs(fd, tvs, full, rank)
     except Exception as error:
         local, prepared = None, _refusal(error)
@@ -117,11 +149,12 @@ def run_on_rank(case: Case, rank: int, world_size: int = 1) -> tuple[RankResult,
         prepared = RankResult(OK)
     prepared = _first_failure(prepared, world_size)
     if prepared.status != OK:
-        return prepared, _program(fd)
+        return prepared, _program_unless_refused(prepared, fd)
     try:
         outputs = fd.execute(local)
     except Exception as error:
-        return _refusal(error, case), _program(fd)
+        refused = _refusal(error, case)
+        return refused, _program_unless_refused(refused, fd)
     program = fd.host_ir()
     if "bad_index" in case.features:
         return RankResult(WRONG, f"bad index data was not refused: {_bad_index(case)}"), program
@@ -174,8 +207,7 @@ def _first_failure(result: RankResult, world_size: int) -> RankResult:
     shards its own inputs: only some may refuse), or ``result`` if none failed."""
     if world_size == 1:
         return result
-    results: list[Any] = [None] * world_size
-    dist.all_gather_object(results, result)
+    results = gather_results(result, world_size)
     for rank, seen in enumerate(results):
         if seen.status != OK:
             return (
@@ -205,6 +237,12 @@ def never_freed(program) -> list[str]:
     walk(program.body)
     kept = {v.name for v in (*program.inputs, *program.outputs)}
     return [name for name in dict.fromkeys(defined) if name not in kept and name not in freed]
+
+
+def _program_unless_refused(result: RankResult, fd) -> Any:
+    """The program to show with a wrong or crashed result; None for a refusal, which shows
+    none (a program that failed to lower is not lowered again on every rank)."""
+    return None if result.status == REFUSED else _program(fd)
 
 
 def _program(fd) -> Any:
@@ -340,13 +378,13 @@ def _first_difference(out: torch.Tensor, piece: torch.Tensor) -> str:
 # All ranks
 
 
-def run_case(case: Case, rank: int, world_size: int) -> Outcome:
-    """Runs ``case`` on this rank and agrees with the others on the outcome."""
-    result, program = run_on_rank(case, rank, world_size)
-    results = [result]
-    if world_size > 1:
-        results = [None] * world_size
-        dist.all_gather_object(results, result)
+def run_case(
+    case: Case, rank: int, world_size: int, made: Made | RankResult | None = None
+) -> Outcome:
+    """Runs ``case`` on this rank and agrees with the others on the outcome (``made``:
+    the case built once for every rank, see :func:`run_on_rank`)."""
+    result, program = run_on_rank(case, rank, world_size, made)
+    results = [result] if world_size == 1 else gather_results(result, world_size)
     status, message = combine(results)
     if status == OK:
         try:
@@ -357,6 +395,17 @@ def run_case(case: Case, rank: int, world_size: int) -> Outcome:
             status, message = WRONG, problem
     keep = str(program) if status in (WRONG, CRASH) and program is not None else ""
     return Outcome(case.seed, case.world_size, status, message, keep, case.features)
+
+
+def gather_results(result: Any, world_size: int) -> list[Any]:
+    """Every rank's ``result``, in rank order: through the simulated world where this
+    thread is one of its ranks (scripts/fuzz.py --simulate), else torch.distributed."""
+    communicator = default_communicator()
+    if isinstance(communicator, SimulatedCommunicator):
+        return communicator.exchange_objects(result)
+    results: list[Any] = [None] * world_size
+    dist.all_gather_object(results, result)
+    return results
 
 
 def combine(results: list[RankResult]) -> tuple[str, str]:

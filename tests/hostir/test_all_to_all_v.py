@@ -179,11 +179,11 @@ def test_four_ranks(multidevice_test, name, preallocated):
 def test_rounds_give_the_same_bits(multidevice_test, name):
     """``rounds=k`` makes k alltoallv calls (one per round, each moving a slab of every
     piece) and ends with exactly the bits of one call, partial sums included."""
-    from hostir.comm.torch_communicator import TorchCommunicator
+    from tests.multidevice_simulated import communicator_class, new_communicator
 
     calls = []
 
-    class Counting(TorchCommunicator):
+    class Counting(communicator_class()):
         def all_to_all_v(self, *args, **kwargs):
             calls.append(args[2])
             return super().all_to_all_v(*args, **kwargs)
@@ -196,7 +196,10 @@ def test_rounds_give_the_same_bits(multidevice_test, name):
         assert f"rounds={rounds}" in str(program)
         # One run per call (checks=SelfChecks(): no compiled check's twin making calls too)
         evaluator = HostIrEvaluator(
-            program, listeners=[RaceChecker()], communicator=Counting(), checks=SelfChecks()
+            program,
+            listeners=[RaceChecker()],
+            communicator=new_communicator(Counting),
+            checks=SelfChecks(),
         )
         (out,) = evaluator.run([given])
         assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
@@ -210,11 +213,11 @@ def test_rounds_share_one_workspace_of_the_modelled_size(multidevice_test, name)
     buffers of their own per round would briefly coexist, as gloo's worker thread drops a
     finished call's buffers after the caller's wait returns. Its size is exactly what the
     planner's memory model counts (``round_buffers``), and the bits are the reference's."""
-    from hostir.comm.torch_communicator import TorchCommunicator
+    from tests.multidevice_simulated import communicator_class, new_communicator
 
     storages = []
 
-    class Spy(TorchCommunicator):
+    class Spy(communicator_class()):
         def all_to_all_v(self, out, inp, out_splits, in_splits, group):
             storages.extend([inp.untyped_storage(), out.untyped_storage()])
             return super().all_to_all_v(out, inp, out_splits, in_splits, group)
@@ -225,7 +228,10 @@ def test_rounds_share_one_workspace_of_the_modelled_size(multidevice_test, name)
         storages.clear()
         program, instruction = build(name, rounds=rounds)
         evaluator = HostIrEvaluator(  # one run per call: no twin's buffers
-            program, listeners=[RaceChecker()], communicator=Spy(), checks=SelfChecks()
+            program,
+            listeners=[RaceChecker()],
+            communicator=new_communicator(Spy),
+            checks=SelfChecks(),
         )
         (out,) = evaluator.run([given])
         assert torch.equal(out, expected), f"{name}, {rounds} rounds, rank {rank}"
@@ -278,11 +284,11 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     """The send buffer is a view of src when the pieces are consecutive row slabs (the kept
     slab passing through the call when it lies between two sent ones); the receive buffer is
     a view of out when the received pieces are."""
-    from hostir.comm.torch_communicator import TorchCommunicator
+    from tests.multidevice_simulated import communicator_class, new_communicator
 
     seen = []
 
-    class Spy(TorchCommunicator):
+    class Spy(communicator_class()):
         def all_to_all_v(self, out, inp, out_splits, in_splits, group):
             seen.append(
                 (inp.untyped_storage().data_ptr(), out.untyped_storage().data_ptr(), in_splits)
@@ -295,7 +301,9 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     given, expected = inputs_and_expected("columns_to_rows_4", rank)
     # One run per call (no self-checks): the buffers seen last are this run's.
     program = build("columns_to_rows_4")[0]
-    (out,) = HostIrEvaluator(program, communicator=Spy(), checks=SelfChecks()).run([given])
+    (out,) = HostIrEvaluator(program, communicator=new_communicator(Spy), checks=SelfChecks()).run(
+        [given]
+    )
     assert torch.equal(out, expected)
     sent, landed, _ = seen.pop()
     assert sent == given.untyped_storage().data_ptr()
@@ -305,7 +313,9 @@ def test_row_slabs_are_sent_and_received_in_place(multidevice_test):
     # src; ranks 0 and 3 keep their block, and ranks 0 and 1 send nothing.
     given, expected = inputs_and_expected("x_to_y_2x2", rank)
     program = build("x_to_y_2x2")[0]
-    (out,) = HostIrEvaluator(program, communicator=Spy(), checks=SelfChecks()).run([given])
+    (out,) = HostIrEvaluator(program, communicator=new_communicator(Spy), checks=SelfChecks()).run(
+        [given]
+    )
     assert torch.equal(out, expected)
     sent, landed, in_splits = seen.pop()
     if rank in (2, 3):

@@ -21,6 +21,7 @@ from hostir.comm import torch_communicator, torch_groups
 from hostir.comm.agreement import BoundExtent, RankFacts, agree
 from hostir.comm.communicator import Communicator, LocalCommunicator
 from hostir.comm.torch_communicator import TorchCommunicator
+from hostir.comm.world import default_communicator
 from hostir.errors import CommunicationError, DisagreementError, PeerFailureError
 from hostir.ir.sharding import ReduceOp
 
@@ -56,7 +57,7 @@ def all_groups(size: int) -> list[tuple[int, ...]]:
 
 def make_communicator(multidevice_test) -> Communicator:
     if multidevice_test.size > 1:
-        return TorchCommunicator()
+        return default_communicator()  # the pool's TorchCommunicator, or a simulated rank
     return LocalCommunicator()
 
 
@@ -261,6 +262,7 @@ def test_collectives_overlap_and_fill_strided_buffers(multidevice_test):
     assert local.shape == (2, 2)
 
 
+@pytest.mark.real_ranks(reason="torch.distributed's groups themselves")
 def test_prepare_creates_each_group_once(multidevice_test):
     """Groups are cached by their members in team order (one torch group per order, so no
     collective reorders data); our own world group comes first (hostir never communicates
@@ -314,6 +316,7 @@ def test_whole_outputs_land_in_strided_views(multidevice_test):
         check(received, data(0, 8, torch.float32), "send_recv")
 
 
+@pytest.mark.real_ranks(reason="torch.distributed's groups themselves")
 @pytest.mark.world_sizes(2, 4)
 def test_torch_that_sorts_group_ranks_runs_ascending_teams_and_refuses_others(multidevice_test):
     """torch before 2.13 has no new_group(sort_ranks=False) and sorts a group's ranks: a
@@ -342,6 +345,7 @@ def test_torch_that_sorts_group_ranks_runs_ascending_teams_and_refuses_others(mu
             comm.prepare([descending])
 
 
+@pytest.mark.real_ranks(reason="torch.distributed's groups themselves")
 @pytest.mark.world_sizes(4)
 def test_unprepared_group_is_refused(multidevice_test):
     comm = make_communicator(multidevice_test)

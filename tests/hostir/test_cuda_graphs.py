@@ -190,6 +190,7 @@ def test_communication_between_ranks_needs_a_torch_communicator():
     assert _besides_the_device(local, LocalCommunicator()) == []
 
 
+@pytest.mark.real_ranks(reason="checks the backend of the torch.distributed world")
 @pytest.mark.world_sizes(2)
 def test_the_backend_of_the_world_must_be_nccl(multidevice_test):
     """On gloo (the CPU suite) a program with an Allreduce between the ranks is refused,

@@ -73,6 +73,9 @@ def thread_inputs(d: int, rank: int, seed: int) -> tuple:
     return fd, local_inputs(tvs, full, rank), expected
 
 
+@pytest.mark.real_ranks(
+    reason="runs one rank from threads of its own (a simulated rank is one thread)"
+)
 @pytest.mark.world_sizes(2)
 def test_two_threads_of_each_rank_are_refused_by_name(multidevice_test):
     """Both threads of each rank run a program at once (each holds its run until the other
@@ -115,6 +118,9 @@ def test_two_threads_of_each_rank_are_refused_by_name(multidevice_test):
         torch.testing.assert_close(out[0], expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.real_ranks(
+    reason="runs one rank from threads of its own (a simulated rank is one thread)"
+)
 @pytest.mark.world_sizes(2)
 def test_a_failed_run_releases_the_world(multidevice_test):
     """A run that fails on every rank (a listener raising in the middle) leaves the world

@@ -368,12 +368,14 @@ def _check_placements_slice_like_dtensor(rank: int, mesh: Mesh, texts: list[str]
         assert Distribution.from_placements(dmesh, dtensor.placements, ndim=2) == d
 
 
+@pytest.mark.real_ranks(reason="torch DTensor on a torch.distributed device mesh")
 @pytest.mark.world_sizes(4)
 def test_placements_slice_like_dtensor_on_2x2(multidevice_test):
     texts = ["S0S0", "S0S0[1,0]", "S1S0", "RS0", "S0R", "S1S1[1,0]", "RR"]
     _check_placements_slice_like_dtensor(multidevice_test.rank, MESH_2D, texts)
 
 
+@pytest.mark.real_ranks(reason="torch DTensor on a torch.distributed device mesh")
 @pytest.mark.world_sizes(8)
 def test_placements_slice_like_dtensor_on_8_ranks(multidevice_test):
     texts = ["S0S0S0", "S0S0S0[2,1,0]", "S0S0S0[1,2,0]", "S1RS1[2,0]", "S0S1S0"]
@@ -414,6 +416,7 @@ def _redistribute_like_dtensor(rank: int, mesh: Mesh, src_text: str, dst_text: s
     assert torch.equal(direct, expected)
 
 
+@pytest.mark.real_ranks(reason="torch DTensor on a torch.distributed device mesh")
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize(
     "src, dst",
@@ -433,6 +436,7 @@ def test_fusion_for_matches_dtensor_redistribute(multidevice_test, src, dst):
     _redistribute_like_dtensor(multidevice_test.rank, MESH_2D, src, dst)
 
 
+@pytest.mark.real_ranks(reason="torch DTensor on a torch.distributed device mesh")
 @pytest.mark.world_sizes(8)
 @pytest.mark.parametrize("src, dst", [("S0RS0", "RRR"), ("PPS1", "S0RS1"), ("S0S1R", "S1S0R")])
 def test_fusion_for_matches_dtensor_redistribute_on_a_3d_mesh(multidevice_test, src, dst):

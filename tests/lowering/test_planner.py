@@ -436,9 +436,9 @@ def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_t
     contiguous memory). The model counts that copy, exactly what the handler allocates;
     the result is the reference's."""
     from hostir import HostIrEvaluator, SelfChecks
-    from hostir.comm.torch_communicator import TorchCommunicator
     from lowering.redistribution.distribution import parse_notation
     from lowering.redistribution.plan_memory import memory_bound, step_temporaries
+    from tests.multidevice_simulated import communicator_class, new_communicator
     from tests.redistribution_programs import fusion_for, program_for, reference_local
 
     shape = (16, 16)
@@ -452,7 +452,7 @@ def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_t
 
     sent = []
 
-    class Spy(TorchCommunicator):
+    class Spy(communicator_class()):
         def allgather(self, out, inp, group):
             sent.append((inp.numel(), inp.untyped_storage().data_ptr()))
             return super().allgather(out, inp, group)
@@ -463,7 +463,7 @@ def test_a_gather_from_a_strided_slot_counts_the_copy_of_its_input(multidevice_t
     given = shard_tensor(values, fusion_for(src, dst, shape).host_ir().inputs[0], rank)
     # One run (no self-checks): the compiled check's twin would send a second time.
     program = program_for(src, dst, shape)
-    evaluator = HostIrEvaluator(program, communicator=Spy(), checks=SelfChecks())
+    evaluator = HostIrEvaluator(program, communicator=new_communicator(Spy), checks=SelfChecks())
     (out,) = evaluator.run([given.squeeze(0)])
     assert torch.equal(out, reference_local(values.sum(0), dst, rank))
     ((elements, storage),) = sent
