@@ -200,21 +200,26 @@ def compare(sizes: list[int], reps: int, lt_reps: int, script: bool) -> list[str
     for n in sizes:
         ours = [measure_child(_me("--child", "ours", str(n))) for _ in range(reps)]
         _check(f"ours at {n}", ours)
-        count = lt_reps if n >= 512 else max(lt_reps, reps)
-        theirs = [measure_child(_me("--child", "localtensor", str(n))) for _ in range(count)]
-        _check(f"LocalTensor at {n}", theirs)
-        lt_wall, our_wall = _median(theirs, "wall"), _median(ours, "wall")
+        our_wall = _median(ours, "wall")
         our_work = _median(ours, "setup") + _median(ours, "run")
-        lt_setup, lt_run = _median(theirs, "setup"), _median(theirs, "run")
-        plural = "s" if len(theirs) > 1 else ""
-        row = (
-            f"| {n} | {our_wall:.1f} ({_spread(ours)}) | {our_work:.2f} | "
-            f"{_median(ours, 'rss_mb'):.0f} | {lt_wall:.1f} ({len(theirs)} run{plural}) | "
-            f"{lt_setup + lt_run:.2f} ({lt_setup:.2f}, {lt_run:.2f}) | "
-            f"{_median(theirs, 'rss_mb'):.0f} | {lt_wall / our_wall:.1f}x | "
-            f"{(lt_setup + lt_run) / our_work:.1f}x | "
-            f"{_median(theirs, 'rss_mb') / _median(ours, 'rss_mb'):.2f}x |"
-        )
+        mine = f"| {n} | {our_wall:.1f} ({_spread(ours)}) | {our_work:.2f} | "
+        mine += f"{_median(ours, 'rss_mb'):.0f} | "
+        if lt_reps == 0:  # ours alone (LocalTensor measured before, unchanged since)
+            row = mine + "- | - | - | - | - | - |"
+        else:
+            count = lt_reps if n >= 512 else max(lt_reps, reps)
+            theirs = [measure_child(_me("--child", "localtensor", str(n))) for _ in range(count)]
+            _check(f"LocalTensor at {n}", theirs)
+            lt_wall = _median(theirs, "wall")
+            lt_setup, lt_run = _median(theirs, "setup"), _median(theirs, "run")
+            plural = "s" if len(theirs) > 1 else ""
+            row = mine + (
+                f"{lt_wall:.1f} ({len(theirs)} run{plural}) | "
+                f"{lt_setup + lt_run:.2f} ({lt_setup:.2f}, {lt_run:.2f}) | "
+                f"{_median(theirs, 'rss_mb'):.0f} | {lt_wall / our_wall:.1f}x | "
+                f"{(lt_setup + lt_run) / our_work:.1f}x | "
+                f"{_median(theirs, 'rss_mb') / _median(ours, 'rss_mb'):.2f}x |"
+            )
         if script:
             cmd = [sys.executable, "-m", "hostir.cli", "run", "examples/tensor_parallel_mlp.py"]
             ran = measure_child([*cmd, "--simulate", str(n)])
@@ -250,7 +255,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[8, 128, 1024])
     parser.add_argument("--reps", type=int, default=3, help="runs of ours per size (median)")
-    parser.add_argument("--lt-reps", type=int, default=1, help="LocalTensor runs at >= 512")
+    parser.add_argument(
+        "--lt-reps", type=int, default=1, help="LocalTensor runs at >= 512 (0: ours alone)"
+    )
     parser.add_argument(
         "--script", action="store_true", help="also hostir run --simulate (--profile: that path)"
     )
