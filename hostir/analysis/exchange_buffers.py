@@ -203,7 +203,7 @@ def _by_round(pieces: Sequence[Piece], rounds: int) -> list[list[tuple[bool, Box
         if parts is None:
             parts = seen[id(p)] = _marked_parts(p.source == p.destination, p.box, rounds)
         every.append(parts)
-    if every and all(len(parts) == rounds for parts in every):  # most often: transpose in C
+    if set(map(len, every)) == {rounds}:  # most often: every piece in every round; in C
         return [list(row) for row in zip(*every, strict=True)]
     found: list[list[tuple[bool, Box, int]]] = [[] for _ in range(rounds)]
     for parts in every:

@@ -77,11 +77,16 @@ def test_profiles_and_most_received_match_every_rank(mesh_shape):
                 continue
             checked += 1
             profiles = {profile(e) for e in every}
-            # member_profile builds a member's profile without its absolute pieces
-            roles = _roles(src, out, team, reduced)
-            direct = [member_profile(roles, mesh.shape, mesh.coordinates(r)) for r in mesh.devices]
-            if direct != [profile(e) for e in every]:
-                problems.append(f"{pair} over {team}: member_profile differs from profile")
+            # member_profile builds a member's profile without its absolute pieces: on
+            # every exchange of the 2-d meshes and a quarter of 2x2x2's (its 2,000 pairs
+            # cost a second)
+            if mesh.ndim == 2 or checked % 4 == 0:
+                roles = _roles(src, out, team, reduced)
+                direct = [
+                    member_profile(roles, mesh.shape, mesh.coordinates(r)) for r in mesh.devices
+                ]
+                if direct != [profile(e) for e in every]:
+                    problems.append(f"{pair} over {team}: member_profile differs from profile")
             received = [
                 sum(volume(p.box) for p in e.receives if p.source != e.member) for e in every
             ]
