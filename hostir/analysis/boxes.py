@@ -190,10 +190,12 @@ def _cells(layout, box: Box, outside: tuple[int, ...], coords: tuple[int, ...]):
             pairs += dim_pairs
             common.append(interval)
         return ((pairs, tuple(common)),)
-    return tuple(
-        (tuple(p for pairs, _ in combo for p in pairs), tuple(c for _, c in combo))
-        for combo in itertools.product(*per_dim)
-    )
+    # itertools.product's order (the first dim outermost), one dim at a time: joining
+    # tuples per combination costs less than a generator per combination.
+    found = [((), ())]
+    for options in per_dim:
+        found = [(pairs + p, common + (c,)) for pairs, common in found for p, c in options]
+    return tuple(found)
 
 
 @lru_cache(maxsize=8192)

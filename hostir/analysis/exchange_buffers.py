@@ -9,8 +9,10 @@ every member's buffers within its bound (:func:`budget`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
+from itertools import compress
+from operator import itemgetter, not_
 from typing import Any
 
 from hostir.analysis.boxes import Box, volume
@@ -32,7 +34,7 @@ def box_range(box: Box, block: Box) -> tuple[int, int] | None:
     return start, start + size
 
 
-def consecutive(boxes: Sequence[Box], block: Box) -> bool:
+def consecutive(boxes: Iterable[Box], block: Box) -> bool:
     """Whether ``boxes``, in order, are back-to-back contiguous ranges of ``block``'s
     row-major storage (so one flat view of the block holds them all)."""
     position = None
@@ -72,34 +74,56 @@ on (the volume computed once: the planner sums it over many rounds)."""
 
 
 def _marked(pieces: Sequence[Piece]) -> list[tuple[bool, Box, int]]:
-    return [(p.source == p.destination, p.box, volume(p.box)) for p in pieces]
+    return [(p.source == p.destination, p.box, _volume(p.box)) for p in pieces]
+
+
+@lru_cache(maxsize=8192)
+def _volume(box: Box) -> int:
+    """:func:`~hostir.analysis.boxes.volume`, cached: a profile's pieces repeat a few boxes,
+    and the planner sizes them once per profile and number of rounds."""
+    return volume(box)
 
 
 def _call_buffers(exchange: Exchange, sends: Marked, receives: Marked, reduced: bool) -> int:
     # The kept piece goes through the call where that holds less (_keeps_through).
     beside = _buffers(exchange, sends, receives, reduced, False)
-    if reduced or not any(kept for kept, _, _ in sends):
+    if reduced or not any(map(_KEPT, sends)):
         return beside
     return min(beside, _buffers(exchange, sends, receives, reduced, True))
 
 
 def _keeps_through(exchange: Exchange, sends: Marked, receives: Marked, reduced: bool) -> bool:
-    if reduced or not any(kept for kept, _, _ in sends):
+    if reduced or not any(map(_KEPT, sends)):
         return False
     return _buffers(exchange, sends, receives, reduced, True) < _buffers(
         exchange, sends, receives, reduced, False
     )
 
 
+_KEPT, _BOX, _SIZE = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
 def _buffers(
     exchange: Exchange, sends: Marked, receives: Marked, reduced: bool, through: bool
 ) -> int:
-    sent = [(box, size) for kept, box, size in sends if through or not kept]
-    got = [(box, size) for kept, box, size in receives if through or not kept]
-    packed = consecutive([box for box, _ in sent], exchange.src_box)
-    packing = 0 if packed else sum([size for _, size in sent])
-    direct = not reduced and consecutive([box for box, _ in got], exchange.out_box)
-    return packing + (0 if direct else sum([size for _, size in got]))
+    # The planner asks this for every profile and number of rounds, so the pieces are
+    # walked in C (map, filter, compress over the Marked fields) rather than in Python
+    # comprehensions; consecutive() stops at the first piece out of place (most often the
+    # first or second), and a buffer's size is summed only where one is needed.
+    packing = 0
+    if not consecutive(_moved(sends, through, _BOX), exchange.src_box):
+        packing = sum(_moved(sends, through, _SIZE))
+    if not reduced and consecutive(_moved(receives, through, _BOX), exchange.out_box):
+        return packing
+    return packing + sum(_moved(receives, through, _SIZE))
+
+
+def _moved(pieces: Marked, through: bool, field: itemgetter) -> Iterator:
+    """``field`` of the pieces that pass through the call: all of them ``through``, else
+    all but the kept one."""
+    if through:
+        return map(field, pieces)
+    return compress(map(field, pieces), map(not_, map(_KEPT, pieces)))
 
 
 def budget(exchange: Exchange) -> int:
@@ -162,23 +186,38 @@ def round_buffers(exchange: Exchange, rounds: int, reduced: bool) -> int:
     :func:`exchange_rounds`, cut here as bare boxes)."""
     if rounds == 1:  # the pieces themselves (cut into one part: the box)
         return _call_buffers(exchange, _marked(exchange.sends), _marked(exchange.receives), reduced)
-    sends = [(p.source == p.destination, _sized_parts(p.box, rounds)) for p in exchange.sends]
-    receives = [(p.source == p.destination, _sized_parts(p.box, rounds)) for p in exchange.receives]
-    return max(
-        _call_buffers(
-            exchange,
-            [(kept, *parts[r]) for kept, parts in sends if r < len(parts)],
-            [(kept, *parts[r]) for kept, parts in receives if r < len(parts)],
-            reduced,
-        )
-        for r in range(rounds)
-    )
+    sends, receives = _by_round(exchange.sends, rounds), _by_round(exchange.receives, rounds)
+    return max(_call_buffers(exchange, s, g, reduced) for s, g in zip(sends, receives, strict=True))
+
+
+def _by_round(pieces: Sequence[Piece], rounds: int) -> list[list[tuple[bool, Box, int]]]:
+    """Per round, the :data:`Marked` parts of ``pieces`` it moves (a piece with fewer parts
+    than rounds, none in the last ones), in the pieces' order."""
+    # A profile holds one object per distinct piece (a block sent whole to many members
+    # is one Piece), so the parts are looked up once per object (by identity: hashing a
+    # Piece hashes its box).
+    seen: dict[int, tuple[tuple[bool, Box, int], ...]] = {}
+    every = []
+    for p in pieces:
+        parts = seen.get(id(p))
+        if parts is None:
+            parts = seen[id(p)] = _marked_parts(p.source == p.destination, p.box, rounds)
+        every.append(parts)
+    if set(map(len, every)) == {rounds}:  # most often: every piece in every round; in C
+        return [list(row) for row in zip(*every, strict=True)]
+    found: list[list[tuple[bool, Box, int]]] = [[] for _ in range(rounds)]
+    for parts in every:
+        # zip stops at the piece's last part: the rounds after it move none of it
+        for row, marked in zip(found, parts, strict=False):
+            row.append(marked)
+    return found
 
 
 @lru_cache(maxsize=4096)
-def _sized_parts(box: Box, rounds: int) -> tuple[tuple[Box, int], ...]:
-    """(part, its volume) of :func:`cut`'s parts of ``box``."""
-    return tuple((part, volume(part)) for part in cut(box, rounds))
+def _marked_parts(kept: bool, box: Box, rounds: int) -> tuple[tuple[bool, Box, int], ...]:
+    """(``kept``, part, its volume) of :func:`cut`'s parts of ``box``; cached: the pieces
+    of a member's profile repeat a few boxes."""
+    return tuple((kept, part, volume(part)) for part in cut(box, rounds))
 
 
 def rounds_needed(

@@ -32,8 +32,10 @@ from hostir.analysis.member_exchanges import (
     Piece,
     _check_coverage,
     _linear,
+    _received,
     _Roles,
     _roles,
+    _sent,
     _sources,
     member_exchange,
 )
@@ -46,19 +48,68 @@ def profile(exchange: Exchange) -> Exchange:
     Members with equal profiles hold equal buffers in every number of rounds, so the
     planner costs each profile once (on a regular mesh, few)."""
     member = exchange.member
-    src_origin = tuple(o for o, _ in exchange.src_box)
-    out_origin = tuple(o for o, _ in exchange.out_box)
-    sends = tuple(
-        Piece(int(p.source != member), int(p.destination != member), _from(p.box, src_origin))
-        for p in exchange.sends
-    )
-    receives = tuple(
-        Piece(int(p.source != member), int(p.destination != member), _from(p.box, out_origin))
-        for p in exchange.receives
-    )
+    # One relative piece per distinct (flags, box): a member sends its block whole to
+    # many members, and shifting and building each piece once costs less.
+    pieces: dict[tuple, Piece] = {}
+
+    def relative(pieces_of: tuple[Piece, ...], origin: tuple[int, ...]) -> tuple[Piece, ...]:
+        found = []
+        for p in pieces_of:
+            key = (p.source != member, p.destination != member, p.box, origin)
+            piece = pieces.get(key)
+            if piece is None:
+                piece = pieces[key] = Piece(int(key[0]), int(key[1]), _from(p.box, origin))
+            found.append(piece)
+        return tuple(found)
+
+    sends = relative(exchange.sends, tuple(o for o, _ in exchange.src_box))
+    receives = relative(exchange.receives, tuple(o for o, _ in exchange.out_box))
     origin_src = tuple((0, e) for _, e in exchange.src_box)
     origin_out = tuple((0, e) for _, e in exchange.out_box)
     return Exchange(0, 0, origin_src, origin_out, sends, receives, exchange.communicates)
+
+
+def member_profile(roles: _Roles, shape: tuple[int, ...], coords: tuple[int, ...]) -> Exchange:
+    """:func:`profile` of the :func:`~hostir.analysis.member_exchanges.member_exchange` of
+    the member at ``coords`` (of an exchange with ``roles``, on a mesh of ``shape``), built
+    from the same (peer, box) lists without the absolute pieces in between: the planner
+    builds one per class of members (:func:`member_profiles`), some hundred pieces each
+    on a large mesh. One object per distinct relative piece: a member most often sends its
+    block whole to many others, and the buffers' costing looks pieces up by object.
+    ``tests/lowering/test_exchange_profiles.py`` checks it against :func:`profile` on every
+    member of every sweep exchange."""
+    member = _linear(coords, roles.team, shape)
+    src_box, out_box = _box(roles.src_layout, coords), _box(roles.out_layout, coords)
+    got = _received(roles, shape, coords, out_box)
+    sent = _sent(roles, shape, coords, src_box, member)
+    return Exchange(
+        0,
+        0,
+        tuple((0, e) for _, e in src_box),
+        tuple((0, e) for _, e in out_box),
+        _relative(sent, member, src_box, sending=True),
+        _relative(got, member, out_box, sending=False),
+        roles.communicates,
+    )
+
+
+def _relative(
+    found: list[tuple[int, Box]], member: int, block: Box, sending: bool
+) -> tuple[Piece, ...]:
+    """:func:`profile`'s pieces of ``found`` ((peer, box) in order) of a member whose block
+    on this side is ``block``: boxes shifted to its origin, the peer 0 where it is the
+    member itself, else 1."""
+    pieces: dict[tuple[bool, Box], Piece] = {}
+    every = []
+    for peer, box in found:
+        key = (peer != member, box)
+        piece = pieces.get(key)
+        if piece is None:
+            other, shifted = int(key[0]), _shifted(box, block)
+            piece = Piece(0, other, shifted) if sending else Piece(other, 0, shifted)
+            pieces[key] = piece
+        every.append(piece)
+    return tuple(every)
 
 
 def member_profiles(
@@ -91,9 +142,11 @@ def member_profiles(
     first = _class_members(roles, mesh.shape, _swept(roles))
     if limit is not None and int(_received_counts(roles, mesh.shape)[first].sum()) > limit:
         return None
-    devices = mesh.devices
-    found = (profile(member_exchange(src, out, team, devices[i], reduced)) for i in first)
-    return tuple(dict.fromkeys(found))
+    if roles.uncoverable:  # what member_exchange raises for the first member lacking a source
+        for i in first:
+            _check_coverage(src, out, team, mesh.devices[i], roles)
+    everyone = _members(mesh)
+    return tuple(dict.fromkeys(member_profile(roles, mesh.shape, everyone[i][1]) for i in first))
 
 
 def _swept(roles: _Roles) -> list[int]:

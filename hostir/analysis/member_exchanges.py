@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import itemgetter
 
 from hostir.analysis.boxes import (
     Box,
@@ -129,17 +130,30 @@ def _member_exchange(src: Operand, out: Operand, team: Team, rank: int, roles: _
     member = _linear(coords, roles.team, mesh.shape)
     src_box = _box(roles.src_layout, coords)
     out_box = _box(roles.out_layout, coords)
-    receives = sorted(_receives(roles, team, coords, out_box, member), key=lambda p: p.source)
-    sends = sorted(_sends(roles, team, coords, src_box, member), key=lambda p: p.destination)
-    return Exchange(
-        member,
-        roles.group_size,
-        src_box,
-        out_box,
-        tuple(sends),
-        tuple(receives),
-        roles.communicates,
-    )
+    got = _received(roles, mesh.shape, coords, out_box)
+    sent = _sent(roles, mesh.shape, coords, src_box, member)
+    receives = tuple(Piece(source, member, box) for source, box in got)
+    sends = tuple(Piece(member, destination, box) for destination, box in sent)
+    return Exchange(member, roles.group_size, src_box, out_box, sends, receives, roles.communicates)
+
+
+def _received(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], out_box: Box) -> list:
+    """(source member, box) per piece the member at ``coords`` (out block ``out_box``)
+    receives, in source order (a stable sort: :func:`_sources`' order among pieces from
+    one member)."""
+    found = [
+        (_linear(h, roles.team, shape), box) for h, box in _sources(roles, shape, coords, out_box)
+    ]
+    return sorted(found, key=itemgetter(0))
+
+
+def _sent(
+    roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], src_box: Box, member: int
+) -> list:
+    """(destination member, box) per piece the member at ``coords`` (position ``member``,
+    src block ``src_box``) sends, in destination order (a stable sort of :func:`_sends`)."""
+    found = list(_sends(roles, shape, coords, src_box, member))
+    return sorted(found, key=itemgetter(0))
 
 
 def _linear(coords: Sequence[int], dims: Sequence[int], shape: Sequence[int]) -> int:
@@ -191,18 +205,9 @@ def _overlaps(layout, box: Box, coords: Sequence[int], fixed: set[int]):
         yield placed, tuple(common for _, common in combo)
 
 
-def _receives(roles: _Roles, team: Team, coords: tuple[int, ...], out_box: Box, member: int):
-    """The pieces the member at ``coords`` receives: one per source block overlapping its
-    out block (members of a group share the coordinates outside the team) and per
-    coordinate of the reduced axes."""
-    shape = team.mesh.shape
-    for holder, box in _sources(roles, shape, coords, out_box):
-        yield Piece(_linear(holder, roles.team, shape), member, box)
-
-
 def _sources(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], out_box: Box):
     """(coordinates of the member it comes from, box) per piece the member at ``coords``
-    receives (:func:`_receives`); ``coords`` itself for the piece it keeps."""
+    receives (:func:`_received`); ``coords`` itself for the piece it keeps."""
     reduced_values = _values(roles.reduced, tuple(shape))
     replica = None  # the replica rule's free coordinates, once a piece comes from another
     for pairs, box in _cells(roles.src_layout, out_box, roles.outside, coords):
@@ -233,24 +238,23 @@ def _values(dims: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, .
     return tuple(itertools.product(*(range(shape[m]) for m in dims)))
 
 
-def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, member: int):
-    """The pieces the member at ``coords`` sends: to each member whose out block overlaps
-    its src block and that takes this cell's piece from it (itself, or by the rule of
-    :func:`_replica`)."""
-    mesh = team.mesh
-    shape = mesh.shape
+def _sends(roles: _Roles, shape: Sequence[int], coords: tuple[int, ...], src_box: Box, member: int):
+    """(destination member, box) per piece the member at ``coords`` sends: to each member
+    whose out block overlaps its src block and that takes this cell's piece from it
+    (itself, or by the rule of :func:`_replica`)."""
     fixed = set(roles.outside) | set(roles.kept)  # a receiver agrees with its source there
     out_dims = {m for blocks in roles.out_layout for m in blocks.dims}
     open_dims = [m for m in roles.keyed if m not in out_dims and m not in fixed]
     open_values = list(itertools.product(*(range(shape[m]) for m in open_dims)))
+    keyed, own = roles.keyed, [coords[m] for m in roles.keyed]
     for base, box in _overlaps(roles.out_layout, src_box, coords, fixed):
         for values in open_values:
             destination = list(base)
             for m, c in zip(open_dims, values, strict=True):
                 destination[m] = c
-            if all(destination[m] == coords[m] for m in roles.keyed):
+            if [destination[m] for m in keyed] == own:
                 if destination == list(coords):  # in this cell: only itself takes from it
-                    yield Piece(member, member, box)
+                    yield member, box
                 continue
             if roles.free:  # the receiver's free coordinates that make this its replica
                 wanted = _replica(roles, shape, coords, destination, -1)
@@ -258,7 +262,7 @@ def _sends(roles: _Roles, team: Team, coords: tuple[int, ...], src_box: Box, mem
                     continue
                 for m, c in wanted.items():
                     destination[m] = c
-            yield Piece(member, _linear(destination, roles.team, shape), box)
+            yield _linear(destination, roles.team, shape), box
 
 
 @lru_cache(maxsize=256)
@@ -314,7 +318,7 @@ def _moves(src_layout, out_layout, shape, reduced_dims) -> bool:
 def _received_volume(roles: _Roles, team: Team, rank: int) -> tuple[Box, int]:
     coords = team.mesh.coordinates(rank)
     out_box = _box(roles.out_layout, coords)
-    return out_box, sum(volume(p.box) for p in _receives(roles, team, coords, out_box, 0))
+    return out_box, sum(volume(box) for _, box in _sources(roles, team.mesh.shape, coords, out_box))
 
 
 def _check_coverage(src: Operand, out: Operand, team: Team, rank: int, roles: _Roles) -> None:
