@@ -73,14 +73,7 @@ def define(shape: tuple[int, ...]) -> tuple[FusionDefinition, DeviceMesh]:
         )
     mesh = DeviceMesh(torch.arange(math.prod(shape)).reshape(shape))
     _, features = sizes(shape)
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, HIDDEN))
-        w1 = fd.define_tensor((features, HIDDEN))
-        b1 = fd.define_tensor((features,))
-        w2 = fd.define_tensor((HIDDEN, features))
-        b2 = fd.define_tensor((HIDDEN,))
-        h = fd.ops.relu(fd.ops.linear(x, w1, b1))
-        fd.add_output(fd.ops.linear(h, w2, b2))
+    fd, (x, w1, b1, w2, b2) = tensor_parallel_mlp.unscheduled(features)
     for tv in (x, w1, b1, w2, b2):
         tv.set_device_mesh(mesh)  # b2 stays replicated
     dp_axis = ParallelType.mesh_y if len(shape) == 2 else ParallelType.mesh_z

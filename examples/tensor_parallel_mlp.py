@@ -29,10 +29,9 @@ def ffn(d: int) -> int:
     return max(FFN, d)
 
 
-def define(d: int) -> tuple[FusionDefinition, list]:
-    """The MLP, scheduled over a 1-d mesh of ``d`` devices."""
-    mesh = DeviceMesh(torch.arange(d))
-    features = ffn(d)
+def unscheduled(features: int) -> tuple[FusionDefinition, list]:
+    """The MLP with ``features`` hidden features, not yet scheduled; (fusion, its inputs
+    x, w1, b1, w2, b2)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor((-1, HIDDEN))
         w1 = fd.define_tensor((features, HIDDEN))
@@ -41,6 +40,13 @@ def define(d: int) -> tuple[FusionDefinition, list]:
         b2 = fd.define_tensor((HIDDEN,))
         h = fd.ops.relu(fd.ops.linear(x, w1, b1))
         fd.add_output(fd.ops.linear(h, w2, b2))
+    return fd, [x, w1, b1, w2, b2]
+
+
+def define(d: int) -> tuple[FusionDefinition, list]:
+    """The MLP, scheduled over a 1-d mesh of ``d`` devices."""
+    mesh = DeviceMesh(torch.arange(d))
+    fd, (x, w1, b1, w2, b2) = unscheduled(ffn(d))
     for tv in (x, b2):
         tv.set_device_mesh(mesh)  # replicated
     for tv, dim in ((w1, 0), (b1, 0), (w2, 1)):

@@ -274,18 +274,25 @@ def _bytes(value: float) -> str:
     return f"{int(value)} B"
 
 
-def traffic_report(traffic: Traffic) -> str:
-    """The summary ``hostir traffic`` prints: per-rank min, median and max bytes received
-    and sent, the busiest link, and each communication's most bytes received by a rank."""
-    world = traffic.links.shape[0]
+def per_rank_lines(links: torch.Tensor) -> list[str]:
+    """``received per rank: min .., median .., max .. (rank r)`` and the same for ``sent``,
+    from the rank-by-rank bytes ``links[s, d]`` (counted, or measured by a simulated run)."""
     lines = []
-    for name, per_rank in (("received", traffic.received), ("sent", traffic.sent)):
+    for name, per_rank in (("received", links.sum(dim=0)), ("sent", links.sum(dim=1))):
         values = per_rank.tolist()
         busiest = int(per_rank.argmax())
         lines.append(
             f"{name} per rank: min {_bytes(min(values))}, median"
             f" {_bytes(statistics.median(values))}, max {_bytes(values[busiest])} (rank {busiest})"
         )
+    return lines
+
+
+def traffic_report(traffic: Traffic) -> str:
+    """The summary ``hostir traffic`` prints: per-rank min, median and max bytes received
+    and sent, the busiest link, and each communication's most bytes received by a rank."""
+    world = traffic.links.shape[0]
+    lines = per_rank_lines(traffic.links)
     flat = int(traffic.links.argmax())
     source, destination = divmod(flat, world)
     most = float(traffic.links[source, destination])

@@ -19,6 +19,7 @@ import statistics
 import sys
 import traceback
 
+from hostir.analysis.traffic import per_rank_lines
 from hostir.comm.launcher import RankFailure
 from hostir.comm.simulate import SimulatedRun, simulate
 
@@ -82,13 +83,7 @@ def summary(run: SimulatedRun) -> str:
     """The measured traffic of a simulated run: bytes received and sent per rank (min,
     median, max), the busiest link, the total, and the run's wall time."""
     lines = [f"hostir: simulated {run.world_size} ranks in {run.seconds:.2f} s"]
-    for name, per_rank in (("received", run.links.sum(0)), ("sent", run.links.sum(1))):
-        values = per_rank.tolist()
-        busiest = int(per_rank.argmax())
-        lines.append(
-            f"  {name} per rank: min {int(min(values))} B, median"
-            f" {int(statistics.median(values))} B, max {int(values[busiest])} B (rank {busiest})"
-        )
+    lines += [f"  {line}" for line in per_rank_lines(run.links)]
     flat = int(run.links.argmax())
     source, destination = divmod(flat, run.world_size)
     most = int(run.links[source, destination])

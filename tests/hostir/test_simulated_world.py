@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from frontend import DeviceMesh, FusionDefinition, ParallelType
+from examples.tensor_parallel_mlp import define as define_mlp
+from examples.tensor_parallel_mlp import ffn
 from hostir import cli, default_communicator
 from hostir.analysis.traffic import count_traffic
 from hostir.comm.simulate import simulate
@@ -124,28 +125,17 @@ def test_alltoallv_splits_that_do_not_pair_are_named():
     assert "rank 1 sends 2 elements to rank 0, which expects 3" in str(run.errors[0])
 
 
-def mlp(d: int, ffn: int) -> tuple[FusionDefinition, list]:
-    """The README's MLP (examples/tensor_parallel_mlp.py) with ``ffn`` hidden features."""
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor((-1, 16))
-        w1, b1 = fd.define_tensor((ffn, 16)), fd.define_tensor((ffn,))
-        w2, b2 = fd.define_tensor((16, ffn)), fd.define_tensor((16,))
-        fd.add_output(fd.ops.linear(fd.ops.relu(fd.ops.linear(x, w1, b1)), w2, b2))
-    for tv in (x, b2):
-        tv.set_device_mesh(mesh)
-    for tv, dim in ((w1, 0), (b1, 0), (w2, 1)):
-        tv.set_device_mesh(mesh)
-        tv.outer_split(dim, d)
-        tv.axis(dim).parallelize(ParallelType.mesh_x)
-    return fd, [x, w1, b1, w2, b2]
+def mlp_inputs(tokens: int, features: int) -> list[torch.Tensor]:
+    """Random whole inputs of the README's MLP (examples/tensor_parallel_mlp.py)."""
+    torch.manual_seed(0)
+    shapes = ((tokens, 16), (features, 16), (features,), (16, features), (16,))
+    return [torch.randn(shape) for shape in shapes]
 
 
 def test_execute_simulated_gives_every_rank_the_reference_and_counts_its_traffic():
-    d, ffn, tokens = 64, 128, 64
-    torch.manual_seed(0)
-    full = [torch.randn(s) for s in ((tokens, 16), (ffn, 16), (ffn,), (16, ffn), (16,))]
-    fd, _ = mlp(d, ffn)
+    d, tokens = 64, 64
+    full = mlp_inputs(tokens, ffn(d))
+    fd, _ = define_mlp(d)
     run = fd.execute_simulated(full, world_size=d)
     assert not run.errors
     x, w1, b1, w2, b2 = full
@@ -164,14 +154,14 @@ def test_each_rank_holds_its_shards_and_the_process_holds_replicas_once():
     """The MLP at 8 ranks: a rank's peak is its input shards plus the intermediates it
     holds at once (counted by hand below); replicated inputs (x, b2) and shards that are
     views of the whole tensors are stored once for all ranks."""
-    d, ffn, tokens = 8, 64, 8
-    torch.manual_seed(0)
-    full = [torch.randn(s) for s in ((tokens, 16), (ffn, 16), (ffn,), (16, ffn), (16,))]
-    fd, _ = mlp(d, ffn)
+    d, tokens = 8, 8
+    features = ffn(d)
+    full = mlp_inputs(tokens, features)
+    fd, _ = define_mlp(d)
     run = fd.execute_simulated(full, world_size=d)
     assert not run.errors
-    f = 4  # float32
-    inputs = (tokens * 16 + (ffn // d) * 16 + ffn // d + 16 * (ffn // d) + 16) * f
+    f, part = 4, features // d  # float32; each rank's share of the hidden features
+    inputs = (tokens * 16 + part * 16 + part + 16 * part + 16) * f
     # the peak: the inputs, the partial sums T8 and the Allreduce's result T9 (T6 freed)
     assert run.peak_bytes == [inputs + 2 * tokens * 16 * f] * d
     assert run.process_peak_bytes < sum(run.peak_bytes)
