@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -256,6 +256,21 @@ def grid_starts(layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]) -> list[
     return starts
 
 
+def paired_starts(
+    src_layout: tuple[_DimBlocks, ...], out_layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]
+) -> Iterator[tuple[_DimBlocks, _DimBlocks, torch.Tensor, torch.Tensor]]:
+    """Per tensor dim, the two layouts' blocks and every member's offset in each
+    (:func:`grid_starts`, broadcasting over a mesh of ``shape``): what the analyses that
+    compare a member's two blocks over the whole mesh walk."""
+    return zip(
+        src_layout,
+        out_layout,
+        grid_starts(src_layout, shape),
+        grid_starts(out_layout, shape),
+        strict=True,
+    )
+
+
 @lru_cache(maxsize=256)
 def least_kept(
     src_layout: tuple[_DimBlocks, ...], out_layout: tuple[_DimBlocks, ...], shape: tuple[int, ...]
@@ -269,12 +284,8 @@ def least_kept(
     ``torch.argmin`` gives the first minimal position, as a walk in device order keeps
     the first. Cached: the planner asks for each exchange more than once."""
     kept = torch.ones((1,) * len(shape), dtype=torch.int64)
-    for src_start, out_start, src_blocks, out_blocks in zip(
-        grid_starts(src_layout, shape),
-        grid_starts(out_layout, shape),
-        src_layout,
-        out_layout,
-        strict=True,
+    for src_blocks, out_blocks, src_start, out_start in paired_starts(
+        src_layout, out_layout, shape
     ):
         low = torch.maximum(src_start, out_start)
         high = torch.minimum(src_start + src_blocks.local, out_start + out_blocks.local)

@@ -36,8 +36,8 @@ from hostir.analysis.boxes import (
     _boxes,
     _members,
     first_positions,
-    grid_starts,
     intersect,
+    paired_starts,
     volume,
 )
 from hostir.analysis.exchange_buffers import cut, round_buffers
@@ -136,12 +136,8 @@ def _bound_classes(roles: _Roles, shape: tuple[int, ...]) -> list[int]:
     own bound."""
     columns, kept_extents = [], []
     kept = torch.ones(shape, dtype=torch.bool)
-    for src_blocks, out_blocks, s_off, o_off in zip(
-        roles.src_layout,
-        roles.out_layout,
-        grid_starts(roles.src_layout, shape),
-        grid_starts(roles.out_layout, shape),
-        strict=True,
+    for src_blocks, out_blocks, s_off, o_off in paired_starts(
+        roles.src_layout, roles.out_layout, shape
     ):
         s_off, o_off = s_off.expand(shape), o_off.expand(shape)
         columns += _overlap_columns(o_off, out_blocks.local, src_blocks.local)

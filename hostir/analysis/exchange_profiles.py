@@ -26,6 +26,7 @@ from hostir.analysis.boxes import (
     grid_starts,
     intersect,
     least_kept,
+    paired_starts,
 )
 from hostir.analysis.member_exchanges import (
     Exchange,
@@ -171,13 +172,7 @@ def _class_members(roles: _Roles, shape: tuple[int, ...], swept: list[int]) -> l
     columns = []
     overlaps = torch.ones(shape, dtype=torch.bool)
     offsets = []
-    for mine, theirs, s_off, o_off in zip(
-        roles.src_layout,
-        roles.out_layout,
-        grid_starts(roles.src_layout, shape),
-        grid_starts(roles.out_layout, shape),
-        strict=True,
-    ):
+    for mine, theirs, s_off, o_off in paired_starts(roles.src_layout, roles.out_layout, shape):
         s_off, o_off = s_off.expand(shape), o_off.expand(shape)
         columns += _within_columns(o_off, theirs.local, mine)
         columns += _within_columns(s_off, mine.local, theirs)
