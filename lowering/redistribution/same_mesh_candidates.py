@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from hostir import Allgather, Allreduce, AllToAllV, CollectivePermute, ReduceScatter
+from hostir import Allgather, Allreduce, AllToAllV, ReduceScatter
 from hostir.ir.communications import LocalShard
 from hostir.ir.scalars import Const, Scalar, sub
 from lowering.errors import ReshardingError
@@ -80,8 +80,8 @@ def _cheaper_instead(
         candidates.append(("one AllToAllV", exchange))
         candidates += _reduce_then_exchange(planner, source, target, reduced, why, rules)
         candidates += _move_then_reduce(planner, source, target, reduced)
-    if relabel:
-        candidates += permute_then_rules(planner, source, target, len(communicated))
+    permutes = permute_then_rules(planner, source, target, len(communicated)) if relabel else []
+    candidates += permutes
     if not candidates:  # only relabellings were tried, and none saves a collective
         planner.considered.append(
             f"{source.notation()} -> {target.notation()}: the rules take"
@@ -89,21 +89,27 @@ def _cheaper_instead(
             " them take fewer"
         )
         return
-    best = _cheapest(planner, source, target, candidates, rules)
-    if best is None:
+    chosen = _cheapest(planner, source, target, candidates, rules)
+    if chosen is None:
         planner.note("rules kept: no candidate costs less (bound, calls, bytes received)")
         return
+    label, best = chosen
     del planner.steps[start:]
     del planner.notes[notes:]
     planner.steps.extend(best)
     planner.current = target
-    planner.note(_chosen_note(best, len(communicated), sliced_after))
+    permuted = any(label == name for name, _ in permutes)
+    planner.note(_chosen_note(best, len(communicated), sliced_after, permuted))
 
 
-def _chosen_note(best: tuple[Step, ...], rule_calls: int, sliced_after: bool) -> str:
-    """The note that says which candidate replaced the rules' ``rule_calls`` collectives."""
+def _chosen_note(
+    best: tuple[Step, ...], rule_calls: int, sliced_after: bool, permuted: bool
+) -> str:
+    """The note that says which candidate replaced the rules' ``rule_calls`` collectives
+    (``permuted``: one of :func:`permute_then_rules`'s, by which it won, not by the kind of
+    its first step: a candidate moving unreduced sums may start with a permute too)."""
     moved = best
-    if best[0].kind is CollectivePermute:  # the rules after it may slice locally
+    if permuted:  # the rules after it may slice locally
         moved = tuple(s for s in best if s.team is not None)
         then = "gather" if all(s.kind is Allgather for s in moved[1:]) else "the rules"
         kind = f"permute then {then}"
@@ -201,9 +207,9 @@ def _cheapest(
     target: Distribution,
     candidates: list[Candidate],
     rules: Plan,
-) -> tuple[Step, ...] | None:
-    """The steps of the first of the cheapest candidates (:func:`plan_cost`), None if none costs
-    less than ``rules``. A candidate is built first with the fewest rounds it can need
+) -> tuple[str, tuple[Step, ...]] | None:
+    """The label and steps of the first of the cheapest candidates (:func:`plan_cost`), None
+    if none costs less than ``rules``. A candidate is built first with the fewest rounds it can need
     (no rank's pieces computed), and built and costed exactly only if that bound can beat
     the best so far: an AllToAllV of every partial copy, bound to 64 rounds, is dropped
     on its call count without costing a rank. Each comparison goes to
@@ -221,7 +227,7 @@ def _cheapest(
             exact = (cost(steps), bound[1])
             costed[bound[1]] = exact[0]
             if exact < best:
-                best, chosen = exact, steps
+                best, chosen = exact, (candidates[bound[1]][0], steps)
     _record(planner, source, target, candidates, bounds, costed, best[1])
     return chosen
 

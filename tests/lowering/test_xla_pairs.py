@@ -55,6 +55,15 @@ def test_the_pair_plans_a_permute_then_one_gather_at_the_lower_bound(pair):
     assert "\n".join(lines) == GOLDEN.format(swaps=swaps, team=team)
 
 
+def test_a_reduced_last_plan_that_starts_with_a_permute_keeps_its_note():
+    """The note names the candidate that won, not the kind of its first step: moving the
+    unreduced sums by a CollectivePermute and then an Allreduce is "reduced last", as before
+    the permute candidates existed."""
+    text = plan_text("2x2x2", "8x8", "RS0P", "S0RR")
+    assert "note: reduced last: CollectivePermute + Allreduce over (x)" in text, text
+    assert "permute then" not in text
+
+
 def test_plan_explain_shows_the_comparison_as_docs_cli_shows_it(capsys):
     """``hostir plan --explain`` prints the candidates compared, the chosen one and why,
     exactly as docs/cli.md shows; without ``--explain`` none of it."""
