@@ -41,6 +41,15 @@ def simulating() -> bool:
     return os.environ.get(SIMULATE_VARIABLE, "") not in ("", "0")
 
 
+def _left_waiting(error: BaseException) -> bool:
+    """Whether ``error`` is a peer's hang report: a rank that skipped never posted what
+    this one waits for (any other error still fails the test)."""
+    text = str(error)
+    return isinstance(error, CommunicationError) and (
+        "no answer from its peers" in text or "did not reach the agreement" in text
+    )
+
+
 def _no_profiler(*args: object, **kwargs: object) -> None:
     """torch's profiler records one process (and crashes when threads start it at once);
     the test checks what a real run's profiler records."""
@@ -103,8 +112,8 @@ def run_simulated(item: pytest.Function, size: int) -> None:
         run = simulate(rank_main, size, by_run=True)
     skips = [e for e in run.errors.values() if isinstance(e, pytest.skip.Exception)]
     failed = {r: e for r, e in run.errors.items() if not isinstance(e, pytest.skip.Exception)}
-    if skips and all(isinstance(e, CommunicationError) for e in failed.values()):
-        failed = {}  # peers left waiting by the ranks that skipped
+    if skips and all(_left_waiting(e) for e in failed.values()):
+        failed = {}  # peers left waiting by the ranks that skipped: the test is a skip
     if failed:
         shown = []
         for rank in sorted(failed)[:4]:

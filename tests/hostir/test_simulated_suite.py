@@ -15,11 +15,17 @@ from hostir import default_communicator
 from hostir.comm.simulate import simulate
 from hostir.comm.simulated_communicator import SimulatedCommunicator
 from hostir.comm.simulated_traffic import compare_traffic
-from hostir.errors import HostIrError
+from hostir.errors import CommunicationError, HostIrError
+from hostir.ir.sharding import ReduceOp
 from tests import test_faults
 from tests.fault_catalog import full_inputs, local_inputs, row_parallel
 from tests.multidevice_pool import MultiDeviceTest
-from tests.multidevice_simulated import communicator_class, every_ranks, new_communicator
+from tests.multidevice_simulated import (
+    _left_waiting,
+    communicator_class,
+    every_ranks,
+    new_communicator,
+)
 
 
 def as_rank(size: int, rank: int) -> MultiDeviceTest:
@@ -100,3 +106,19 @@ def test_a_test_talks_to_its_peers_alike_on_real_and_simulated_ranks():
     assert sorted(calls) == [0, 1, 2]
     for gathered in run.results:
         assert torch.equal(gathered, torch.tensor([[1], [11], [21]]))
+
+
+def test_a_skip_hides_only_the_peers_it_left_waiting():
+    """A test where one rank skips is a skip when the others only waited for it (their
+    hang report); a peer failing for a reason of its own still fails the test."""
+
+    def skips_while_a_peer_waits(rank: int) -> None:
+        if rank == 0:
+            pytest.skip("rank 0 skips")
+        default_communicator().allreduce(torch.ones(2), (0, 1), ReduceOp.SUM).wait()
+
+    run = simulate(skips_while_a_peer_waits, 2)
+    assert isinstance(run.errors[0], pytest.skip.Exception)
+    assert _left_waiting(run.errors[1]), run.errors[1]
+    assert not _left_waiting(CommunicationError("allreduce over (0, 1): shapes differ"))
+    assert not _left_waiting(ValueError("no answer from its peers"))
