@@ -61,7 +61,7 @@ def mismatch(posts: Sequence[Post], group: Group, index: int) -> str | None:
             if a.shape != b.shape or a.dtype != b.dtype:
                 return (
                     f"{kind} over {describe_group(group)}: rank {first.rank} posts"
-                    f" {_tensor(a)} and rank {post.rank} {_tensor(b)} as {where}"
+                    f" {describe_tensor(a)} and rank {post.rank} {describe_tensor(b)} as {where}"
                 )
     if kind == "all_to_all_v":
         for p, sender in enumerate(posts):
@@ -90,7 +90,8 @@ def _call(post: Post) -> str:
     return post.kind + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _tensor(tensor: torch.Tensor) -> str:
+def describe_tensor(tensor: torch.Tensor) -> str:
+    """``float32[2, 3]``: a posted buffer's dtype and shape, for messages."""
     return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
 
 

@@ -51,7 +51,13 @@ import torch
 
 from hostir.comm.backend_hooks import Work
 from hostir.comm.rank_text import describe_group, describe_ranks
-from hostir.comm.simulated_collectives import Post, complete, mismatch, sent_elements
+from hostir.comm.simulated_collectives import (
+    Post,
+    complete,
+    describe_tensor,
+    mismatch,
+    sent_elements,
+)
 from hostir.comm.simulated_memory import MemoryMeter
 from hostir.errors import CommunicationError
 from hostir.ir.scalars import RANK
@@ -268,8 +274,8 @@ class SimulatedWorld:
         problem = None
         if sent.tensor.shape != received.tensor.shape or sent.tensor.dtype != received.tensor.dtype:
             problem = (
-                f"rank {source} sends {_describe(sent.tensor)} to rank {destination}, which"
-                f" receives {_describe(received.tensor)} ({sent.work.what} /"
+                f"rank {source} sends {describe_tensor(sent.tensor)} to rank {destination}, which"
+                f" receives {describe_tensor(received.tensor)} ({sent.work.what} /"
                 f" {received.work.what})"
             )
         else:
@@ -437,7 +443,3 @@ def _itemsize(post: Post) -> int:
         if isinstance(tensor, torch.Tensor):
             return tensor.element_size()
     return 1
-
-
-def _describe(tensor: torch.Tensor) -> str:
-    return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
